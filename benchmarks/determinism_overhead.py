@@ -1,0 +1,104 @@
+"""Fingerprint overhead and stage wall time, measured in one run.
+
+1. Per-step fingerprint overhead, in-process: the same model trains in alternating
+   blocks with and without per-step fingerprints; overhead = median step time with /
+   median without - 1 (target <= 3 %).
+2. Stage wall time: reproci's determinism stage (A with a checkpoint at k, B, C resumed
+   from A: three processes) against a seed-style check of four plain processes on the
+   same model and steps (full, full, stop-at-k, resume) (target ratio <= 0.9).
+
+    python benchmarks/determinism_overhead.py [--models conv transformer embedding] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from pipeline.backends.local import LocalBackend  # noqa: E402
+from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
+from pipeline.worker.determinism import deterministic_mode  # noqa: E402
+from pipeline.worker.fingerprint import StepFingerprints, batch_checksum  # noqa: E402
+from pipeline.worker.spec import WorkerSpec  # noqa: E402
+from pipeline.worker.train import _train_step, to_device  # noqa: E402
+
+
+def fingerprint_overhead(model: str, blocks: int = 12, block_steps: int = 10) -> float:
+    with deterministic_mode(seed=0, threads=1):
+        setup = validate(load_factory(model)(ModelContext(profile="quick", device=torch.device("cpu"), seed=0)), model)
+        fps = StepFingerprints(setup.model, setup.optimizer)
+        batches = []
+        for b in setup.loader:
+            batches.append(b)
+            if len(batches) >= 8:
+                break
+        for b in batches[:2]:  # warm-up, and bind the tensor list
+            _train_step(setup, to_device(b, torch.device("cpu")))
+            fps.record()
+        times: dict[bool, list[float]] = {True: [], False: []}
+        i = 0
+        for block in range(blocks):
+            on = block % 2 == 0
+            for _ in range(block_steps):
+                batch = batches[i % len(batches)]
+                i += 1
+                t0 = time.perf_counter()
+                _train_step(setup, batch)
+                if on:
+                    batch_checksum(batch)
+                    fps.record()
+                times[on].append(time.perf_counter() - t0)
+    return statistics.median(times[True]) / statistics.median(times[False]) - 1
+
+
+def stage_vs_seed_style(model: str, steps: int) -> tuple[float, float]:
+    k = steps // 2
+    backend = LocalBackend(type("O", (), {"image_name": "local"})())
+    with tempfile.TemporaryDirectory() as d:
+        work = Path(d)
+
+        def launch(spec: WorkerSpec) -> float:
+            f = work / f"spec-{spec.role}.json"
+            spec.write(f)
+            r = backend.launch(spec, f, timeout=600)
+            assert r.returncode == 0, r.log_tail
+            return r.seconds
+
+        base = WorkerSpec(model_ref=model, model_name=model, role="A", steps=steps)
+        ours = (launch(dataclasses.replace(base, checkpoint_at=k, checkpoint_path="a.pt", output="A.json"))
+                + launch(dataclasses.replace(base, role="B", output="B.json"))
+                + launch(dataclasses.replace(base, role="C", resume_from="a.pt", output="C.json")))
+        plain = dataclasses.replace(base, fingerprints=False)
+        seed_style = (launch(dataclasses.replace(plain, role="P1", output="P1.json"))
+                      + launch(dataclasses.replace(plain, role="P2", output="P2.json"))
+                      + launch(dataclasses.replace(plain, role="P3", steps=k, checkpoint_at=k,
+                                                   checkpoint_path="p.pt", output="P3.json"))
+                      + launch(dataclasses.replace(plain, role="P4", resume_from="p.pt", output="P4.json")))
+    return ours, seed_style
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["conv", "transformer", "embedding"])
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    print(f"{'model':12} {'fingerprint overhead':>21} {'stage s':>8} {'seed-style s':>13} {'ratio':>6}")
+    for m in args.models:
+        over = fingerprint_overhead(m)
+        ours, seed = stage_vs_seed_style(m, args.steps)
+        print(f"{m:12} {over * 100:20.2f}% {ours:8.2f} {seed:13.2f} {ours / seed:6.2f}")
+    print("targets: overhead <= 3 %, ratio <= 0.9")
+
+
+if __name__ == "__main__":
+    main()

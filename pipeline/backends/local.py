@@ -1,0 +1,94 @@
+"""The local backend: fresh subprocesses of the current Python interpreter."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ..worker.determinism import launch_environment
+from ..worker.spec import WorkerSpec
+from .base import Backend, LaunchResult
+
+# Names of the variables the launcher owns; inherited values are dropped first.
+_OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+          "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED")
+
+CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def image_info(self) -> dict[str, Any]:
+        return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local",
+                "python": sys.executable}
+
+    def environment(self, spec: WorkerSpec) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _OWNED}
+        env.update(launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict"))
+        env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        return env
+
+    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float) -> LaunchResult:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.worker", str(spec_file)],
+            env=self.environment(spec),
+            cwd=str(spec_file.parent),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: a timeout kills loader workers too
+        )
+        with self._lock:
+            self._procs.add(proc)
+        tail: deque[str] = deque(maxlen=40)
+        reader = threading.Thread(target=_drain, args=(proc, tail), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        finally:
+            reader.join(timeout=5)
+            with self._lock:
+                self._procs.discard(proc)
+        return LaunchResult(returncode=proc.returncode, seconds=time.monotonic() - t0, timed_out=timed_out,
+                            log_tail="\n".join(tail))
+
+    def close(self) -> None:
+        with self._lock:
+            procs = list(self._procs)
+        for p in procs:
+            _kill_group(p)
+
+
+def _drain(proc: subprocess.Popen[bytes], tail: deque[str]) -> None:
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        tail.append(raw.decode("utf-8", "replace").rstrip())
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

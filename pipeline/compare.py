@@ -1,0 +1,141 @@
+"""Comparing runs: first differing step, first differing tensor, and by how much.
+
+Inputs are run records (``pipeline/worker/train.py``): per-step rows of exact tensor
+checksums, batch checksums, losses, and the final sha256. Magnitudes come from state
+dumps of probe runs (``magnitude``), since a checksum says only *whether* a tensor
+differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+# The order in which a training step produces tensors: forward updates buffers
+# (BatchNorm statistics), backward produces gradients, the optimizer updates its state
+# and then the parameters. The first differing tensor is the earliest in this order.
+CAUSAL_KIND_ORDER = {"buffer": 0, "grad": 1, "optim": 2, "param": 3}
+
+
+@dataclass
+class Divergence:
+    step: int | None  # first differing step (None: only the final state differs)
+    tensor: str | None  # "kind:name" of the first differing tensor at that step
+    kind: str | None
+    cause: str  # "data" (the batch differs) or "compute" (same batch, different result)
+    differing_tensors: int = 0  # how many tensors differ at that step
+    loss_equal_at_step: bool | None = None
+    losses_equal: bool | None = None  # whole common trajectory
+    max_abs: float | None = None
+    max_ulp: int | None = None
+    elements_differing: int | None = None
+    magnitude_source: str | None = None  # "probe" (exact re-run dump) or "final-state"
+    tensors: list[str] = field(default_factory=list)  # up to 10 differing tensors at the step
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _causal_key(name: str, index: int, n: int) -> tuple[int, int]:
+    kind = name.partition(":")[0]
+    order = CAUSAL_KIND_ORDER.get(kind, 9)
+    # Backward runs the registration order in reverse: the last layer's grads come first.
+    return (order, n - index if kind == "grad" else index)
+
+
+def step_rows(record: Mapping[str, Any]) -> dict[int, dict[str, int]]:
+    names = record.get("tensor_names") or []
+    start = int(record.get("start_step", 0))
+    return {start + i + 1: dict(zip(names, row)) for i, row in enumerate(record.get("fingerprints") or [])}
+
+
+def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence | None:
+    """Where two runs first disagree over the steps both recorded, or None if they agree."""
+    rows_a, rows_b = step_rows(a), step_rows(b)
+    common = sorted(set(rows_a) & set(rows_b))
+    start_a, start_b = int(a.get("start_step", 0)), int(b.get("start_step", 0))
+    names = list(a.get("tensor_names") or [])
+    index = {n: i for i, n in enumerate(names)}
+    losses_a, losses_b = a.get("losses") or [], b.get("losses") or []
+    batch_a, batch_b = a.get("batch_fingerprints") or [], b.get("batch_fingerprints") or []
+
+    def at(seq: list[Any], start: int, step: int) -> Any:
+        i = step - start - 1
+        return seq[i] if 0 <= i < len(seq) else None
+
+    losses_equal = all(at(losses_a, start_a, s) == at(losses_b, start_b, s) for s in common) if common else None
+    for s in common:
+        ra, rb = rows_a[s], rows_b[s]
+        if ra == rb:
+            continue
+        differing = [n for n in set(ra) | set(rb) if ra.get(n) != rb.get(n)]
+        differing.sort(key=lambda n: _causal_key(n, index.get(n, len(names)), len(names)))
+        first = differing[0]
+        cause = "data" if at(batch_a, start_a, s) != at(batch_b, start_b, s) else "compute"
+        return Divergence(
+            step=s, tensor=first, kind=first.partition(":")[0], cause=cause, differing_tensors=len(differing),
+            loss_equal_at_step=at(losses_a, start_a, s) == at(losses_b, start_b, s), losses_equal=losses_equal,
+            tensors=differing[:10],
+        )
+    if a.get("final_sha256") == b.get("final_sha256"):
+        return None
+    # Checksums agree at every common step but the final states differ (no per-step
+    # fingerprints, or a change outside the recorded steps): name tensors by final hash.
+    ta, tb = a.get("tensor_sha256") or {}, b.get("tensor_sha256") or {}
+    differing = sorted(n for n in set(ta) | set(tb) if ta.get(n) != tb.get(n))
+    first = differing[0] if differing else None
+    return Divergence(step=None, tensor=first, kind=first.partition(":")[0] if first else None, cause="compute",
+                      differing_tensors=len(differing), losses_equal=losses_equal, tensors=differing[:10])
+
+
+_ORDERED_INT = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.dtype(np.float16): np.int16}
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise distance in units in the last place (floats), or absolute difference (ints)."""
+    if a.dtype not in _ORDERED_INT:
+        return np.abs(a.astype(np.int64) - b.astype(np.int64))
+    it = _ORDERED_INT[a.dtype]
+    bits = np.iinfo(it).bits
+
+    def ordered(x: np.ndarray) -> np.ndarray:
+        i = x.view(it).astype(np.int64)
+        # Map sign-magnitude floats onto a line where neighbours differ by 1.
+        return np.where(i < 0, -(1 << (bits - 1)) - i, i)
+
+    return np.abs(ordered(a) - ordered(b))
+
+
+def tensor_magnitude(a: Any, b: Any) -> dict[str, Any]:
+    """max-abs, max-ULP and differing-element count of two tensors (torch or numpy)."""
+    xa, xb = _to_numpy(a), _to_numpy(b)
+    if xa.shape != xb.shape:
+        return {"max_abs": None, "max_ulp": None, "elements_differing": None, "shape_mismatch": [list(xa.shape), list(xb.shape)]}
+    if xa.size == 0:
+        return {"max_abs": 0.0, "max_ulp": 0, "elements_differing": 0}
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(xa.astype(np.float64) - xb.astype(np.float64))
+    ne = xa.view(np.uint8) != xb.view(np.uint8) if xa.dtype.itemsize == 1 else (
+        xa.reshape(-1).view(f"u{xa.dtype.itemsize}") != xb.reshape(-1).view(f"u{xb.dtype.itemsize}"))
+    return {
+        "max_abs": float(np.nanmax(diff)) if diff.size else 0.0,
+        "max_ulp": int(ulp_distance(xa.reshape(-1), xb.reshape(-1)).max()),
+        "elements_differing": int(np.count_nonzero(ne)),
+    }
+
+
+def _to_numpy(t: Any) -> np.ndarray:
+    if hasattr(t, "detach"):
+        import torch
+
+        t = t.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.contiguous().numpy()
+    return np.asarray(t)
+
+
+def records_agree(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return first_divergence(a, b) is None

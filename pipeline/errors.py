@@ -1,0 +1,77 @@
+"""One home for errors and exit codes.
+
+Only ``pipeline.cli.main`` catches these and turns them into an exit code and one
+line on stderr. Messages say what failed, why, and what to do next.
+
+Exit codes (stable, documented in the README):
+
+====  ==========================================================================
+0     every model passed (or is NEW outside CI)
+1     reproducibility failure: NONDETERMINISTIC or RESUME_BROKEN
+2     usage or configuration error (bad flag, malformed reproci.yaml, unknown model)
+3     golden drift: UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, or NEW in CI
+4     a run could not complete (ERROR verdict: crash, timeout, broken plugin)
+5     infrastructure: engine unreachable, image missing, disk full, no GPU
+6     golden file unreadable, corrupt or of another format version
+130   interrupted (Ctrl-C); nothing half-written is left behind
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+EXIT_PASS = 0
+EXIT_REPRO_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_DRIFT = 3
+EXIT_RUN_ERROR = 4
+EXIT_INFRA = 5
+EXIT_GOLDEN = 6
+EXIT_INTERRUPTED = 130
+
+
+class ReprociError(Exception):
+    """Base error: carries the exit code the CLI returns."""
+
+    return_code = EXIT_RUN_ERROR
+
+
+class UsageError(ReprociError):
+    """Bad flags or option values."""
+
+    return_code = EXIT_USAGE
+
+
+class ConfigError(ReprociError):
+    """reproci.yaml or a manifest is malformed."""
+
+    return_code = EXIT_USAGE
+
+
+class ModelError(ReprociError):
+    """Unknown model, missing plugin file, or a factory that breaks the contract."""
+
+    return_code = EXIT_USAGE
+
+
+class RunError(ReprociError):
+    """A worker could not complete."""
+
+    return_code = EXIT_RUN_ERROR
+
+
+class InfrastructureError(ReprociError):
+    """The engine, the image, the disk or the GPU is not there."""
+
+    return_code = EXIT_INFRA
+
+
+class GoldenError(ReprociError):
+    """A golden file is unreadable, corrupt, or of another format version."""
+
+    return_code = EXIT_GOLDEN
+
+
+class ResultsError(ReprociError):
+    """A results file is unreadable or of another format version."""
+
+    return_code = EXIT_USAGE

@@ -1,0 +1,69 @@
+"""Resolving model names and plugin references on the orchestrator side.
+
+Nothing here imports torch or the model code: a reference is checked (the file or
+module exists, the form is right) and identified by the sha256 of its source, so a
+change to a model's code is never mistaken for an upgrade of the image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from reference_models import DESCRIPTIONS, REGISTRY
+
+from .errors import ModelError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRef:
+    name: str  # short name used in tables, files and goldens
+    ref: str  # what the worker loads: a registry name, FILE.py:factory or module:factory
+    source: Path  # the file holding the factory
+    plugin: bool
+    description: str = ""
+
+    @property
+    def code_sha256(self) -> str:
+        return hashlib.sha256(self.source.read_bytes()).hexdigest()
+
+
+def resolve(text: str) -> ModelRef:
+    """A registry name, ``path/to/file.py:factory`` or ``package.module:factory``."""
+    if text in REGISTRY:
+        module, _, _ = REGISTRY[text].partition(":")
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin is not None
+        return ModelRef(name=text, ref=text, source=Path(spec.origin), plugin=False, description=DESCRIPTIONS.get(text, ""))
+    target, sep, factory = text.rpartition(":")
+    if not sep or not target or not factory or not factory.isidentifier():
+        known = ", ".join(REGISTRY)
+        raise ModelError(
+            f"unknown model {text!r}: use one of {known}, or a plugin as path/to/file.py:factory or module:factory"
+        )
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise ModelError(f"model file {target} does not exist (from --model {text}); check the path")
+        return ModelRef(name=f"{path.stem}.{factory}" if factory != "build" else path.stem,
+                        ref=f"{path}:{factory}", source=path, plugin=True, description=f"plugin {path.name}:{factory}")
+    try:
+        spec = importlib.util.find_spec(target)
+    except (ImportError, ValueError) as e:
+        raise ModelError(f"cannot find model module {target!r} (from --model {text}): {e}") from e
+    if spec is None or spec.origin is None:
+        raise ModelError(f"cannot find model module {target!r} (from --model {text}); is it on PYTHONPATH?")
+    return ModelRef(name=f"{target.rpartition('.')[2]}.{factory}" if factory != "build" else target.rpartition(".")[2],
+                    ref=text, source=Path(spec.origin), plugin=True, description=f"plugin {text}")
+
+
+def resolve_all(texts: tuple[str, ...]) -> tuple[ModelRef, ...]:
+    refs = tuple(resolve(t) for t in texts)
+    seen: dict[str, str] = {}
+    for r in refs:
+        if r.name in seen:
+            raise ModelError(f"two models are both named {r.name!r} ({seen[r.name]} and {r.ref}); rename one factory or file")
+        seen[r.name] = r.ref
+    return refs

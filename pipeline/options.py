@@ -1,0 +1,158 @@
+"""RunOptions: built once from the command line, reproci.yaml and the environment.
+
+Everything downstream receives this frozen object; nothing else reads argv,
+os.environ or the config file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from reference_models import REGISTRY
+
+from .errors import ConfigError, UsageError
+from .models import ModelRef, resolve_all
+from .worker.spec import FAULTS
+
+STAGES = ("determinism", "throughput")
+PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
+CONFIG_FILE = "reproci.yaml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    models: tuple[ModelRef, ...]
+    stages: tuple[str, ...] = ("determinism",)
+    image: str | None = None  # None: the local backend, recorded as image "local"
+    image_name: str = "local"  # the golden file name for this image
+    profile: str = "quick"
+    steps: int = PROFILES["quick"]
+    resume_at: int = PROFILES["quick"] // 2
+    seed: int = 0
+    threads: int = 1  # CPU intra-op threads: part of a run's identity (changes conv/transformer hashes)
+    device: str = "cpu"
+    gpus: str | None = None  # docker: "all", a count, or comma-separated ids
+    timeout: float = 600.0  # seconds per worker run
+    jobs: int = 1  # worker runs at once
+    results_dir: Path = Path("results")
+    goldens_dir: Path = Path("goldens")
+    update_golden: bool = False
+    ci: bool = False
+    webhook: str | None = None
+    keep_checkpoints: bool = False
+    fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
+    repetitions: int = 5  # throughput stage: interleaved repetitions per mode
+    project_root: Path = field(default_factory=lambda: Path.cwd())
+    config_file: Path | None = None
+
+    @property
+    def backend(self) -> str:
+        return "local" if self.image is None else "docker"
+
+
+def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
+    """The run section of reproci.yaml (explicit path, or ./reproci.yaml if present)."""
+    if path is None:
+        default = Path(CONFIG_FILE)
+        if not default.is_file():
+            return {}, None
+        path = default
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; drop --config or create it")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the file") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of options at the top level")
+    known = {f.name for f in fields(RunOptions)} | {"model"}
+    unknown = sorted(set(data) - known - {"models"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return data, path
+
+
+def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOptions:
+    """Merge CLI values (None = not given) over the config file over defaults, and check them."""
+    env = os.environ if env is None else env
+    config, config_path = load_config(cli.get("config"))
+
+    def pick(name: str, default: Any) -> Any:
+        v = cli.get(name)
+        if v is not None and v != ():
+            return v
+        return config.get(name, default)
+
+    profile = pick("profile", "quick")
+    if profile not in PROFILES:
+        raise UsageError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
+    steps = int(pick("steps", PROFILES[profile]))
+    resume_at = int(pick("resume_at", steps // 2))
+    if steps < 2:
+        raise UsageError(f"--steps must be at least 2 (got {steps})")
+    if not 1 <= resume_at < steps:
+        raise UsageError(f"--resume-at must be between 1 and steps-1 = {steps - 1} (got {resume_at}); N must exceed k")
+    stages = tuple(pick("stages", ("determinism",)))
+    if isinstance(config.get("stages"), str):
+        stages = (config["stages"],)
+    for s in stages:
+        if s not in STAGES:
+            raise UsageError(f"unknown stage {s!r}; use one of {', '.join(STAGES)}")
+    model_texts = pick("models", tuple(REGISTRY))
+    if isinstance(model_texts, str):
+        model_texts = (model_texts,)
+    fault = pick("fault", None)
+    if fault is not None and fault not in FAULTS:
+        raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
+    threads = int(pick("threads", 1))
+    if threads < 1:
+        raise UsageError("--threads must be at least 1")
+    jobs = int(pick("jobs", 1))
+    if jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    timeout = float(pick("timeout", 600.0))
+    if timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    image = pick("image", None)
+    device = pick("device", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"unknown device {device!r}; use cpu or cuda")
+    image_name = pick("image_name", None) or (image_display_name(image) if image else "local")
+    ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
+    return RunOptions(
+        models=resolve_all(tuple(model_texts)),
+        stages=stages,
+        image=image,
+        image_name=image_name,
+        profile=profile,
+        steps=steps,
+        resume_at=resume_at,
+        seed=int(pick("seed", 0)),
+        threads=threads,
+        device=device,
+        gpus=pick("gpus", None),
+        timeout=timeout,
+        jobs=jobs,
+        results_dir=Path(pick("results_dir", "results")),
+        goldens_dir=Path(pick("goldens_dir", "goldens")),
+        update_golden=bool(pick("update_golden", False)),
+        ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
+        webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
+        keep_checkpoints=bool(pick("keep_checkpoints", False)),
+        fault=fault,
+        repetitions=int(pick("repetitions", 5)),
+        config_file=config_path,
+    )
+
+
+def image_display_name(image: str) -> str:
+    """A file-safe golden name for an image reference: repo:tag -> repo_tag."""
+    name = image.split("@", 1)[0]
+    return name.replace("/", "_").replace(":", "_")

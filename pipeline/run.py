@@ -1,0 +1,90 @@
+"""``reproci run``: plan, launch, compare, report."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from . import __version__, backends, results, verdicts
+from .options import RunOptions
+from .runner import RunContext
+from .stages import determinism
+
+
+def project_commit(root: Path) -> str | None:
+    """The git commit of the project under test, if it is a git checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: None) -> tuple[dict[str, Any], Path]:
+    """Run every stage for every model; return the results document and its path.
+
+    The run directory is removed if this is interrupted, so no partial results stay.
+    """
+    run_id = results.new_run_id(options.image_name)
+    run_dir = (options.results_dir / run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=False)
+    started = time.monotonic()
+    commit = project_commit(options.project_root)
+    try:
+        with backends.create(options) as backend:
+            image = backend.image_info()
+            ctx = RunContext(backend=backend, run_dir=run_dir, timeout=options.timeout, progress=progress)
+            models: list[dict[str, Any]] = []
+            environment: dict[str, Any] | None = None
+            for model in options.models:
+                entry = determinism.run_model(options, ctx, model, project_commit=commit, image=image)
+                models.append(entry)
+                if environment is None and entry.get("verdict") != verdicts.ERROR:
+                    environment = _environment_of(run_dir, entry)
+            document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
+            path = results.write(run_dir, document)
+            return document, path
+    except BaseException:
+        results.discard(run_dir)
+        raise
+
+
+def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
+    import json
+
+    rec = entry.get("records", {}).get("A")
+    if not rec:
+        return None
+    data = json.loads((run_dir / rec).read_text())
+    return {"fingerprint": data.get("environment"), "packages": data.get("packages")}
+
+
+def _document(options: RunOptions, run_id: str, image: dict[str, Any], environment: dict[str, Any] | None,
+              models: list[dict[str, Any]], commit: str | None, seconds: float) -> dict[str, Any]:
+    vs = [m["verdict"] for m in models]
+    return {
+        "schema": results.SCHEMA,
+        "version": results.VERSION,
+        "complete": True,
+        "run_id": run_id,
+        "reproci_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "project_commit": commit,
+        "image": image,
+        "options": {
+            "stages": list(options.stages), "profile": options.profile, "steps": options.steps,
+            "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads,
+            "device": options.device, "fault": options.fault, "ci": options.ci,
+        },
+        "environment": (environment or {}).get("fingerprint"),
+        "packages": (environment or {}).get("packages"),
+        "models": models,
+        "summary": {
+            "verdicts": {v: vs.count(v) for v in sorted(set(vs))},
+            "exit_code": verdicts.exit_code(vs),
+            "seconds": round(seconds, 3),
+        },
+    }

@@ -1,0 +1,60 @@
+"""Launching one worker spec through a backend and reading back its record."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .backends import Backend
+from .errors import RunError
+from .worker.spec import WorkerSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunContext:
+    backend: Backend
+    run_dir: Path
+    timeout: float
+    progress: Progress = lambda msg: None
+
+
+class WorkerFailed(RunError):
+    """One worker run failed; carries its error kind for the verdict's evidence."""
+
+    def __init__(self, message: str, kind: str = "crash") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def execute(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
+    """Write the spec, launch it in a fresh process, return the record (or raise WorkerFailed)."""
+    work = ctx.run_dir / spec.model_name
+    work.mkdir(parents=True, exist_ok=True)
+    spec = ctx.backend.prepare_spec(spec, ctx.run_dir)
+    spec_file = work / f"spec-{spec.role}.json"
+    spec.write(spec_file)
+    out = work / spec.output
+    out.unlink(missing_ok=True)
+    ctx.progress(f"{spec.model_name}: run {spec.role} started")
+    result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout)
+    if result.timed_out:
+        raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:.0f} s; raise --timeout or use a smaller profile",
+                           kind="timeout")
+    record: dict[str, Any] | None = None
+    if out.is_file():
+        try:
+            record = json.loads(out.read_text())
+        except json.JSONDecodeError:
+            record = None
+    if record is None:
+        last = result.log_tail.strip().splitlines()[-1:] or ["(no output)"]
+        raise WorkerFailed(f"run {spec.role} died with exit code {result.returncode} and wrote no record: {last[0][:300]}")
+    if record.get("status") != "ok":
+        raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
+    record["wall_s"] = result.seconds
+    ctx.progress(f"{spec.model_name}: run {spec.role} done in {result.seconds:.1f} s")
+    return record

@@ -1,0 +1,1 @@
+"""Stages: what runs each model goes through (determinism, throughput)."""

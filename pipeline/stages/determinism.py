@@ -1,0 +1,180 @@
+"""The strict-determinism stage.
+
+Per model, three fresh processes:
+
+- A: N steps from scratch; as it passes step k it writes a full checkpoint.
+- B: N steps from scratch.
+- C: loads A's checkpoint at k and finishes to N.
+
+A != B is NONDETERMINISTIC, A == B != C is RESUME_BROKEN, else PASS. On a mismatch,
+two probe runs replay the disagreeing runs up to the first differing step and dump
+every tensor there, so the evidence carries the first differing tensor's max-abs and
+ULP distance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .. import verdicts
+from ..compare import Divergence, first_divergence, step_rows, tensor_magnitude
+from ..models import ModelRef
+from ..options import RunOptions
+from ..runner import RunContext, WorkerFailed, execute
+from ..worker.spec import WorkerSpec
+
+
+def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
+              image: dict[str, Any]) -> WorkerSpec:
+    return WorkerSpec(
+        model_ref=model.ref, model_name=model.name, role=role, steps=options.steps, seed=options.seed,
+        profile=options.profile, device=options.device, threads=options.threads, mode="strict",
+        output=f"record-{role}.json", project_commit=project_commit, image=image,
+    )
+
+
+def config_sha256(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> dict[str, WorkerSpec]:
+    k = options.resume_at
+    base = base_spec(options, model, "A", project_commit=project_commit, image=image)
+    fault = options.fault
+    a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=f"ckpt-{k}.pt",
+                            fault=fault if fault == "clock-seed" else None)
+    b = dataclasses.replace(base, role="B", output="record-B.json",
+                            fault=fault if fault in ("clock-seed", "buffer-drift") else None)
+    c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=f"ckpt-{k}.pt",
+                            fault=fault if fault in ("clock-seed", "resume-skip-loader-position", "resume-drop-rng") else None)
+    return {"A": a, "B": b, "C": c}
+
+
+def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
+    t = record.get("timings", {})
+    return {
+        "final_sha256": record.get("final_sha256"),
+        "start_step": record.get("start_step"),
+        "end_step": record.get("end_step"),
+        "wall_s": round(record.get("wall_s", 0.0), 3),
+        "setup_s": round(t.get("setup_s", 0.0), 3),
+        "train_s": round(t.get("train_s", 0.0), 3),
+        "attested": bool(record.get("attestation", {}).get("ok")),
+        "losses_last": record.get("losses", [None])[-1] if record.get("losses") else None,
+    }
+
+
+def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, dict[str, Any]]:
+    probe = dataclasses.replace(spec, role=f"probe-{spec.role}", output=f"record-probe-{spec.role}.json",
+                                checkpoint_at=None, checkpoint_path=None, dump_at=step,
+                                dump_path=f"dump-{spec.role}-{step}.pt")
+    record = execute(ctx, probe)
+    return ctx.run_dir / spec.model_name / f"dump-{spec.role}-{step}.pt", record
+
+
+def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: str, y: str,
+            records: dict[str, dict[str, Any]]) -> None:
+    """Fill in the divergence's magnitude from probe re-runs of X and Y up to its step."""
+    if div.step is None or div.tensor is None:
+        return
+    import torch
+
+    try:
+        dump_x, rec_x = _probe(ctx, specs[x], div.step)
+        dump_y, rec_y = _probe(ctx, specs[y], div.step)
+    except WorkerFailed as e:
+        div.magnitude_source = f"unavailable: {e}"
+        return
+    tx = torch.load(dump_x, map_location="cpu", weights_only=True)
+    ty = torch.load(dump_y, map_location="cpu", weights_only=True)
+    name = div.tensor
+    if name in tx and name in ty:
+        m = tensor_magnitude(tx[name], ty[name])
+        div.max_abs, div.max_ulp, div.elements_differing = m["max_abs"], m["max_ulp"], m["elements_differing"]
+    faithful = (step_rows(rec_x).get(div.step) == step_rows(records[x]).get(div.step)
+                and step_rows(rec_y).get(div.step) == step_rows(records[y]).get(div.step))
+    div.magnitude_source = "probe" if faithful else "probe (re-run did not reproduce the original checksums)"
+    for p in (dump_x, dump_y):
+        p.unlink(missing_ok=True)
+
+
+def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
+              image: dict[str, Any]) -> dict[str, Any]:
+    """Run A, B and C for one model and decide its verdict."""
+    t0 = time.monotonic()
+    specs = plan(options, model, project_commit=project_commit, image=image)
+    records: dict[str, dict[str, Any]] = {}
+    result: dict[str, Any] = {
+        "model": model.name, "ref": model.ref if not model.plugin else model.ref, "plugin": model.plugin,
+        "description": model.description, "source": str(model.source), "code_sha256": model.code_sha256,
+        "steps": options.steps, "resume_at": options.resume_at, "seed": options.seed,
+        "fault": options.fault,
+    }
+    try:
+        if options.jobs >= 2:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                fb = pool.submit(execute, ctx, specs["B"])
+                records["A"] = execute(ctx, specs["A"])
+                fc = pool.submit(execute, ctx, specs["C"])
+                records["B"], records["C"] = fb.result(), fc.result()
+        else:
+            for role in ("A", "B", "C"):
+                records[role] = execute(ctx, specs[role])
+    except WorkerFailed as e:
+        result.update(verdict=verdicts.ERROR, message=str(e), error={"kind": e.kind, "message": str(e)},
+                      runs={r: _run_summary(rec) for r, rec in records.items()}, seconds=time.monotonic() - t0,
+                      final_sha256=records.get("A", {}).get("final_sha256"), evidence=None,
+                      records={r: f"{model.name}/record-{r}.json" for r in records})
+        return result
+
+    evidence = None
+    ab = first_divergence(records["A"], records["B"])
+    if ab is not None:
+        verdict, pair = verdicts.NONDETERMINISTIC, ("A", "B")
+        evidence = ab
+    else:
+        ac = first_divergence(records["A"], records["C"])
+        if ac is not None:
+            verdict, pair, evidence = verdicts.RESUME_BROKEN, ("A", "C"), ac
+        else:
+            verdict, pair = verdicts.PASS, None
+    if evidence is not None and pair is not None:
+        measure(ctx, evidence, specs, pair[0], pair[1], records)
+    a = records["A"]
+    result.update(
+        verdict=verdict,
+        message=describe(verdict, evidence, pair),
+        final_sha256=a["final_sha256"],
+        config=a.get("config", {}),
+        config_sha256=config_sha256(a.get("config", {})),
+        batch_size=a.get("batch_size"),
+        attestation=a.get("attestation"),
+        runs={r: _run_summary(rec) for r, rec in records.items()},
+        evidence=({"comparison": f"{pair[0]} vs {pair[1]}", **evidence.to_dict()} if evidence and pair else None),
+        error=None,
+        records={r: f"{model.name}/record-{r}.json" for r in records},
+        seconds=round(time.monotonic() - t0, 3),
+    )
+    if not options.keep_checkpoints:
+        for p in (ctx.run_dir / model.name).glob("ckpt-*.pt"):
+            p.unlink(missing_ok=True)
+    return result
+
+
+def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None) -> str:
+    if verdict == verdicts.PASS or ev is None or pair is None:
+        return "A = B = C: bitwise reproducible, resume exact"
+    where = f"step {ev.step}" if ev.step is not None else "the final state"
+    what = f"{ev.tensor}" if ev.tensor else "a tensor"
+    mag = ""
+    if ev.max_abs is not None:
+        mag = f", max |Δ| {ev.max_abs:.3g} ({ev.max_ulp} ULP)"
+    cause = "different batch (data order)" if ev.cause == "data" else "same batch, different result"
+    loss = "; losses still equal" if ev.losses_equal else ""
+    return f"{pair[0]} ≠ {pair[1]} from {where}, first at {what}{mag}; {cause}{loss}"

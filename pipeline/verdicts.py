@@ -1,0 +1,42 @@
+"""Verdicts: few and distinct, each mapped to an exit code."""
+
+from __future__ import annotations
+
+from . import errors
+
+PASS = "PASS"
+NEW = "NEW"  # no golden yet for this image and model
+NONDETERMINISTIC = "NONDETERMINISTIC"  # A != B
+RESUME_BROKEN = "RESUME_BROKEN"  # A == B != C
+UPGRADE_CHANGED = "UPGRADE_CHANGED"  # runs agree, golden differs, image/packages differ
+ENV_CHANGED = "ENV_CHANGED"  # runs agree, golden differs, same image, hardware/threads differ
+GOLDEN_MISMATCH = "GOLDEN_MISMATCH"  # runs agree, golden differs, identical identity
+MODEL_CHANGED = "MODEL_CHANGED"  # model code/config identity differs: re-record, not an alert
+ERROR = "ERROR"  # the run could not complete
+
+ALL = (PASS, NEW, NONDETERMINISTIC, RESUME_BROKEN, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH,
+       MODEL_CHANGED, ERROR)
+
+EXIT_CODES = {
+    PASS: errors.EXIT_PASS,
+    NEW: errors.EXIT_PASS,
+    MODEL_CHANGED: errors.EXIT_PASS,
+    NONDETERMINISTIC: errors.EXIT_REPRO_FAILURE,
+    RESUME_BROKEN: errors.EXIT_REPRO_FAILURE,
+    UPGRADE_CHANGED: errors.EXIT_DRIFT,
+    ENV_CHANGED: errors.EXIT_DRIFT,
+    GOLDEN_MISMATCH: errors.EXIT_DRIFT,
+    ERROR: errors.EXIT_RUN_ERROR,
+}
+
+# When several models disagree, the exit code is the most serious one.
+SEVERITY = [errors.EXIT_PASS, errors.EXIT_DRIFT, errors.EXIT_REPRO_FAILURE, errors.EXIT_RUN_ERROR]
+
+STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: "bold red",
+         RESUME_BROKEN: "bold red", UPGRADE_CHANGED: "bold magenta", ENV_CHANGED: "magenta",
+         GOLDEN_MISMATCH: "bold magenta", ERROR: "bold red"}
+
+
+def exit_code(verdicts: list[str]) -> int:
+    codes = [EXIT_CODES[v] for v in verdicts] or [errors.EXIT_PASS]
+    return max(codes, key=SEVERITY.index)

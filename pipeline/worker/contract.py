@@ -1,0 +1,134 @@
+"""The model plugin contract.
+
+A model is a factory ``factory(ctx: ModelContext) -> TrainSetup``. The harness owns
+seeding, determinism flags, the training loop, checkpointing and hashing; the factory
+provides the model, optimizer, optional scheduler, the data pipeline and the loss of
+one step, and may expose extra state (a private generator, say) for checkpoints.
+
+Refer to a factory as ``conv`` (a reference model), ``path/to/file.py:factory`` or
+``package.module:factory``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+
+
+class ContractError(Exception):
+    """A model factory or its TrainSetup breaks the plugin contract."""
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What the harness gives a factory."""
+
+    profile: str  # "quick" (CPU-sized) or "full" (GPU-sized)
+    device: torch.device
+    seed: int
+
+    def generator(self, offset: int = 0) -> torch.Generator:
+        """A CPU generator seeded from the run seed; give one to every DataLoader."""
+        g = torch.Generator()
+        g.manual_seed(self.seed * 1_000_003 + offset)
+        return g
+
+    @staticmethod
+    def seed_worker(worker_id: int) -> None:
+        """``worker_init_fn``: seed python and numpy in a loader worker from torch's seed."""
+        import random
+
+        s = torch.initial_seed() % 2**32
+        np.random.seed(s)
+        random.seed(s)
+
+
+@dataclass
+class TrainSetup:
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: Iterable[Any]  # re-iterable once per epoch, e.g. a DataLoader with a generator
+    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]  # (model, batch on device) -> scalar loss
+    scheduler: Any | None = None  # stepped once per training step
+    scaler: Any | None = None  # torch.amp.GradScaler
+    grad_clip: float | None = None
+    batch_size: int | None = None  # samples per step, for samples/s
+    config: dict[str, Any] = field(default_factory=dict)  # part of the model's identity
+    loader_generator: torch.Generator | None = None  # defaults to loader.generator
+    get_extra_state: Callable[[], dict[str, Any]] | None = None
+    set_extra_state: Callable[[dict[str, Any]], None] | None = None
+
+    def generator(self) -> torch.Generator | None:
+        return self.loader_generator or getattr(self.loader, "generator", None)
+
+
+def _split(ref: str) -> tuple[str, str]:
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not target or not attr:
+        raise ContractError(f"model reference {ref!r} needs the form FILE.py:FACTORY or MODULE:FACTORY")
+    return target, attr
+
+
+def load_factory(ref: str, plugin_paths: Iterable[str] = ()) -> Callable[[ModelContext], TrainSetup]:
+    """Resolve a reference model name or a plugin reference to its factory."""
+    from reference_models import REGISTRY
+
+    if ref in REGISTRY:
+        ref = REGISTRY[ref]
+    for p in plugin_paths:
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    target, attr = _split(ref)
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ContractError(f"model file {target} does not exist")
+        mod_name = f"reproci_plugin_{path.stem}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ContractError(f"cannot import model file {target}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        sys.path.insert(0, str(path.parent.resolve()))
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as e:
+            raise ContractError(f"cannot import model module {target!r}: {e}") from e
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ContractError(f"{target} has no callable {attr!r}")
+    return factory
+
+
+def validate(setup: object, ref: str) -> TrainSetup:
+    """Check a factory's return value against the contract, with a message that says what to fix."""
+    if not isinstance(setup, TrainSetup):
+        raise ContractError(f"{ref} returned {type(setup).__name__}, not pipeline.worker.contract.TrainSetup")
+    if not isinstance(setup.model, torch.nn.Module):
+        raise ContractError(f"{ref}: TrainSetup.model is not a torch.nn.Module")
+    if not isinstance(setup.optimizer, torch.optim.Optimizer):
+        raise ContractError(f"{ref}: TrainSetup.optimizer is not a torch.optim.Optimizer")
+    if not callable(setup.loss_fn):
+        raise ContractError(f"{ref}: TrainSetup.loss_fn is not callable")
+    if (setup.get_extra_state is None) != (setup.set_extra_state is None):
+        raise ContractError(f"{ref}: give both get_extra_state and set_extra_state, or neither")
+    loader = setup.loader
+    if isinstance(loader, torch.utils.data.DataLoader):
+        shuffles = not isinstance(loader.sampler, torch.utils.data.SequentialSampler)
+        if (shuffles or loader.num_workers > 0) and setup.generator() is None:
+            raise ContractError(
+                f"{ref}: the DataLoader shuffles or uses workers but has no generator: "
+                "pass generator=ctx.generator() so its order and worker seeds can be checkpointed"
+            )
+    elif not hasattr(loader, "__iter__"):
+        raise ContractError(f"{ref}: TrainSetup.loader is not iterable")
+    return setup

@@ -1,0 +1,135 @@
+"""Determinism controls: one function that sets them, one that attests them.
+
+``make_deterministic`` must run before any CUDA work. The launcher has already set
+``PYTHONHASHSEED``, ``CUBLAS_WORKSPACE_CONFIG`` and the thread-count variables in the
+process environment before the interpreter started (they are read at start-up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sys
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def launch_environment(*, seed: int, threads: int, strict: bool) -> dict[str, str]:
+    """Variables a launcher puts in the child's environment before it starts."""
+    env = {
+        "PYTHONHASHSEED": str(seed),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if strict:
+        env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+    return env
+
+
+def _set_fp32_precision(value: str) -> None:
+    """TF32 off ("ieee") or the image default ("none"), with the API this torch has."""
+    if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9
+        torch.backends.fp32_precision = value
+        torch.backends.cuda.matmul.fp32_precision = value
+        torch.backends.cudnn.fp32_precision = value
+        torch.backends.cudnn.conv.fp32_precision = value
+        torch.backends.cudnn.rnn.fp32_precision = value
+    else:  # older torch: the boolean flags
+        allow = value != "ieee"
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # every device
+
+
+def make_deterministic(*, seed: int, threads: int, strict: bool = True) -> None:
+    """Seed every RNG and switch on every determinism control (or leave defaults)."""
+    seed_everything(seed)
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # fails once inter-op work has started
+        torch.set_num_interop_threads(1)
+    if strict:
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.use_deterministic_algorithms(True, warn_only=False)
+        _set_fp32_precision("ieee")
+        if hasattr(torch.utils, "deterministic"):
+            torch.utils.deterministic.fill_uninitialized_memory = True
+    else:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = False
+        torch.use_deterministic_algorithms(False)
+
+
+def _fp32_precision() -> str:
+    if hasattr(torch.backends, "fp32_precision"):
+        return str(torch.backends.cuda.matmul.fp32_precision)
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+
+
+def _cudnn_tf32() -> str:
+    if hasattr(torch.backends, "fp32_precision"):
+        p = torch.backends.cudnn.conv.fp32_precision
+        return "ieee" if p == "ieee" else str(p)
+    return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+
+
+def attest(*, seed: int, threads: int, strict: bool) -> dict[str, Any]:
+    """Read back, inside this process, whether the controls took effect."""
+    checks: dict[str, dict[str, Any]] = {}
+
+    def check(name: str, expected: Any, actual: Any) -> None:
+        checks[name] = {"expected": expected, "actual": actual, "ok": expected == actual}
+
+    check("PYTHONHASHSEED", str(seed), os.environ.get("PYTHONHASHSEED"))
+    check("hash_randomization_off", True, sys.flags.hash_randomization == 0 or os.environ.get("PYTHONHASHSEED") == str(seed))
+    check("intra_op_threads", threads, torch.get_num_threads())
+    if strict:
+        check("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        check("deterministic_algorithms", True, torch.are_deterministic_algorithms_enabled())
+        check("deterministic_algorithms_warn_only", False, torch.is_deterministic_algorithms_warn_only_enabled())
+        check("cudnn_deterministic", True, bool(torch.backends.cudnn.deterministic))
+        check("cudnn_benchmark", False, bool(torch.backends.cudnn.benchmark))
+        check("matmul_fp32_precision", "ieee", _fp32_precision())
+        check("cudnn_fp32_precision", "ieee", _cudnn_tf32())
+        if hasattr(torch.utils, "deterministic"):
+            check("fill_uninitialized_memory", True, bool(torch.utils.deterministic.fill_uninitialized_memory))
+    return {"strict": strict, "ok": all(c["ok"] for c in checks.values()), "checks": checks}
+
+
+@contextlib.contextmanager
+def deterministic_mode(*, seed: int = 0, threads: int = 1, strict: bool = True) -> Iterator[None]:
+    """make_deterministic for the duration of a block, restoring what was there (tests)."""
+    saved = {
+        "threads": torch.get_num_threads(),
+        "det": torch.are_deterministic_algorithms_enabled(),
+        "warn": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_det": torch.backends.cudnn.deterministic,
+        "cudnn_bench": torch.backends.cudnn.benchmark,
+        "fp32": _fp32_precision(),
+        "fill": getattr(getattr(torch.utils, "deterministic", None), "fill_uninitialized_memory", None),
+        "rng": torch.get_rng_state(),
+    }
+    try:
+        make_deterministic(seed=seed, threads=threads, strict=strict)
+        yield
+    finally:
+        torch.set_num_threads(saved["threads"])
+        torch.use_deterministic_algorithms(saved["det"], warn_only=saved["warn"])
+        torch.backends.cudnn.deterministic = saved["cudnn_det"]
+        torch.backends.cudnn.benchmark = saved["cudnn_bench"]
+        _set_fp32_precision("ieee" if saved["fp32"] == "ieee" else "none")
+        if saved["fill"] is not None:
+            torch.utils.deterministic.fill_uninitialized_memory = saved["fill"]
+        torch.set_rng_state(saved["rng"])

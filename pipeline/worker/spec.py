@@ -1,0 +1,87 @@
+"""The worker spec: what one fresh-process run must do (stdlib only).
+
+The orchestrator writes a spec as JSON next to the run's outputs; the worker reads
+it. Relative paths in a spec are relative to the directory of the spec file, so the
+same spec works on the host and inside a container where that directory is mounted
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPEC_VERSION = 1
+
+# Faults that tests inject to prove each verdict fires (never use them otherwise).
+FAULTS = {
+    "clock-seed": "reseed torch from the clock after set-up (NONDETERMINISTIC)",
+    "buffer-drift": "move one floating buffer by one ULP at the middle step; the loss is unaffected",
+    "resume-skip-loader-position": "on resume, restart the epoch instead of restoring the loader position",
+    "resume-drop-rng": "on resume, do not restore the torch RNG state",
+}
+
+MODES = ("strict", "default")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    model_ref: str  # "conv", "path/to/file.py:factory" or "package.module:factory"
+    model_name: str
+    role: str  # "A", "B", "C", "probe-A", "throughput-strict-1", ...
+    steps: int
+    seed: int = 0
+    profile: str = "quick"
+    device: str = "cpu"
+    threads: int = 1
+    mode: str = "strict"
+    output: str = "record.json"
+    checkpoint_at: int | None = None
+    checkpoint_path: str | None = None
+    resume_from: str | None = None
+    dump_at: int | None = None
+    dump_path: str | None = None
+    fingerprints: bool = True
+    warmup_steps: int = 0
+    profile_ops: bool = False
+    fault: str | None = None
+    plugin_paths: tuple[str, ...] = ()  # extra sys.path entries for plugin files
+    project_commit: str | None = None
+    image: dict[str, Any] = field(default_factory=dict)
+    version: int = SPEC_VERSION
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["plugin_paths"] = list(self.plugin_paths)
+        return json.dumps(data, indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "WorkerSpec":
+        data = json.loads(text)
+        if data.get("version") != SPEC_VERSION:
+            raise ValueError(
+                f"worker spec version {data.get('version')!r} is not {SPEC_VERSION}: "
+                "the orchestrator and the worker code come from different reproci versions"
+            )
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown worker spec fields: {sorted(unknown)}")
+        data["plugin_paths"] = tuple(data.get("plugin_paths", ()))
+        return cls(**data)
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+
+
+def resolve(spec_file: Path, rel: str | None) -> Path | None:
+    """A spec path made absolute against the spec file's directory."""
+    if rel is None:
+        return None
+    p = Path(rel)
+    return p if p.is_absolute() else spec_file.parent / p

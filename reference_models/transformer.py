@@ -1,0 +1,160 @@
+"""transformer: a small GPT-style decoder trained on next-token prediction.
+
+What it exercises: scaled_dot_product_attention with a causal mask, LayerNorm, dropout
+(RNG in attention and residual paths), AdamW, and a warmup + cosine learning-rate
+schedule (scheduler state must survive a resume). The layout follows nanoGPT
+(Karpathy, 2022), scaled down. The corpus is a seeded Markov chain, so the loss falls.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.worker.contract import ModelContext, TrainSetup
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 64  # a small alphabet keeps the output layer cheap on a CPU
+    block_size: int = 32  # context length
+    n_layer: int = 2
+    n_head: int = 2
+    n_embd: int = 64
+    dropout: float = 0.1  # on, so the RNG is part of every step
+    corpus_tokens: int = 20_000
+    batch_size: int = 16
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 5  # short warm-up so a quick run sees both phases of the schedule
+    total_steps: int = 200  # cosine period; the schedule keeps going past it at min_lr
+
+    @classmethod
+    def for_profile(cls, profile: str) -> "GPTConfig":
+        if profile == "full":  # GPU-sized
+            return cls(vocab_size=512, block_size=128, n_layer=6, n_head=8, n_embd=512,
+                       corpus_tokens=1_000_000, batch_size=64, warmup_steps=50, total_steps=2000)
+        return cls()
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # 3 x (B, T, C)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(), nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok.weight  # weight tying, as in GPT-2
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)  # GPT-2 initialisation
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        x = self.drop(self.tok(idx) + self.pos(torch.arange(T, device=idx.device)))  # (B, T, C)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))  # (B, T, vocab)
+
+
+class MarkovCorpus(torch.utils.data.Dataset):
+    """Windows of a token stream drawn from a seeded random transition matrix."""
+
+    def __init__(self, cfg: GPTConfig, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed + 1)
+        logits = 3.0 * torch.randn(cfg.vocab_size, cfg.vocab_size, generator=g)
+        probs = torch.softmax(logits, dim=1)
+        cdf = probs.cumsum(dim=1).tolist()
+        draws = torch.rand(cfg.corpus_tokens, generator=g).tolist()
+        tokens = [0]
+        for u in draws[1:]:  # walk the chain: next token from the row of the current one
+            tokens.append(min(bisect.bisect_left(cdf[tokens[-1]], u), cfg.vocab_size - 1))
+        self.tokens = torch.tensor(tokens, dtype=torch.long)
+        self.block = cfg.block_size
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.block
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = self.tokens[i * self.block : (i + 1) * self.block + 1]
+        return chunk[:-1], chunk[1:]  # (T,), (T,)
+
+
+def warmup_cosine(cfg: GPTConfig):
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))  # floor at 10 % of lr
+
+    return factor
+
+
+def _loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    logits = model(x)
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+
+
+def build(ctx: ModelContext) -> TrainSetup:
+    cfg = GPTConfig.for_profile(ctx.profile)
+    model = GPT(cfg).to(ctx.device)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg))
+    loader = torch.utils.data.DataLoader(
+        MarkovCorpus(cfg, seed=ctx.seed), batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
+    )
+    return TrainSetup(
+        model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, loss_fn=_loss,
+        grad_clip=1.0, batch_size=cfg.batch_size, config=asdict(cfg),
+    )

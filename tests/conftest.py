@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = ROOT / "tests" / "plugins"
+
+
+class Cli:
+    """Drives the real ``reproci`` command in a subprocess, in a scratch directory."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        full_env = {**os.environ, "CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
+        full_env.pop("GITHUB_STEP_SUMMARY", None)
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=self.cwd, env=full_env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def latest(self) -> dict:
+        return json.loads((self.cwd / "results" / "latest.json").read_text())
+
+
+@pytest.fixture
+def reproci(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+def model_entry(doc: dict, name: str) -> dict:
+    return next(m for m in doc["models"] if m["model"] == name)

@@ -1,0 +1,70 @@
+import numpy as np
+import torch
+
+from pipeline.compare import first_divergence, tensor_magnitude, ulp_distance
+
+
+def record(rows, *, start=0, batches=None, losses=None, final="f", names=("param:w", "grad:w", "buffer:b", "optim:w.m")):
+    return {"tensor_names": list(names), "fingerprints": rows, "start_step": start,
+            "batch_fingerprints": batches or [0] * len(rows), "losses": losses or [1.0] * len(rows),
+            "final_sha256": final, "tensor_sha256": {}}
+
+
+def test_identical_records_agree():
+    rows = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert first_divergence(record(rows), record(rows)) is None
+
+
+def test_first_step_and_causal_first_tensor():
+    a = record([[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]], final="x")
+    b = record([[1, 2, 3, 4], [6, 7, 7, 9], [0, 0, 0, 0]], final="y")
+    d = first_divergence(a, b)
+    assert d.step == 2
+    assert d.tensor == "grad:w"  # the gradient is produced before the optimizer state and the parameter
+    assert d.differing_tensors == 3
+    assert d.cause == "compute"
+
+
+def test_buffer_before_grad_and_data_cause():
+    a = record([[1, 2, 3, 4]], batches=[10], final="x")
+    b = record([[1, 9, 9, 4]], batches=[11], final="y")
+    d = first_divergence(a, b)
+    assert d.tensor == "buffer:b" and d.cause == "data"
+
+
+def test_resumed_run_is_compared_on_common_steps():
+    a = record([[1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3]], final="x")
+    c = record([[2, 2, 2, 2], [3, 3, 3, 4]], start=1, final="y")
+    d = first_divergence(a, c)
+    assert d.step == 3 and d.tensor == "optim:w.m"
+
+
+def test_loss_equal_but_buffer_drifted_is_a_divergence():
+    a = record([[1, 2, 3, 4]], losses=[0.5], final="x")
+    b = record([[1, 2, 30, 4]], losses=[0.5], final="y")
+    d = first_divergence(a, b)
+    assert d is not None and d.losses_equal and d.tensor == "buffer:b"
+
+
+def test_final_only_difference_is_reported():
+    a = record([[1, 2, 3, 4]], final="x")
+    a["tensor_sha256"] = {"param:w": "1", "buffer:b": "2"}
+    b = record([[1, 2, 3, 4]], final="y")
+    b["tensor_sha256"] = {"param:w": "1", "buffer:b": "3"}
+    d = first_divergence(a, b)
+    assert d.step is None and d.tensor == "buffer:b"
+
+
+def test_ulp_distance_crosses_zero_and_counts_neighbours():
+    x = np.array([1.0, -0.0, 0.0], dtype=np.float32)
+    y = np.array([np.nextafter(np.float32(1.0), np.float32(2.0)), 0.0, np.float32(1e-45)], dtype=np.float32)
+    assert ulp_distance(x, y).tolist() == [1, 0, 1]
+    assert ulp_distance(np.array([-1e-45], np.float32), np.array([1e-45], np.float32)).tolist() == [2]
+
+
+def test_tensor_magnitude():
+    a = torch.zeros(10)
+    b = a.clone()
+    b[3] = 0.25
+    m = tensor_magnitude(a, b)
+    assert m["max_abs"] == 0.25 and m["elements_differing"] == 1 and m["max_ulp"] > 1e9

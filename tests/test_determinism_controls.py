@@ -1,0 +1,41 @@
+import os
+
+import torch
+
+from pipeline.worker.determinism import attest, deterministic_mode, launch_environment
+
+
+def test_deterministic_mode_sets_and_restores():
+    before = torch.are_deterministic_algorithms_enabled()
+    with deterministic_mode(seed=3, threads=1):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+        assert torch.utils.deterministic.fill_uninitialized_memory
+        a = torch.rand(3)
+    with deterministic_mode(seed=3, threads=1):
+        assert torch.equal(a, torch.rand(3))  # seeded
+    assert torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_attestation_reports_what_did_not_take_effect(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    with deterministic_mode(seed=0, threads=1):
+        report = attest(seed=0, threads=1, strict=True)
+    assert not report["ok"]
+    assert not report["checks"]["CUBLAS_WORKSPACE_CONFIG"]["ok"]
+    assert report["checks"]["deterministic_algorithms"]["ok"]
+
+
+def test_attestation_passes_with_the_launch_environment(monkeypatch):
+    for k, v in launch_environment(seed=5, threads=1, strict=True).items():
+        monkeypatch.setenv(k, v)
+    with deterministic_mode(seed=5, threads=1):
+        assert attest(seed=5, threads=1, strict=True)["ok"]
+
+
+def test_launch_environment_pins_threads_and_hash_seed():
+    env = launch_environment(seed=7, threads=2, strict=True)
+    assert env["PYTHONHASHSEED"] == "7" and env["OMP_NUM_THREADS"] == "2" and env["CUBLAS_WORKSPACE_CONFIG"]
+    assert "CUBLAS_WORKSPACE_CONFIG" not in launch_environment(seed=7, threads=2, strict=False)

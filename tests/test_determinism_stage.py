@@ -1,0 +1,152 @@
+"""The strict-determinism stage, end to end through the real CLI and real training processes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline import errors
+
+from .conftest import PLUGINS, ROOT, model_entry
+
+pytestmark = pytest.mark.slow
+FAULTY = PLUGINS / "faulty.py"
+SHORT = ("--steps", "12", "--resume-at", "5", "--jobs", "2")
+
+
+def test_reference_matrix_passes_and_writes_complete_results(reproci):
+    p = reproci("run", "--jobs", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = reproci.latest()
+    assert doc["schema"] == "reproci.results" and doc["version"] == 1 and doc["complete"]
+    assert [m["verdict"] for m in doc["models"]] == ["PASS"] * 3
+    for m in doc["models"]:
+        assert set(m["runs"]) == {"A", "B", "C"}
+        assert len({r["final_sha256"] for r in m["runs"].values()}) == 1
+        assert m["attestation"]["ok"] and m["runs"]["C"]["start_step"] == 15
+        assert m["final_sha256"][:12] in p.stdout
+    env = doc["environment"]
+    assert env["torch"].startswith("2.") and env["threads"]["intra_op"] == 1
+    assert env["env"]["PYTHONHASHSEED"] == "0" and env["env"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert "hostname" not in str(env).lower()
+    assert doc["packages"]["torch"] == env["torch"]
+    # Checkpoints are removed once compared; the per-run records stay.
+    run_dir = reproci.cwd / "results" / doc["run_id"]
+    assert not list(run_dir.rglob("*.pt"))
+    assert (run_dir / "conv" / "record-C.json").is_file()
+
+
+def test_clean_runs_repeat_bit_for_bit(reproci):
+    hashes = []
+    for _ in range(2):
+        p = reproci("run", "-m", "embedding", *SHORT)
+        assert p.returncode == 0, p.stderr
+        hashes.append(model_entry(reproci.latest(), "embedding")["final_sha256"])
+    assert hashes[0] == hashes[1]
+
+
+def test_drifting_buffer_with_equal_losses_is_nondeterministic(reproci):
+    p = reproci("run", "-m", "conv", "--fault", "buffer-drift", *SHORT)
+    assert p.returncode == errors.EXIT_REPRO_FAILURE, p.stdout + p.stderr
+    m = model_entry(reproci.latest(), "conv")
+    ev = m["evidence"]
+    assert m["verdict"] == "NONDETERMINISTIC" and ev["comparison"] == "A vs B"
+    assert ev["step"] == 6 and ev["tensor"] == "buffer:stem.1.running_mean"
+    assert ev["losses_equal"] is True and ev["cause"] == "compute"
+    assert ev["max_ulp"] == 1 and ev["elements_differing"] == 1 and ev["magnitude_source"] == "probe"
+
+
+def test_unrestored_loader_position_is_resume_broken_from_data(reproci):
+    p = reproci("run", "-m", "conv", "--fault", "resume-skip-loader-position", *SHORT)
+    assert p.returncode == errors.EXIT_REPRO_FAILURE
+    m = model_entry(reproci.latest(), "conv")
+    assert m["verdict"] == "RESUME_BROKEN"
+    assert m["evidence"]["comparison"] == "A vs C" and m["evidence"]["step"] == 6
+    assert m["evidence"]["cause"] == "data"
+
+
+def test_unrestored_rng_is_resume_broken_from_compute(reproci):
+    p = reproci("run", "-m", "transformer", "--fault", "resume-drop-rng", *SHORT)
+    assert p.returncode == errors.EXIT_REPRO_FAILURE
+    ev = model_entry(reproci.latest(), "transformer")["evidence"]
+    assert ev["step"] == 6 and ev["cause"] == "compute" and ev["kind"] == "grad"
+    assert ev["max_abs"] > 0 and ev["max_ulp"] > 0
+
+
+def test_clock_seed_fault_is_nondeterministic_from_step_one(reproci):
+    p = reproci("run", "-m", "transformer", "--fault", "clock-seed", *SHORT)
+    assert p.returncode == errors.EXIT_REPRO_FAILURE
+    ev = model_entry(reproci.latest(), "transformer")["evidence"]
+    assert ev["comparison"] == "A vs B" and ev["step"] == 1 and ev["kind"] == "grad"
+
+
+def test_plugins_prove_each_verdict_names_its_cause(reproci):
+    p = reproci("run", *SHORT, "-m", f"{FAULTY}:private_rng_hidden", "-m", f"{FAULTY}:private_rng_exposed",
+                "-m", f"{FAULTY}:clock_seed", "-m", f"{FAULTY}:silent_buffer_drift",
+                "-m", str(ROOT / "examples" / "mlp_plugin.py") + ":build")
+    doc = reproci.latest()
+    v = {m["model"]: m for m in doc["models"]}
+    assert v["faulty.private_rng_hidden"]["verdict"] == "RESUME_BROKEN"
+    assert v["faulty.private_rng_hidden"]["evidence"]["step"] == 6
+    assert v["faulty.private_rng_exposed"]["verdict"] == "PASS"
+    assert v["faulty.clock_seed"]["verdict"] == "NONDETERMINISTIC"
+    drift = v["faulty.silent_buffer_drift"]
+    assert drift["verdict"] == "NONDETERMINISTIC" and drift["evidence"]["tensor"] == "buffer:stat"
+    assert drift["evidence"]["losses_equal"] is True
+    assert v["mlp_plugin"]["verdict"] == "PASS"
+    assert p.returncode == errors.EXIT_REPRO_FAILURE
+
+
+@pytest.mark.parametrize("factory, fragment", [
+    ("not_a_setup", "breaks the plugin contract"),
+    ("unseeded_loader", "has no generator"),
+    ("crash_at_step_3", "illegal memory access"),
+])
+def test_broken_plugins_are_errors_with_one_line_messages(reproci, factory, fragment):
+    p = reproci("run", *SHORT, "-m", f"{FAULTY}:{factory}")
+    assert p.returncode == errors.EXIT_RUN_ERROR
+    m = reproci.latest()["models"][0]
+    assert m["verdict"] == "ERROR" and fragment in m["message"] and "\n" not in m["message"]
+    assert fragment in p.stdout.replace("\n", " ") or fragment.split()[0] in p.stdout
+
+
+def test_hanging_worker_times_out_and_leaves_no_process(reproci):
+    p = reproci("run", "--timeout", "8", "-m", f"{FAULTY}:hang", *SHORT)
+    assert p.returncode == errors.EXIT_RUN_ERROR
+    m = reproci.latest()["models"][0]
+    assert m["error"]["kind"] == "timeout" and "timed out after 8 s" in m["message"]
+    ps = subprocess.run(["pgrep", "-f", str(reproci.cwd)], capture_output=True, text=True)
+    assert ps.stdout.strip() == ""
+
+
+def test_usage_errors_have_their_exit_code_and_one_line(reproci):
+    for args, fragment in [(("-m", "resnet"), "unknown model"), (("--steps", "5", "--resume-at", "5"), "N must exceed k"),
+                           (("--stage", "speed"), "unknown stage"), (("-m", "nope/x.py:build"), "does not exist")]:
+        p = reproci("run", *args)
+        assert p.returncode == errors.EXIT_USAGE, (args, p.stderr)
+        assert fragment in p.stderr and len(p.stderr.strip().splitlines()) == 1
+        assert not (reproci.cwd / "results").exists()
+    p = reproci("run", "--no-such-flag")
+    assert p.returncode == errors.EXIT_USAGE and "No such option" in p.stderr
+
+
+def test_ctrl_c_stops_workers_and_leaves_nothing_half_written(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "-m", "conv", "--steps", "400"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((tmp_path / "results").glob("*/conv/spec-A.json")):
+        time.sleep(0.2)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == errors.EXIT_INTERRUPTED, err
+    assert "interrupted" in err
+    assert not list((tmp_path / "results").glob("*/results.json"))
+    assert not list((tmp_path / "results").glob("*/"))  # the unfinished run directory is gone
+    time.sleep(0.5)
+    ps = subprocess.run(["pgrep", "-f", "pipeline.worker"], capture_output=True, text=True)
+    assert str(tmp_path) not in ps.stdout

@@ -1,0 +1,64 @@
+import torch
+
+from pipeline.worker.fingerprint import StepFingerprints, batch_checksum, bit_checksum, final_hash
+
+
+def test_checksum_is_exact_and_order_independent():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    perm = torch.randperm(1000, generator=torch.Generator().manual_seed(1))
+    # A permutation has the same multiset of bit patterns: the integer sum cannot depend on order.
+    assert bit_checksum(x).item() == bit_checksum(x[perm]).item()
+    assert bit_checksum(x.view(10, 100).t()).item() == bit_checksum(x).item()
+
+
+def test_one_ulp_changes_the_checksum():
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    y = x.clone()
+    y[17] = torch.nextafter(y[17], torch.tensor(float("inf")))
+    assert bit_checksum(x).item() != bit_checksum(y).item()
+
+
+def test_checksum_handles_scalars_and_dtypes():
+    for t in (torch.tensor(3.0), torch.tensor(5, dtype=torch.int64), torch.ones(3, dtype=torch.bfloat16),
+              torch.ones(2, dtype=torch.float16), torch.ones(2, dtype=torch.float64), torch.tensor([True, False])):
+        assert bit_checksum(t).dtype == torch.int64
+
+
+def test_final_hash_covers_buffers_and_optimizer_state():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+    digest, per = final_hash(model, opt)
+    assert any(k.startswith("buffer:1.running_mean") for k in per)
+    assert any(k.startswith("optim:0.weight.exp_avg") for k in per)
+    with torch.no_grad():
+        model[1].running_var[0] = torch.nextafter(model[1].running_var[0], torch.tensor(10.0))
+    assert final_hash(model, opt)[0] != digest
+    opt.state[model[0].weight]["exp_avg_sq"][0, 0] += 1e-30
+    assert final_hash(model, opt)[1]["optim:0.weight.exp_avg_sq"] != per["optim:0.weight.exp_avg_sq"]
+
+
+def test_step_fingerprints_rows_follow_training():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    fps = StepFingerprints(model, opt)
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+        fps.record()
+    rows = fps.to_lists()
+    assert len(rows) == 3 and len(rows[0]) == len(fps.names)
+    assert fps.names[:2] == ["param:weight", "param:bias"]
+    assert "optim:weight.momentum_buffer" in fps.names
+    assert rows[0] != rows[1]
+
+
+def test_batch_checksum_sees_swapped_inputs():
+    a, b = torch.randn(4), torch.randn(4)
+    assert batch_checksum((a, b)).item() != batch_checksum((b, a)).item()
+    assert batch_checksum({"x": a}).item() == batch_checksum({"x": a.clone()}).item()
+    assert batch_checksum(["no tensors"]) is None

@@ -1,0 +1,64 @@
+import pytest
+
+from pipeline import errors
+from pipeline.options import build
+
+
+def cli(**kw):
+    return kw
+
+
+def test_defaults_are_the_reference_matrix_on_the_local_backend():
+    o = build(cli(), env={})
+    assert [m.name for m in o.models] == ["conv", "transformer", "embedding"]
+    assert o.backend == "local" and o.image_name == "local"
+    assert o.steps == 30 and o.resume_at == 15 and o.threads == 1
+    assert o.ci is False
+
+
+def test_ci_mode_comes_from_the_environment():
+    assert build(cli(), env={"CI": "true"}).ci is True
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    (dict(steps=10, resume_at=10), "N must exceed k"),
+    (dict(steps=10, resume_at=0), "between 1 and"),
+    (dict(stages=("speed",)), "unknown stage 'speed'"),
+    (dict(models=("resnet",)), "unknown model 'resnet'"),
+    (dict(models=("nowhere/x.py:build",)), "does not exist"),
+    (dict(threads=0), "--threads"),
+    (dict(fault="gremlins"), "unknown fault"),
+])
+def test_bad_values_are_usage_errors(kw, fragment):
+    with pytest.raises(errors.ReprociError) as e:
+        build(cli(**kw), env={})
+    assert fragment in str(e.value)
+    assert e.value.return_code == errors.EXIT_USAGE
+
+
+def test_config_file_is_merged_under_the_command_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("steps: 12\nthreads: 2\nmodels: [embedding]\n")
+    o = build(cli(threads=1), env={})
+    assert o.steps == 12 and o.resume_at == 6 and o.threads == 1
+    assert [m.name for m in o.models] == ["embedding"]
+
+
+def test_malformed_config_names_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("steps: 12\nmodels: [conv\n")
+    with pytest.raises(errors.ConfigError, match=r"reproci.yaml line \d+: malformed YAML"):
+        build(cli(), env={})
+
+
+def test_unknown_config_key_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("stepz: 12\n")
+    with pytest.raises(errors.ConfigError, match="unknown option"):
+        build(cli(), env={})
+
+
+def test_options_are_frozen():
+    o = build(cli(), env={})
+    with pytest.raises(AttributeError):
+        o.steps = 3  # type: ignore[misc]

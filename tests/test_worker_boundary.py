@@ -1,0 +1,71 @@
+"""The worker side may import only the standard library, torch and numpy."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import ROOT
+
+ALLOWED_THIRD_PARTY = {"torch", "numpy"}
+WORKER_SIDE = [ROOT / "pipeline" / "worker", ROOT / "reference_models"]
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_worker_side_imports_only_stdlib_torch_numpy():
+    stdlib = set(sys.stdlib_module_names)
+    for folder in WORKER_SIDE:
+        for f in folder.rglob("*.py"):
+            for root in imported_roots(f):
+                if root in ("pipeline", "reference_models"):
+                    continue
+                assert root in stdlib or root in ALLOWED_THIRD_PARTY, f"{f.relative_to(ROOT)} imports {root}"
+
+
+def test_worker_side_never_imports_the_orchestrator():
+    for folder in WORKER_SIDE:
+        for f in folder.rglob("*.py"):
+            tree = ast.parse(f.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline") \
+                        and not node.module.startswith("pipeline.worker"):
+                    raise AssertionError(f"{f.relative_to(ROOT)} imports {node.module}")
+                if isinstance(node, ast.ImportFrom) and node.level >= 2 and f.parent.name == "worker":
+                    raise AssertionError(f"{f.relative_to(ROOT)} reaches out of the worker package")
+
+
+BLOCKER = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {'click', 'yaml', 'docker', 'rich', 'matplotlib'}:
+            raise ImportError('blocked on the worker side: ' + name)
+sys.meta_path.insert(0, Block())
+import runpy
+sys.argv = ['pipeline.worker', sys.argv[1]]
+runpy.run_module('pipeline.worker', run_name='__main__')
+"""
+
+
+def test_worker_runs_with_orchestrator_libraries_blocked(tmp_path):
+    from pipeline.worker.determinism import launch_environment
+    from pipeline.worker.spec import WorkerSpec
+
+    spec = WorkerSpec(model_ref="embedding", model_name="embedding", role="A", steps=3, output="rec.json")
+    spec.write(tmp_path / "spec.json")
+    env = {**os.environ, **launch_environment(seed=0, threads=1, strict=True), "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-c", BLOCKER, str(tmp_path / "spec.json")], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert '"status": "ok"' in (tmp_path / "rec.json").read_text()
