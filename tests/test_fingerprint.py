@@ -62,3 +62,46 @@ def test_batch_checksum_sees_swapped_inputs():
     assert batch_checksum((a, b)).item() != batch_checksum((b, a)).item()
     assert batch_checksum({"x": a}).item() == batch_checksum({"x": a.clone()}).item()
     assert batch_checksum(["no tensors"]) is None
+
+
+def test_segment_sums_equal_per_tensor_checksums():
+    from pipeline.worker.fingerprint import _flat_int, segment_sums
+
+    g = torch.Generator().manual_seed(0)
+    ts = [torch.randn(5, 3, generator=g), torch.tensor(2.5), torch.empty(0), torch.arange(7),
+          torch.randn(4, generator=g).double(), torch.tensor([True, False, True]), torch.randn(9, generator=g)]
+    got = segment_sums([_flat_int(t) for t in ts]).tolist()
+    assert got == [bit_checksum(t).item() if t.numel() else 0 for t in ts]
+
+
+def test_fingerprints_follow_replaced_state_tensors():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    fps.record()
+    with torch.no_grad():
+        model.weight.data = model.weight.data + 1  # a new tensor, not an in-place update
+    fps.record()
+    rows = fps.to_lists()
+    i = fps.names.index("param:weight")
+    assert rows[0][i] != rows[1][i] and rows[1][i] == bit_checksum(model.weight).item()
+
+
+def test_fingerprints_follow_in_place_updates_of_non_contiguous_buffers():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.register_buffer("t", torch.zeros(3, 2).t())  # non-contiguous
+
+    model = M()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+    fps.record()
+    model.t.add_(1.0)
+    fps.record()
+    i = fps.names.index("buffer:t")
+    rows = fps.to_lists()
+    assert rows[0][i] != rows[1][i]

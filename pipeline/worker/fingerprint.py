@@ -13,8 +13,10 @@ parameter, buffer and optimizer-state tensor, in sorted name order.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from typing import Iterable
+import itertools
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -80,41 +82,121 @@ def state_tensors(
     return out
 
 
+def _flat_int(t: torch.Tensor) -> torch.Tensor:
+    """A flat integer view of a tensor's bits (shares its storage when contiguous)."""
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    t = t.contiguous().reshape(-1)
+    view = _INT_VIEW.get(t.dtype)
+    return t.view(view) if view is not None else t
+
+
 class StepFingerprints:
-    """Collects one row of tensor checksums per step, kept on the device."""
+    """Collects one row of tensor checksums per step, kept on the device.
+
+    Cheap by construction: integer views of parameters, buffers and optimizer state are
+    made once (they are updated in place, so the views follow them; a replaced tensor is
+    noticed by its data pointer and the views are rebuilt). Each step then costs one
+    view per gradient, one concatenation and one cumulative sum per integer width, and
+    a gather: a handful of kernel launches, not several per tensor.
+    """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.model = model
         self.optimizer = optimizer
         self.names: list[str] | None = None
-        self._tensors: list[torch.Tensor] | None = None
         self.rows: list[torch.Tensor] = []
 
     def _bind(self) -> None:
         tensors = state_tensors(self.model, self.optimizer, with_grads=True)
-        self.names = sorted(tensors, key=_sort_key)
-        # Grads are re-created each step (zero_grad(set_to_none=True)): look them up
-        # again per step; the other tensors are updated in place and kept.
-        self._tensors = [tensors[n] for n in self.names]
+        if self.names is None:
+            self.names = sorted(tensors, key=_sort_key)
+        names = self.names
+        params = dict(self.model.named_parameters())
+        self._grad_params = [params[n[5:]] for n in names if n.startswith("grad:")]
+        self._persistent = [tensors[n] for n in names if not n.startswith("grad:") and n in tensors]
+        self._persistent_views = [_flat_int(t) for t in self._persistent]
+        # A non-contiguous tensor's flat view is a copy: recompute those every step.
+        self._stale = [i for i, t in enumerate(self._persistent) if not t.is_contiguous()]
+        self._ptrs = [t.data_ptr() for t in self._persistent]
+        # Row order: grads are appended after the persistent tensors, then permuted back.
+        order = [n for n in names if not n.startswith("grad:")] + [n for n in names if n.startswith("grad:")]
+        pos = {n: i for i, n in enumerate(order)}
+        self._device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
+        self._perm = torch.tensor([pos[n] for n in names], dtype=torch.long, device=self._device)
 
     def record(self) -> None:
-        if self.names is None:
+        if self.names is None or [t.data_ptr() for t in self._persistent] != self._ptrs:
             self._bind()
-        assert self.names is not None
-        params = dict(self.model.named_parameters())
-        values: list[torch.Tensor] = []
-        for name, t in zip(self.names, self._tensors or []):
-            if name.startswith("grad:"):
-                g = params[name[5:]].grad
-                values.append(bit_checksum(g) if g is not None else _zero(t))
-            else:
-                values.append(bit_checksum(t))
-        self.rows.append(torch.stack(values))
+        views = list(self._persistent_views)
+        for i in self._stale:
+            views[i] = _flat_int(self._persistent[i])
+        for p in self._grad_params:
+            g = p.grad
+            views.append(_flat_int(g) if g is not None else torch.zeros(1, dtype=torch.int32, device=self._device))
+        with _no_fill():
+            self.rows.append(segment_sums(views)[self._perm])
 
     def to_lists(self) -> list[list[int]]:
         if not self.rows:
             return []
         return torch.stack(self.rows).cpu().tolist()
+
+
+_INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+
+def _segment_index(lengths: tuple[int, ...], idxs: tuple[int, ...], device: torch.device):
+    """(segment end positions, empty-segment mask, output positions), made once per layout."""
+    key = (lengths, idxs, str(device))
+    hit = _INDEX_CACHE.get(key)
+    if hit is None:
+        ends = [max(e - 1, 0) for e in itertools.accumulate(lengths)]
+        hit = (torch.tensor(ends, dtype=torch.long, device=device),
+               torch.tensor([n == 0 for n in lengths], dtype=torch.bool, device=device),
+               torch.tensor(idxs, dtype=torch.long, device=device))
+        _INDEX_CACHE[key] = hit
+    return hit
+
+
+@contextlib.contextmanager
+def _no_fill() -> Iterator[None]:
+    """Skip filling fresh buffers with NaN/garbage while checksumming: every buffer made
+    here is written in full before it is read, so the fill only costs time."""
+    det = getattr(torch.utils, "deterministic", None)
+    saved = getattr(det, "fill_uninitialized_memory", None)
+    if saved:
+        det.fill_uninitialized_memory = False  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        if saved:
+            det.fill_uninitialized_memory = saved  # type: ignore[union-attr]
+
+
+def segment_sums(views: list[torch.Tensor]) -> torch.Tensor:
+    """Wrapping int64 sum of each flat integer tensor, in input order, in few kernels."""
+    if not views:
+        return torch.zeros(0, dtype=torch.int64)
+    device = views[0].device
+    groups: dict[torch.dtype, list[int]] = {}
+    for i, v in enumerate(views):
+        groups.setdefault(v.dtype, []).append(i)
+    out = torch.zeros(len(views), dtype=torch.int64, device=device)
+    for idxs in groups.values():
+        members = [views[i] for i in idxs]
+        lengths = tuple(m.numel() for m in members)
+        if sum(lengths) == 0:
+            continue
+        ends, empty, where = _segment_index(lengths, tuple(idxs), device)
+        # Exact: integer adds wrap modulo 2**64. (Widening first is much faster than a
+        # widening reduction on CPU.)
+        csum = torch.cat(members).to(torch.int64).cumsum(0)
+        totals = csum[ends]
+        sums = torch.diff(totals, prepend=totals.new_zeros(1))
+        out[where] = sums.masked_fill(empty, 0)
+    return out
 
 
 def _zero(like: torch.Tensor) -> torch.Tensor:
@@ -132,11 +214,11 @@ def batch_checksum(batch: object) -> torch.Tensor | None:
     tensors = list(_iter_tensors(batch))
     if not tensors:
         return None
-    total = torch.zeros((), dtype=torch.int64, device=tensors[0].device)
-    for i, t in enumerate(tensors):
-        # Weight by position so swapping two inputs of a batch is seen.
-        total = total + bit_checksum(t.to(total.device)) * (2 * i + 1)
-    return total
+    with _no_fill():
+        sums = segment_sums([_flat_int(t) for t in tensors])
+    # Weight by position so swapping two inputs of a batch is seen.
+    weights = torch.arange(1, 2 * len(tensors), 2, dtype=torch.int64, device=sums.device)
+    return (sums * weights).sum()
 
 
 def _iter_tensors(obj: object) -> Iterable[torch.Tensor]:
