@@ -12,7 +12,7 @@ from rich.console import Console
 from . import __version__, errors
 from .errors import ReprociError
 
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,6 +48,7 @@ def cli() -> None:
 @click.option("--keep-checkpoints", is_flag=True, default=None, help="Keep run A's checkpoint files.")
 @click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present).")
 @click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI).")
+@click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5).")
 @click.option("--fault", hidden=True, help="TEST ONLY: inject a fault to prove a verdict fires.")
 def run_cmd(**kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage."""
@@ -56,10 +57,20 @@ def run_cmd(**kwargs: Any) -> None:
     from .report import print_report
 
     opts = options_mod.build(kwargs)
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     with console.status("starting") as status:
         document, path = run_mod.execute(opts, progress=lambda msg: status.update(msg))
-    print_report(document, console, str(path))
+    if "determinism" in opts.stages:
+        print_report(document, console, str(path))
+    if "throughput" in opts.stages:
+        from .reports.terminal import print_throughput
+
+        print_throughput(document, console, None if "determinism" in opts.stages else str(path))
+    g = document.get("golden") or {}
+    if g.get("updated"):
+        console.print(f"golden recorded: {g['file']} (review and commit it)")
+    elif g.get("refused"):
+        err_console.print(f"[bold red]error:[/] {g['refused']}")
     code = document["summary"]["exit_code"]
     if code:
         raise SystemExit(code)
@@ -73,6 +84,24 @@ def models_cmd() -> None:
     for name, ref in REGISTRY.items():
         click.echo(f"{name:12} {DESCRIPTIONS.get(name, '')}  ({ref})")
     click.echo("\nYour own model: --model path/to/file.py:factory or --model package.module:factory")
+
+
+from .matrix import matrix_cmd  # noqa: E402
+from .merge import merge_cmd  # noqa: E402
+from .prbody import pr_body_cmd  # noqa: E402
+from .images import images_group  # noqa: E402
+
+cli.add_command(matrix_cmd)
+cli.add_command(merge_cmd)
+cli.add_command(pr_body_cmd)
+cli.add_command(images_group)
+
+from .golden_cmd import golden_group  # noqa: E402
+
+cli.add_command(golden_group)
+
+from .report_cmd import report_cmd  # noqa: E402
+cli.add_command(report_cmd)
 
 
 def main(argv: list[str] | None = None) -> int:

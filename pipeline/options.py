@@ -47,6 +47,8 @@ class RunOptions:
     keep_checkpoints: bool = False
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
+    github_actions: bool = False  # print ::error/::warning annotations
+    step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY, appended to when set
     project_root: Path = field(default_factory=lambda: Path.cwd())
     config_file: Path | None = None
 
@@ -149,6 +151,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         fault=fault,
         repetitions=int(pick("repetitions", 5)),
         config_file=config_path,
+        github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
+        step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
     )
 
 

@@ -44,7 +44,7 @@ def table(document: dict[str, Any]) -> Table:
 def print_report(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
     console.print(table(document))
     for m in document.get("models", []):
-        if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
+        if m.get("verdict") != verdicts.PASS:
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {m.get('message')}", highlight=False)
     if results_path:
         console.print(f"results: {results_path}", highlight=False)

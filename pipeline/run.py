@@ -8,10 +8,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, backends, results, verdicts
+from . import __version__, alerts, backends, golden, golden_check, results, verdicts
 from .options import RunOptions
 from .runner import RunContext
-from .stages import determinism
+from .reports import history
+from .stages import determinism, throughput
 
 
 def project_commit(root: Path) -> str | None:
@@ -28,6 +29,7 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
 
     The run directory is removed if this is interrupted, so no partial results stay.
     """
+    old_golden = golden.load(options.goldens_dir, options.image_name)  # a corrupt golden fails before any run
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
     run_dir.mkdir(parents=True, exist_ok=False)
@@ -40,12 +42,28 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             models: list[dict[str, Any]] = []
             environment: dict[str, Any] | None = None
             for model in options.models:
+                if "determinism" not in options.stages:
+                    models.append(throughput.unchecked_entry(options, model))  # verdict NOT_CHECKED
+                    continue
                 entry = determinism.run_model(options, ctx, model, project_commit=commit, image=image)
                 models.append(entry)
                 if environment is None and entry.get("verdict") != verdicts.ERROR:
                     environment = _environment_of(run_dir, entry)
+            if "throughput" in options.stages:
+                for model, entry in zip(options.models, models):
+                    throughput.attach(entry, throughput.run_model(options, ctx, model, project_commit=commit,
+                                                                  image=image))
+                    if environment is None and entry.get("verdict") != verdicts.ERROR:
+                        environment = _environment_of(run_dir, entry)
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
+            if "determinism" in options.stages:  # goldens hold determinism results
+                golden_check.apply(options, document, run_dir, old_golden)
+            alerts_out = _alert(options, document)
+            if alerts_out:
+                document["alerts"] = alerts_out
             path = results.write(run_dir, document)
+            history.record(options.results_dir, document)  # results/history/: trends for `reproci report`
+            golden_check.cleanup(options, run_dir, document)
             return document, path
     except BaseException:
         results.discard(run_dir)
@@ -55,7 +73,7 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
 def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
     import json
 
-    rec = entry.get("records", {}).get("A")
+    rec = entry.get("records", {}).get("A") or entry.get("records", {}).get("throughput")
     if not rec:
         return None
     data = json.loads((run_dir / rec).read_text())
@@ -65,6 +83,7 @@ def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | No
 def _document(options: RunOptions, run_id: str, image: dict[str, Any], environment: dict[str, Any] | None,
               models: list[dict[str, Any]], commit: str | None, seconds: float) -> dict[str, Any]:
     vs = [m["verdict"] for m in models]
+    counted = [v for v in vs if v != throughput.NOT_CHECKED]  # nothing was claimed, nothing fails
     return {
         "schema": results.SCHEMA,
         "version": results.VERSION,
@@ -84,7 +103,30 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
         "models": models,
         "summary": {
             "verdicts": {v: vs.count(v) for v in sorted(set(vs))},
-            "exit_code": verdicts.exit_code(vs),
+            "exit_code": verdicts.exit_code(counted),
             "seconds": round(seconds, 3),
         },
     }
+
+
+def _alert(options: RunOptions, document: dict[str, Any]) -> dict[str, Any]:
+    """Annotations, the step summary and the webhook; failures here never change the verdict."""
+    import sys
+
+    out: dict[str, Any] = {}
+    if options.github_actions:
+        for line in alerts.annotations(document):
+            print(line, flush=True)
+    if options.step_summary is not None:
+        try:
+            alerts.write_step_summary(document, options.step_summary)
+            out["step_summary"] = str(options.step_summary)
+        except OSError as e:
+            print(f"warning: could not append to the step summary {options.step_summary}: {e.strerror}", file=sys.stderr)
+    if options.webhook and alerts.needs_alert(document):
+        r = alerts.post_webhook(options.webhook, alerts.slack_message(document))
+        out["webhook"] = {"ok": r.ok, "attempts": r.attempts, "status": r.status, "error": r.error}
+        if not r.ok:
+            print(f"warning: webhook alert not delivered after {r.attempts} attempt(s) ({r.error}); "
+                  "the results are saved and the verdict stands", file=sys.stderr)
+    return out

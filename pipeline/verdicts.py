@@ -37,6 +37,7 @@ STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: 
          GOLDEN_MISMATCH: "bold magenta", ERROR: "bold red"}
 
 
-def exit_code(verdicts: list[str]) -> int:
-    codes = [EXIT_CODES[v] for v in verdicts] or [errors.EXIT_PASS]
+def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
+    """The most serious exit code; in CI mode a missing golden (NEW) is drift."""
+    codes = [errors.EXIT_DRIFT if (v == NEW and ci) else EXIT_CODES[v] for v in verdicts] or [errors.EXIT_PASS]
     return max(codes, key=SEVERITY.index)

@@ -19,8 +19,8 @@ class Cli:
         self.cwd = cwd
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        full_env = {**os.environ, "CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
-        full_env.pop("GITHUB_STEP_SUMMARY", None)
+        full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
+        full_env.update({"CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})})
         return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=self.cwd, env=full_env,
                               capture_output=True, text=True, timeout=timeout)
 

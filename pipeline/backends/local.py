@@ -32,8 +32,7 @@ class LocalBackend(Backend):
         self._lock = threading.Lock()
 
     def image_info(self) -> dict[str, Any]:
-        return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local",
-                "python": sys.executable}
+        return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local"}
 
     def environment(self, spec: WorkerSpec) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _OWNED}

@@ -47,7 +47,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     k = options.resume_at
     base = base_spec(options, model, "A", project_commit=project_commit, image=image)
     fault = options.fault
-    a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=f"ckpt-{k}.pt",
+    a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=f"ckpt-{k}.pt", final_dump_path="final-A.pt",
                             fault=fault if fault == "clock-seed" else None)
     b = dataclasses.replace(base, role="B", output="record-B.json",
                             fault=fault if fault in ("clock-seed", "buffer-drift") else None)
@@ -72,7 +72,7 @@ def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
 
 def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, dict[str, Any]]:
     probe = dataclasses.replace(spec, role=f"probe-{spec.role}", output=f"record-probe-{spec.role}.json",
-                                checkpoint_at=None, checkpoint_path=None, dump_at=step,
+                                checkpoint_at=None, checkpoint_path=None, final_dump_path=None, dump_at=step,
                                 dump_path=f"dump-{spec.role}-{step}.pt")
     record = execute(ctx, probe)
     return ctx.run_dir / spec.model_name / f"dump-{spec.role}-{step}.pt", record

@@ -53,8 +53,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # every device
 
 
-def make_deterministic(*, seed: int, threads: int, strict: bool = True) -> None:
-    """Seed every RNG and switch on every determinism control (or leave defaults)."""
+def make_deterministic(*, seed: int, threads: int, strict: bool = True, bookkeeping: bool = False) -> None:
+    """Seed every RNG and switch on every determinism control (or leave defaults).
+
+    ``bookkeeping`` (with ``strict=False``): only the cheap fixes, seeds and environment
+    variables; no deterministic kernels, no benchmark mode, the image's default precision.
+    The cuBLAS workspace variable is read when the first cuBLAS handle is made, so setting
+    it here, before any CUDA work, still takes effect.
+    """
     seed_everything(seed)
     torch.set_num_threads(threads)
     with contextlib.suppress(RuntimeError):  # fails once inter-op work has started
@@ -66,6 +72,11 @@ def make_deterministic(*, seed: int, threads: int, strict: bool = True) -> None:
         _set_fp32_precision("ieee")
         if hasattr(torch.utils, "deterministic"):
             torch.utils.deterministic.fill_uninitialized_memory = True
+    elif bookkeeping:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = False
+        torch.use_deterministic_algorithms(False)
     else:
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.deterministic = False
@@ -85,7 +96,7 @@ def _cudnn_tf32() -> str:
     return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
 
 
-def attest(*, seed: int, threads: int, strict: bool) -> dict[str, Any]:
+def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False) -> dict[str, Any]:
     """Read back, inside this process, whether the controls took effect."""
     checks: dict[str, dict[str, Any]] = {}
 
@@ -105,6 +116,10 @@ def attest(*, seed: int, threads: int, strict: bool) -> dict[str, Any]:
         check("cudnn_fp32_precision", "ieee", _cudnn_tf32())
         if hasattr(torch.utils, "deterministic"):
             check("fill_uninitialized_memory", True, bool(torch.utils.deterministic.fill_uninitialized_memory))
+    elif bookkeeping:
+        check("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        check("deterministic_algorithms", False, torch.are_deterministic_algorithms_enabled())
+        check("cudnn_benchmark", False, bool(torch.backends.cudnn.benchmark))
     return {"strict": strict, "ok": all(c["ok"] for c in checks.values()), "checks": checks}
 
 

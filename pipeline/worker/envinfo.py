@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import sys
 from typing import Any
 
 import numpy as np
@@ -98,5 +97,4 @@ def environment(*, seed: int, device: str, project_commit: str | None) -> dict[s
         "seed": seed,
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "project_commit": project_commit,
-        "executable": sys.executable,
     }

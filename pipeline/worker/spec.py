@@ -24,7 +24,12 @@ FAULTS = {
     "resume-drop-rng": "on resume, do not restore the torch RNG state",
 }
 
-MODES = ("strict", "default")
+# strict: every determinism control; default: benchmark mode allowed, deterministic algorithms off,
+# the image's default precision; bookkeeping: seeds and environment variables only.
+MODES = ("strict", "default", "bookkeeping")
+# profile_ops: the last PROFILE_STEPS + 1 of a run's steps go to torch.profiler (one warm-up
+# step, then PROFILE_STEPS recorded), after and outside the timed steps.
+PROFILE_STEPS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +49,7 @@ class WorkerSpec:
     resume_from: str | None = None
     dump_at: int | None = None
     dump_path: str | None = None
+    final_dump_path: str | None = None  # every state tensor at the end (goldens, magnitudes)
     fingerprints: bool = True
     warmup_steps: int = 0
     profile_ops: bool = False

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -13,9 +16,10 @@ from . import checkpoint, determinism, envinfo
 from .checkpoint import LoopPosition
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .fingerprint import StepFingerprints, batch_checksum, dump_state, final_hash
-from .spec import FAULTS, WorkerSpec, resolve
+from .spec import FAULTS, PROFILE_STEPS, WorkerSpec, resolve
 
 RECORD_VERSION = 1
+OPS_KEPT = 80  # per-op rows kept in a record, most expensive first
 
 
 class AttestationError(Exception):
@@ -106,14 +110,71 @@ def _buffer_drift(model: torch.nn.Module) -> str:
     raise ContractError("fault buffer-drift needs a model with a floating-point buffer")
 
 
+def _peak_memory(device: torch.device) -> tuple[int | None, str | None]:
+    """Peak memory so far: allocator peak on a GPU, the process's peak RSS on a CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda.max_memory_allocated"
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None, None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024), "ru_maxrss"
+
+
+def _start_profiler(device: torch.device, steps: int) -> Any:
+    """A profiler over ``steps`` steps: one warm-up step, then every step recorded and marked."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps - 1, repeat=1))
+    prof.start()
+    return prof
+
+
+def _op_times(prof: Any, device: torch.device) -> list[dict[str, Any]]:
+    """Per op, the median over profiled steps of its self time (microseconds), most expensive first.
+
+    Events are assigned to the ``ProfilerStep`` range they start in; a step's own self
+    time (Python between ops) is reported as "(outside ops)". Medians keep one slow step
+    (a page fault, a neighbour on a shared machine) from inflating an op.
+    """
+    events = [e for e in prof.events() if str(getattr(e, "device_type", "CPU")).endswith("CPU")]
+    marks = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))
+    starts = [m[0] for m in marks]
+    per_step: list[dict[str, list[float]]] = [{} for _ in marks]
+    for e in events:
+        i = bisect.bisect_right(starts, e.time_range.start) - 1
+        if i < 0 or e.time_range.start > marks[i][1]:
+            continue
+        name = "(outside ops)" if e.name.startswith("ProfilerStep") else e.name
+        dev = getattr(e, "self_device_time_total", None)
+        if dev is None:  # older torch
+            dev = getattr(e, "self_cuda_time_total", 0.0)
+        row = per_step[i].setdefault(name, [0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += e.self_cpu_time_total
+        row[2] += float(dev)
+    names = set().union(*per_step) if per_step else set()
+    rows = []
+    for name in names:
+        cols = [statistics.median(step.get(name, [0.0, 0.0, 0.0])[k] for step in per_step) for k in range(3)]
+        rows.append({"name": name, "calls": cols[0], "self_cpu_us": cols[1], "self_device_us": cols[2]})
+    key = "self_device_us" if device.type == "cuda" else "self_cpu_us"
+    rows = [r for r in rows if r[key] > 0]
+    rows.sort(key=lambda r: -r[key])
+    return rows[:OPS_KEPT]
+
+
 def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     """Run one training process as the spec says; return its record (also written)."""
     if spec.fault is not None and spec.fault not in FAULTS:
         raise ContractError(f"unknown fault {spec.fault!r}; known: {', '.join(FAULTS)}")
     strict = spec.mode == "strict"
+    bookkeeping = spec.mode == "bookkeeping"
     t_start = time.perf_counter()
-    determinism.make_deterministic(seed=spec.seed, threads=spec.threads, strict=strict)
-    attestation = determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict)
+    determinism.make_deterministic(seed=spec.seed, threads=spec.threads, strict=strict, bookkeeping=bookkeeping)
+    attestation = determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict, bookkeeping=bookkeeping)
     if not attestation["ok"]:
         bad = [f"{k} (expected {v['expected']!r}, got {v['actual']!r})" for k, v in attestation["checks"].items() if not v["ok"]]
         raise AttestationError("determinism controls did not take effect: " + "; ".join(bad))
@@ -145,9 +206,21 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     drifted: str | None = None
     timed_from: float | None = None
     timed_steps = 0
+    # Throughput runs (warmup_steps > 0): each timed step is clocked after a device sync;
+    # with profile_ops the last PROFILE_STEPS + 1 steps run under torch.profiler, untimed.
+    step_times: list[float] = []
+    profile_steps = min(PROFILE_STEPS + 1, stop - start_step - spec.warmup_steps - 2) if spec.profile_ops else 0
+    profile_steps = profile_steps if profile_steps >= 2 else 0
+    timed_stop = stop - profile_steps
+    t_timed_end: float | None = None
+    profiler: Any = None
+    peak: tuple[int | None, str | None] | None = None
     batches = _batches(setup, pos, resume_rng, spec)
     _sync(device)
     while pos.step < stop:
+        if profile_steps and pos.step == timed_stop:
+            peak = _peak_memory(device)
+            profiler = _start_profiler(device, profile_steps)
         batch = to_device(next(batches), device)
         if fps is not None:
             bs = batch_checksum(batch)
@@ -161,19 +234,35 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
             fps.record()
         if pos.step - start_step == spec.warmup_steps:
             _sync(device)
-            timed_from = time.perf_counter()
-        elif timed_from is not None:
+            timed_from = last_clock = time.perf_counter()
+        elif timed_from is not None and pos.step <= timed_stop:
             timed_steps += 1
+            _sync(device)
+            now = time.perf_counter()
+            step_times.append(now - last_clock)
+            last_clock = t_timed_end = now
         if spec.checkpoint_at is not None and pos.step == spec.checkpoint_at:
             checkpoint.save(str(resolve(spec_file, spec.checkpoint_path)), setup, pos)
+        if profiler is not None:
+            _sync(device)
+            profiler.step()
     _sync(device)
     t_end = time.perf_counter()
+    ops = None
+    if profiler is not None:
+        profiler.stop()
+        ops = _op_times(profiler, device)
+    if peak is None:
+        peak = _peak_memory(device)
+    steps_per_s = 1.0 / statistics.median(step_times) if step_times else None
     if spec.dump_at is not None and spec.dump_path is not None:
         dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.dump_path)))
+    if spec.final_dump_path is not None and (spec.dump_at is None or pos.step == spec.steps):
+        dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.final_dump_path)))
     digest, per_tensor = final_hash(setup.model, setup.optimizer)
     loss_values = torch.stack(losses).cpu().tolist() if losses else []
     train_s = t_end - t_setup
-    timed_s = (t_end - timed_from) if timed_from is not None else train_s
+    timed_s = ((t_timed_end or t_end) - timed_from) if timed_from is not None else train_s
     return {
         "schema": "reproci.run",
         "version": RECORD_VERSION,
@@ -205,4 +294,11 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
             "timed_steps": timed_steps if timed_from is not None else pos.step - start_step,
             "timed_s": timed_s,
         },
+        "step_times_s": step_times,
+        "steps_per_s": steps_per_s,
+        "samples_per_s": steps_per_s * setup.batch_size if steps_per_s and setup.batch_size else None,
+        "peak_memory_bytes": peak[0],
+        "peak_memory_kind": peak[1],
+        "profiled_steps": max(profile_steps - 1, 0),
+        "ops": ops,
     }

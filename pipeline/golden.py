@@ -1,0 +1,308 @@
+"""The golden store: one reviewable YAML file per image under ``goldens/``.
+
+``goldens/NAME.yaml`` holds the image identity, the environment fingerprint and package
+versions inside the image, when and from which commit it was recorded, and per model its
+identity (code and config hashes), steps, seed, final sha256 and loss trajectory. The
+per-step checksums (enough to bisect a new run against the golden without re-running the
+old image) and the final state tensors (for magnitudes) live in a compressed sidecar,
+``goldens/NAME.<sha12>.npz``, whose name carries its content hash.
+
+Writes are atomic and ordered so that an interrupted update leaves the previous golden
+intact: the new sidecar is written under a new name, then the YAML is replaced by rename,
+then the old sidecar is removed. Updates of one image are serialised by a lock file;
+different images never touch each other's files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import yaml
+
+from . import __version__
+from .errors import GoldenError, InfrastructureError
+
+FORMAT_VERSION = 1
+STATE_CAP_BYTES = 32 * 1024 * 1024  # final-state tensors above this are not kept (GPU-sized models)
+IDENTITY_KEYS = ("code_sha256", "config_sha256", "steps", "seed", "profile", "device")
+
+
+@dataclass
+class ModelGolden:
+    name: str
+    entry: dict[str, Any]  # the YAML mapping for this model
+    names: list[str] = field(default_factory=list)  # tensor names of the per-step rows
+    fingerprints: np.ndarray | None = None  # (steps, tensors) int64
+    batch_fingerprints: np.ndarray | None = None
+    state: dict[str, np.ndarray] = field(default_factory=dict)  # final state, "kind:name" -> array
+    tensor_sha256: dict[str, str] = field(default_factory=dict)  # final sha256 per tensor
+
+    def as_record(self) -> dict[str, Any]:
+        """The golden in the shape of a run record, for pipeline.compare."""
+        return {
+            "tensor_names": self.names,
+            "fingerprints": self.fingerprints.tolist() if self.fingerprints is not None else [],
+            "batch_fingerprints": self.batch_fingerprints.tolist() if self.batch_fingerprints is not None else [],
+            "losses": self.entry.get("losses") or [],
+            "final_sha256": self.entry.get("final_sha256"),
+            "tensor_sha256": self.tensor_sha256,
+            "start_step": 0,
+        }
+
+
+@dataclass
+class Golden:
+    path: Path
+    data: dict[str, Any]  # the whole YAML document
+    models: dict[str, ModelGolden]
+
+    @property
+    def image(self) -> dict[str, Any]:
+        return self.data.get("image") or {}
+
+
+def path_for(goldens_dir: Path, image_name: str) -> Path:
+    if not image_name or "/" in image_name or image_name.startswith("."):
+        raise GoldenError(f"invalid golden name {image_name!r}: use the image name without slashes")
+    return goldens_dir / f"{image_name}.yaml"
+
+
+def _fail(path: Path, key: str, what: str) -> GoldenError:
+    return GoldenError(f"{path}: key {key}: {what}; fix the file or re-record with `reproci golden update --image {path.stem}`")
+
+
+def load(goldens_dir: Path, image_name: str) -> Golden | None:
+    """The golden for an image, or None if there is none. Corrupt files raise GoldenError."""
+    path = path_for(goldens_dir, image_name)
+    if not path.exists():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise GoldenError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)}); restore it from git "
+                          f"or re-record with `reproci golden update --image {image_name}`") from e
+    except OSError as e:
+        raise GoldenError(f"cannot read {path}: {e.strerror}") from e
+    if not isinstance(data, dict):
+        raise _fail(path, "(top level)", "expected a mapping")
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise GoldenError(f"{path}: golden format version {version} is newer than this reproci reads "
+                              f"({FORMAT_VERSION}); upgrade reproci")
+        raise GoldenError(f"{path}: golden format version {version!r} is not {FORMAT_VERSION}; "
+                          f"re-record it with `reproci golden update --image {image_name}`")
+    models_data = data.get("models")
+    if not isinstance(models_data, dict):
+        raise _fail(path, "models", "expected a mapping of model name to golden")
+    for name, entry in models_data.items():
+        if not isinstance(entry, dict):
+            raise _fail(path, f"models.{name}", "expected a mapping")
+        digest = entry.get("final_sha256")
+        if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise _fail(path, f"models.{name}.final_sha256", "expected a 64-character hex sha256")
+        if not isinstance(entry.get("steps"), int):
+            raise _fail(path, f"models.{name}.steps", "expected an integer")
+    models = {name: ModelGolden(name=name, entry=entry) for name, entry in models_data.items()}
+    sidecar = data.get("sidecar")
+    if sidecar:
+        _load_sidecar(path, sidecar, models)
+    return Golden(path=path, data=data, models=models)
+
+
+def _load_sidecar(path: Path, sidecar: Any, models: dict[str, ModelGolden]) -> None:
+    if not isinstance(sidecar, dict) or not isinstance(sidecar.get("file"), str):
+        raise _fail(path, "sidecar", "expected {file, sha256}")
+    side = path.parent / sidecar["file"]
+    try:
+        raw = side.read_bytes()
+    except OSError:
+        raise _fail(path, "sidecar.file", f"{side.name} is missing") from None
+    if hashlib.sha256(raw).hexdigest() != sidecar.get("sha256"):
+        raise _fail(path, "sidecar.sha256", f"{side.name} does not match its recorded hash")
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
+            for key in npz.files:
+                model, _, rest = key.partition("/")
+                if model not in models:
+                    continue
+                g = models[model]
+                if rest == "names":
+                    g.names = [str(x) for x in npz[key].tolist()]
+                elif rest == "fingerprints":
+                    g.fingerprints = npz[key]
+                elif rest == "batch":
+                    g.batch_fingerprints = npz[key]
+                elif rest.startswith("state/"):
+                    g.state[rest[6:]] = npz[key]
+            for g in models.values():
+                if f"{g.name}/sha_names" in npz.files:
+                    g.tensor_sha256 = dict(zip(npz[f"{g.name}/sha_names"].tolist(), npz[f"{g.name}/sha"].tolist()))
+    except (ValueError, OSError) as e:
+        raise _fail(path, "sidecar.file", f"{side.name} is not a readable archive ({e})") from e
+
+
+@contextlib.contextmanager
+def locked(goldens_dir: Path, image_name: str) -> Iterator[None]:
+    """Serialise updates of one image's golden (different images do not block each other)."""
+    goldens_dir.mkdir(parents=True, exist_ok=True)
+    lock = goldens_dir / f".{image_name}.lock"
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # committed files: readable like any other
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.errno == 28:
+            raise InfrastructureError(f"disk full while writing {path}; free space, the old golden is intact") from e
+        raise
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
+    import torch
+
+    out: dict[str, np.ndarray] = {}
+    total = 0
+    for name, t in sorted(state.items()):
+        if name.startswith("grad:"):
+            continue
+        t = t.detach().cpu().contiguous()
+        arr = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+        total += arr.nbytes
+        if total > STATE_CAP_BYTES:
+            return {}
+        out[name] = arr
+    return out
+
+
+def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records: dict[str, dict[str, Any]],
+          states: dict[str, dict[str, Any]], *, replace_models: bool = False) -> Path:
+    """Record goldens for the models in ``records`` (run A of each) from a results document.
+
+    Entries for other models already in the file are kept when the environment is the
+    same; when it differs, every model of the file must be re-recorded together.
+    """
+    path = path_for(goldens_dir, image_name)
+    with locked(goldens_dir, image_name):
+        old = load(goldens_dir, image_name)
+        kept: dict[str, ModelGolden] = {}
+        if old is not None and not replace_models:
+            from .drift import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
+
+            same_env = (old.data.get("packages") == document.get("packages")
+                        and (old.data.get("image") or {}).get("digest") == (document.get("image") or {}).get("digest")
+                        and not diff_keys(old.data.get("environment"), document.get("environment"),
+                                          TOOLCHAIN_KEYS + HOST_KEYS))
+            others = {n: g for n, g in old.models.items() if n not in records}
+            if others and not same_env:
+                raise GoldenError(
+                    f"{path}: the image or packages changed since {', '.join(sorted(others))} were recorded; "
+                    f"re-record every model together (run with all of {', '.join(sorted(set(old.models) | set(records)))})")
+            kept = others
+        by_name = {m["model"]: m for m in document["models"]}
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        arrays: dict[str, np.ndarray] = {}
+        models_yaml: dict[str, Any] = {}
+        for name, g in sorted(kept.items()):
+            models_yaml[name] = g.entry
+            _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256)
+        for name, rec in sorted(records.items()):
+            m = by_name[name]
+            models_yaml[name] = {
+                "ref": m.get("ref"),
+                "code_sha256": m.get("code_sha256"),
+                "config_sha256": m.get("config_sha256"),
+                "config": m.get("config"),
+                "profile": document["options"]["profile"],
+                "device": document["options"]["device"],
+                "steps": m.get("steps"),
+                "resume_at": m.get("resume_at"),
+                "seed": m.get("seed"),
+                "threads": document["options"]["threads"],
+                "final_sha256": rec["final_sha256"],
+                "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
+                "run_id": document.get("run_id"),
+                "recorded_at": now,
+            }
+            if m.get("throughput"):
+                models_yaml[name]["throughput"] = m["throughput"].get("golden_summary", m["throughput"])
+            fps = np.asarray(rec.get("fingerprints") or [], dtype=np.int64)
+            batch = np.asarray(rec.get("batch_fingerprints") or [], dtype=np.int64)
+            _add_arrays(arrays, name, rec.get("tensor_names") or [], fps, batch, _state_arrays(states.get(name) or {}),
+                        rec.get("tensor_sha256") or {})
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        side_bytes = buf.getvalue()
+        side_sha = hashlib.sha256(side_bytes).hexdigest()
+        side_name = f"{image_name}.{side_sha[:12]}.npz"
+        data = {
+            "version": FORMAT_VERSION,
+            "image": document.get("image"),
+            "recorded": {"at": now, "project_commit": document.get("project_commit"),
+                         "reproci_version": __version__, "run_id": document.get("run_id")},
+            "environment": document.get("environment"),
+            "packages": document.get("packages"),
+            "sidecar": {"file": side_name, "sha256": side_sha},
+            "models": models_yaml,
+        }
+        header = (f"# reproci golden hashes for image {image_name!r}. Reviewed like code: a change here means\n"
+                  f"# results changed. Re-record with `reproci golden update --image {image_name}`.\n")
+        text = header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+        goldens_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_bytes(goldens_dir / side_name, side_bytes)  # 1. the new sidecar, under a new name
+        _atomic_bytes(path, text.encode())  # 2. the YAML now points at it
+        old_side = (old.data.get("sidecar") or {}).get("file") if old is not None else None
+        for stale in goldens_dir.glob(f"{image_name}.*.npz"):  # 3. sidecars nothing points at
+            if stale.name != side_name and (stale.name == old_side or _orphan(goldens_dir, image_name, stale)):
+                stale.unlink(missing_ok=True)
+    return path
+
+
+def _orphan(goldens_dir: Path, image_name: str, side: Path) -> bool:
+    stem = side.name[: -len(".npz")]
+    return stem.rsplit(".", 1)[0] == image_name
+
+
+def _add_arrays(arrays: dict[str, np.ndarray], name: str, names: list[str], fps: Any, batch: Any,
+                state: dict[str, np.ndarray], tensor_sha256: dict[str, str]) -> None:
+    arrays[f"{name}/sha_names"] = np.asarray(sorted(tensor_sha256), dtype=str)
+    arrays[f"{name}/sha"] = np.asarray([tensor_sha256[k] for k in sorted(tensor_sha256)], dtype=str)
+    arrays[f"{name}/names"] = np.asarray(names, dtype=str)
+    arrays[f"{name}/fingerprints"] = np.asarray(fps if fps is not None else [], dtype=np.int64)
+    arrays[f"{name}/batch"] = np.asarray(batch if batch is not None else [], dtype=np.int64)
+    for t, arr in state.items():
+        arrays[f"{name}/state/{t}"] = arr

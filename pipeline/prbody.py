@@ -1,0 +1,205 @@
+"""``reproci pr-body``: the evidence for a golden update, as a pull-request description.
+
+The golden-update workflow runs ``reproci run --image NAME --update-golden`` and then::
+
+    reproci pr-body results/latest.json --output body.md --require-reproducible
+
+The body carries what a reviewer needs to approve the new golden like any code change:
+old and new image digests, the package and environment diff, per-model verdicts with the
+first differing step and tensor and its magnitude, and the strict-determinism slowdown.
+``--require-reproducible`` refuses (exit 1) when the run was not itself reproducible: a
+golden is only worth recording from runs that agree with each other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import errors, results, verdicts
+from .errors import ReprociError
+from .merge import cell, evidence_of, slowdown
+
+MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
+UNREPRODUCIBLE = {verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN, verdicts.ERROR}
+
+
+class NotReproducibleError(ReprociError):
+    """The run a golden would come from did not reproduce itself."""
+
+    return_code = errors.EXIT_REPRO_FAILURE
+
+
+def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
+    """Why these results cannot become a golden (empty when every model reproduced itself)."""
+    problems: list[str] = []
+    if "determinism" not in ((doc.get("options") or {}).get("stages") or ["determinism"]):
+        problems.append("the determinism stage did not run (add --stage determinism)")
+    if not doc.get("models"):
+        problems.append("no models ran")
+    refused = (doc.get("golden") or {}).get("refused") if isinstance(doc.get("golden"), dict) else None
+    if refused:
+        problems.append(f"the golden was not recorded: {refused}")
+    for m in doc.get("models", []):
+        name = m.get("model")
+        if m.get("verdict") in UNREPRODUCIBLE:
+            problems.append(f"{name}: {m.get('verdict')}: {m.get('message')}")
+            continue
+        runs = m.get("runs") or {}
+        hashes = {r: (runs.get(r) or {}).get("final_sha256") for r in ("A", "B", "C")}
+        if None in hashes.values() or len(set(hashes.values())) != 1:
+            problems.append(f"{name}: runs A, B and C did not all finish with one final hash ({hashes})")
+    return problems
+
+
+def _golden(m: dict[str, Any]) -> dict[str, Any]:
+    return m["golden"] if isinstance(m.get("golden"), dict) else {}
+
+
+def _short(sha: str | None, n: int = 12) -> str:
+    return f"`{sha[:n]}`" if sha else "-"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows[:MAX_ROWS]]
+    if len(rows) > MAX_ROWS:
+        out.append(f"\n… {len(rows) - MAX_ROWS} more rows in the results artifact.")
+    return out
+
+
+def _diff_rows(diffs: list[dict[str, Any]]) -> list[list[str]]:
+    """Union of per-model diffs {key: [old, new]}: one row per key."""
+    merged: dict[str, tuple[Any, Any]] = {}
+    for diff in diffs:
+        for key, pair in (diff or {}).items():
+            old, new = (list(pair) + [None, None])[:2] if isinstance(pair, (list, tuple)) else (None, pair)
+            merged[str(key)] = (old, new)
+    return [[f"`{cell(k)}`", cell(old if old is not None else "(absent)"), cell(new if new is not None else "(absent)")]
+            for k, (old, new) in sorted(merged.items())]
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The pull-request body for a results document (renders whatever stages and goldens are present)."""
+    image = doc.get("image") or {}
+    name = image.get("name") or "local"
+    models = doc.get("models", [])
+    problems = reproducibility_problems(doc)
+    lines = [f"## Golden update for `{name}`", ""]
+    lines.append(f"From `reproci run` {doc.get('run_id')} (reproci {doc.get('reproci_version')}, "
+                 f"project commit {_short(doc.get('project_commit'), 10)}, {doc.get('created')}).")
+    lines.append("")
+    if problems:
+        lines += ["**⚠️ This run was not reproducible; it must not become a golden:**", ""]
+        lines += [f"- {cell(p)}" for p in problems]
+    else:
+        lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(models)} model(s)).")
+    lines.append("")
+
+    # Image identity: the golden's against this run's.
+    old_images = [_golden(m).get("golden_image") for m in models if _golden(m).get("golden_image")]
+    old = old_images[0] if old_images else {}
+    lines += ["### Image", ""]
+    lines += _table(["", "current golden", "this run"], [
+        ["reference", cell(old.get("reference") or old.get("name")), cell(image.get("reference") or name)],
+        ["digest", f"`{cell(old.get('digest'))}`" if old.get("digest") else "-",
+         f"`{cell(image.get('digest'))}`" if image.get("digest") else "-"],
+    ])
+    has_old = any(_golden(m).get("golden_final_sha256") for m in models)
+    if not has_old:
+        lines += ["", "No earlier golden for this image: this is its first."]
+    recorded = doc.get("golden") if isinstance(doc.get("golden"), dict) else {}
+    if recorded.get("file"):
+        state = "written by this run" if recorded.get("updated") else "not written by this run"
+        lines += ["", f"Golden file: `{cell(recorded['file'])}` ({state})."]
+    lines.append("")
+
+    package_rows = _diff_rows([_golden(m).get("package_diff") for m in models])
+    lines += ["### Package changes", ""]
+    if package_rows:
+        lines += _table(["package", "golden", "this run"], package_rows)
+    else:
+        lines.append("No package changes." if has_old else "No earlier golden to compare packages with.")
+    lines.append("")
+    env_rows = _diff_rows([_golden(m).get("env_diff") for m in models])
+    if env_rows:
+        lines += ["### Environment changes", ""] + _table(["key", "golden", "this run"], env_rows) + [""]
+
+    lines += ["### Models", ""]
+    rows = []
+    for m in models:
+        g, ev = _golden(m), evidence_of(m) or {}
+        verdict = m.get("verdict", "?")
+        golden_verdict = g.get("verdict")
+        rows.append([
+            cell(m.get("model")),
+            cell(verdict if not golden_verdict or golden_verdict == verdict else f"{verdict} (golden: {golden_verdict})"),
+            f"{_short(g.get('golden_final_sha256'))} → {_short(m.get('final_sha256'))}",
+            cell(ev.get("step")), f"`{cell(ev['tensor'])}`" if ev.get("tensor") else "-",
+            f"{ev['max_abs']:.3g}" if ev.get("max_abs") is not None else "-",
+            cell(ev.get("max_ulp")), cell(ev.get("losses_agree_digits")),
+        ])
+    lines += _table(["model", "verdict", "final sha256 (golden → new)", "first differing step", "first tensor",
+                     "max abs diff", "max ULP", "loss agrees to (digits)"], rows)
+    messages = [f"- **{cell(m.get('model'))}**: {cell(_golden(m).get('message') or m.get('message'))}" for m in models]
+    lines += ["", *messages, ""]
+
+    with_throughput = [m for m in models if isinstance(m.get("throughput"), dict)]
+    lines += ["### Cost of strict determinism", ""]
+    if with_throughput:
+        rows = []
+        for m in with_throughput:
+            modes = m["throughput"].get("modes") or {}
+            strict, default = (modes.get("strict") or {}), (modes.get("default") or {})
+            top = (m["throughput"].get("top_ops") or [{}])[0]
+            top_text = (f"`{cell(top.get('op'))}` {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
+                        if top.get("op") else "-")
+            rows.append([cell(m.get("model")), _rate(strict), _rate(default), cell(slowdown(m)), top_text])
+        lines += _table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])",
+                         "most slowed op"], rows)
+    else:
+        lines.append("The throughput stage did not run (`--stage throughput`).")
+    lines.append("")
+
+    env = doc.get("environment") or {}
+    gpu = env.get("gpu") or {}
+    lines += ["### Environment of this run", "",
+              f"torch {cell(env.get('torch'))}, CUDA {cell(env.get('cuda'))}, cuDNN {cell(env.get('cudnn'))}, "
+              f"NCCL {cell(env.get('nccl'))}; GPU {cell(', '.join(gpu.get('names') or []) or 'none')} "
+              f"(driver {cell(gpu.get('driver'))}); device {cell(env.get('device'))}, "
+              f"threads {cell((env.get('threads') or {}).get('intra_op'))}.", "",
+              "---",
+              "Approve this like any code change: the golden file in this pull request is what every later run "
+              "of this image is compared against."]
+    return "\n".join(lines) + "\n"
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.2f} ms" if isinstance(value, (int, float)) else "-"
+
+
+def _rate(mode: dict[str, Any]) -> str:
+    rate = mode.get("steps_per_s")
+    return f"{rate:.2f}" if isinstance(rate, (int, float)) else "-"
+
+
+@click.command("pr-body")
+@click.argument("results_path", metavar="RESULTS", type=click.Path(path_type=Path))
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="File to write (default: stdout).")
+@click.option("--require-reproducible", is_flag=True,
+              help="Refuse (exit 1) unless every model's runs A, B and C agreed.")
+def pr_body_cmd(results_path: Path, output: Path | None, require_reproducible: bool) -> None:
+    """Render a golden update's evidence (RESULTS: results.json or its run directory) as Markdown."""
+    doc = results.load(results_path)
+    problems = reproducibility_problems(doc)
+    if require_reproducible and problems:
+        raise NotReproducibleError(f"{results_path}: not recording a golden from a run that did not reproduce "
+                                   f"itself: {'; '.join(problems)}; fix the nondeterminism first")
+    body = render(doc)
+    if output is None:
+        click.echo(body, nl=False)
+    else:
+        results.atomic_write_text(output, body)
+        click.echo(f"pull-request body: {output}")

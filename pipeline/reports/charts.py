@@ -1,0 +1,76 @@
+"""Charts for the HTML report, drawn with matplotlib and returned as PNG bytes."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402
+
+DPI = 100
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def slowdown_bars(rows: list[dict[str, Any]]) -> bytes:
+    """Strict-mode slowdown per model with its confidence interval as error bars.
+
+    ``rows``: {"model", "median", "ci_low", "ci_high", "noisy"}.
+    """
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(rows), 3.2))
+    x = list(range(len(rows)))
+    med = [r["median"] for r in rows]
+    err = [[r["median"] - r["ci_low"] for r in rows], [r["ci_high"] - r["median"] for r in rows]]
+    colors = ["#d9a441" if r.get("noisy") else "#4c72b0" for r in rows]
+    ax.bar(x, med, color=colors, width=0.6)
+    ax.errorbar(x, med, yerr=err, fmt="none", ecolor="black", capsize=5)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xticks(x, [r["model"] + (" (noisy)" if r.get("noisy") else "") for r in rows])
+    ax.set_ylabel("strict / default step time")
+    ax.set_title("Cost of strict determinism (median, 95 % CI)")
+    low = min([r["ci_low"] for r in rows] + [1.0])
+    ax.set_ylim(bottom=max(0.0, low - 0.1))
+    return _png(fig)
+
+
+def slowdown_history(series: dict[str, list[dict[str, Any]]], title: str) -> bytes:
+    """Slowdown over runs, one line per model; ``series``: model -> points from history.trends."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for model, points in sorted(series.items()):
+        pts = [p for p in points if p.get("slowdown") is not None]
+        if not pts:
+            continue
+        x = list(range(1, len(pts) + 1))
+        y = [p["slowdown"] for p in pts]
+        err = [[p["slowdown"] - (p.get("ci_low") or p["slowdown"]) for p in pts],
+               [(p.get("ci_high") or p["slowdown"]) - p["slowdown"] for p in pts]]
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=model)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("run (oldest first)")
+    ax.set_ylabel("strict slowdown")
+    ax.set_title(title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
+def loss_curves(model: str, series: dict[str, tuple[list[int], list[float]]]) -> bytes:
+    """Loss per step of each run (A, B, C, golden); identical curves draw on top of each other."""
+    fig, ax = plt.subplots(figsize=(7, 3.0))
+    styles = {"A": ("-", 2.5), "B": ("--", 1.8), "C": (":", 2.2), "golden": ("-.", 1.5)}
+    for name, (steps, losses) in series.items():
+        ls, lw = styles.get(name, ("-", 1.2))
+        ax.plot(steps, losses, linestyle=ls, linewidth=lw, label=f"run {name}" if name != "golden" else "golden")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"{model}: loss per step")
+    ax.legend(fontsize="small")
+    return _png(fig)

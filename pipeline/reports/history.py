@@ -1,0 +1,108 @@
+"""The run history: one small file per run under ``results/history/``, and its trends.
+
+Each file is named ``<run_id>-<commit12>.json`` (the run id carries the time and the image
+name) and holds schema ``reproci.history`` with an integer ``version``: the run's
+identity, its verdicts and, per model, the throughput summary. ``reproci report
+--history DIR`` turns a folder of them into trends per image and model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import ResultsError
+from ..results import atomic_write_text
+from ..stages.throughput import throughput_summary
+
+SCHEMA = "reproci.history"
+VERSION = 1
+DIRNAME = "history"
+
+
+def entry_of(document: dict[str, Any]) -> dict[str, Any]:
+    """The history entry of one results document."""
+    env = document.get("environment") or {}
+    return {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "run_id": document.get("run_id"),
+        "created": document.get("created"),
+        "project_commit": document.get("project_commit"),
+        "reproci_version": document.get("reproci_version"),
+        "image": {k: (document.get("image") or {}).get(k) for k in ("name", "reference", "digest", "backend")},
+        "options": document.get("options"),
+        "environment": {k: env.get(k) for k in ("torch", "cuda", "cudnn", "device", "gpu", "threads") if k in env},
+        "summary": document.get("summary"),
+        "models": [
+            {"model": m.get("model"), "verdict": m.get("verdict"), "final_sha256": m.get("final_sha256"),
+             "throughput": throughput_summary(m) or None}
+            for m in document.get("models", [])
+        ],
+    }
+
+
+def file_name(document: dict[str, Any]) -> str:
+    commit = (document.get("project_commit") or "nocommit")[:12]
+    return f"{document['run_id']}-{commit}.json"
+
+
+def record(results_dir: Path, document: dict[str, Any]) -> Path:
+    """Add this run to ``results_dir/history/`` (atomically); return the file."""
+    path = results_dir / DIRNAME / file_name(document)
+    atomic_write_text(path, json.dumps(entry_of(document), indent=1, default=str) + "\n")
+    return path
+
+
+def load(directory: Path) -> list[dict[str, Any]]:
+    """Every history entry in a folder, oldest first. Other formats fail with what to do."""
+    if not directory.is_dir():
+        raise ResultsError(f"history folder {directory} does not exist; `reproci run` writes one under "
+                           f"<results-dir>/{DIRNAME}")
+    entries = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ResultsError(f"{path} is not valid JSON (line {e.lineno}); remove it from the history") from e
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ResultsError(f"{path} is not a reproci history file; keep only history files in {directory}")
+        if data.get("version") != VERSION:
+            v = data.get("version")
+            fix = ("upgrade reproci (pip install -U reproci)" if isinstance(v, int) and v > VERSION
+                   else "remove it, or re-create it with `reproci report --rebuild-history RESULTS_DIR`")
+            raise ResultsError(f"{path} has history format version {v}, this reproci reads {VERSION}: {fix}")
+        entries.append(data)
+    entries.sort(key=lambda d: (str(d.get("created")), str(d.get("run_id"))))
+    return entries
+
+
+def trends(entries: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """image name -> model -> points over time (oldest first), one per run of that model."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for e in entries:
+        image = (e.get("image") or {}).get("name") or "?"
+        for m in e.get("models", []):
+            t = m.get("throughput") or {}
+            sd = (t.get("slowdown") or {}).get("strict") or {}
+            strict = (t.get("modes") or {}).get("strict") or {}
+            default = (t.get("modes") or {}).get("default") or {}
+            out.setdefault(image, {}).setdefault(m.get("model") or "?", []).append({
+                "run_id": e.get("run_id"), "created": e.get("created"), "commit": e.get("project_commit"),
+                "digest": (e.get("image") or {}).get("digest"), "verdict": m.get("verdict"),
+                "final_sha256": m.get("final_sha256"), "slowdown": sd.get("median"), "ci_low": sd.get("ci_low"),
+                "ci_high": sd.get("ci_high"), "noisy": sd.get("noisy"),
+                "strict_steps_per_s": strict.get("steps_per_s"), "default_steps_per_s": default.get("steps_per_s"),
+            })
+    return out
+
+
+def rebuild(results_dir: Path) -> list[Path]:
+    """Write history files for every complete run under ``results_dir`` (older reproci, lost history)."""
+    from .. import results
+
+    written = []
+    for doc_path in sorted(results_dir.glob("*/results.json")):
+        written.append(record(results_dir, results.load(doc_path)))
+    return written

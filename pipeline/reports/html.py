@@ -1,0 +1,159 @@
+"""The HTML report: one self-contained file, charts embedded as base64 PNG."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from . import charts
+from .rows import op_text, throughput_rows
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.noisy { color: #a0660a; }
+.bad { color: #b00020; font-weight: bold; }
+figure { margin: 1em 0; }
+figcaption { color: #555; font-size: 0.9em; }
+code { background: #f5f5f5; padding: 0 0.2em; }
+"""
+
+
+def _img(png: bytes, alt: str, caption: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img src="data:image/png;base64,{data}" alt="{escape(alt)}">'
+            f"<figcaption>{escape(caption)}</figcaption></figure>")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _floats(values: list[Any]) -> list[float]:
+    out = []
+    for v in values:
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            out.append(math.nan)
+    return out
+
+
+def loss_series(run_dir: Path | None, entry: dict[str, Any],
+                golden_losses: list[Any] | None) -> dict[str, tuple[list[int], list[float]]]:
+    """Losses per step of runs A, B, C from their records, and the golden's when it differs from A."""
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    if run_dir is None:
+        return series
+    for role in ("A", "B", "C"):
+        rel = (entry.get("records") or {}).get(role)
+        if not rel or not (run_dir / rel).is_file():
+            continue
+        rec = json.loads((run_dir / rel).read_text())
+        losses = _floats(rec.get("losses") or [])
+        start = int(rec.get("start_step") or 0)
+        series[role] = (list(range(start + 1, start + 1 + len(losses))), losses)
+    if golden_losses and "A" in series and _floats(golden_losses) != series["A"][1]:
+        g = _floats(golden_losses)
+        series["golden"] = (list(range(1, len(g) + 1)), g)
+    return series
+
+
+def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None, *,
+           run_dir: Path | None = None, golden_losses: dict[str, list[Any]] | None = None) -> str:
+    parts = []
+    title = "reproci report"
+    if document is not None:
+        image = document.get("image") or {}
+        title = f"reproci · {image.get('name')} · {document.get('run_id')}"
+        parts.append(_run(document))
+        parts.append(_throughput(document))
+        parts.append(_losses(document, run_dir, golden_losses or {}))
+    if trends:
+        parts.append(_history(trends))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title><style>{STYLE}</style></head>\n<body>\n<h1>{escape(title)}</h1>\n"
+            + "\n".join(p for p in parts if p) + "\n</body></html>\n")
+
+
+def _run(doc: dict[str, Any]) -> str:
+    opts = doc.get("options") or {}
+    image = doc.get("image") or {}
+    facts = [("image", f"{image.get('name')} ({image.get('backend')})"), ("digest", image.get("digest") or "-"),
+             ("created", doc.get("created")), ("commit", (doc.get("project_commit") or "-")[:12]),
+             ("stages", ", ".join(opts.get("stages") or [])), ("device", opts.get("device")),
+             ("threads", opts.get("threads")), ("exit code", (doc.get("summary") or {}).get("exit_code"))]
+    rows = [[escape(str(m.get("model"))), escape(str(m.get("verdict"))), escape(str(m.get("message") or ""))]
+            for m in doc.get("models", [])]
+    return ("<section id=\"run\"><p>" + " · ".join(f"{escape(k)} <code>{escape(str(v))}</code>" for k, v in facts)
+            + "</p><h2>Verdicts</h2>" + _table(["model", "verdict", "message"], rows) + "</section>")
+
+
+def _throughput(doc: dict[str, Any]) -> str:
+    rows = throughput_rows(doc)
+    if not rows:
+        return ""
+    table = []
+    for r in rows:
+        sd_class = ' class="noisy"' if r["slowdown"].get("noisy") else ""
+        table.append([escape(str(r["model"])), escape(r["verdict"]), escape(r["strict"]), escape(r["default"]),
+                      f"<span{sd_class}>{escape(r['slowdown_text'])}</span>" if not r["error"]
+                      else f'<span class="bad">failed: {escape(r["error"])}</span>',
+                      escape(r["memory"])])
+    out = ["<section id=\"throughput\"><h2>Cost of strict determinism</h2>",
+           _table(["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
+                   "peak memory strict / default"], table)]
+    measured = [{"model": r["model"], **r["slowdown"]} for r in rows if r["slowdown"].get("median") is not None]
+    if measured:
+        out.append(_img(charts.slowdown_bars(measured), "slowdown per model",
+                        "Strict step time over default step time per model; bars: median over repetitions, "
+                        "whiskers: 95 % bootstrap interval; amber: noisy (interval wider than 6 %)."))
+    out.append("<h2>Where the time goes</h2>")
+    for r in rows:
+        items = "".join(f"<li><code>{escape(op_text(op))}</code></li>" for op in r["top_ops"])
+        warn = f'<p class="bad">{escape(r["regression"])}</p>' if r["regression"] else ""
+        out.append(f"<h3>{escape(str(r['model']))}</h3>{warn}"
+                   + (f"<ol>{items}</ol>" if items else "<p>No op grew under strict mode in the profiled steps.</p>"))
+    return "".join(out) + "</section>"
+
+
+def _losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:
+    figs = []
+    for m in doc.get("models", []):
+        series = loss_series(run_dir, m, golden_losses.get(str(m.get("model"))))
+        if not series:
+            continue
+        note = " The golden's curve differs from run A and is overlaid." if "golden" in series else ""
+        figs.append(_img(charts.loss_curves(str(m.get("model")), series), f"loss curves of {m.get('model')}",
+                         f"{m.get('model')}: loss per step of runs A, B and C (C resumes from A's checkpoint); "
+                         f"equal curves draw on top of each other.{note}"))
+    if not figs:
+        return ""
+    return "<section id=\"losses\"><h2>Loss curves</h2>" + "".join(figs) + "</section>"
+
+
+def _history(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    out = ["<section id=\"history\"><h2>Slowdown over time</h2>"]
+    for image, series in sorted(trends.items()):
+        points = [p for pts in series.values() for p in pts if p.get("slowdown") is not None]
+        out.append(f"<h3>{escape(image)}</h3>")
+        if not points:
+            out.append("<p>No run of this image has throughput results yet.</p>")
+            continue
+        out.append(_img(charts.slowdown_history(series, f"{image}: strict slowdown per run"),
+                        f"slowdown history of {image}", "One point per recorded run, oldest first; whiskers: 95 % "
+                        "bootstrap interval."))
+        rows = [[escape(model), escape(str(p.get("created"))), escape((p.get("commit") or "-")[:12]),
+                 escape(str(p.get("verdict"))), f"{p['slowdown']:.3f}" if p.get("slowdown") is not None else "-"]
+                for model, pts in sorted(series.items()) for p in pts]
+        out.append(_table(["model", "created", "commit", "verdict", "slowdown"], rows))
+    return "".join(out) + "</section>"

@@ -1,0 +1,31 @@
+"""The JSON report: the same facts as the Markdown and HTML reports, for machines."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+SCHEMA = "reproci.report"
+VERSION = 1
+
+
+def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+    out: dict[str, Any] = {"schema": SCHEMA, "version": VERSION}
+    if document is not None:
+        out["run"] = {k: document.get(k) for k in ("run_id", "created", "project_commit", "reproci_version", "image",
+                                                   "options", "summary")}
+        out["models"] = []
+        for m in document.get("models", []):
+            t = m.get("throughput") if isinstance(m.get("throughput"), dict) else None
+            golden = m.get("golden") if isinstance(m.get("golden"), dict) else {}
+            out["models"].append({
+                "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
+                "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),
+                "throughput": None if t is None else {
+                    k: t.get(k) for k in ("modes", "slowdown", "slowdowns", "top_ops", "regression", "error",
+                                          "repetitions", "timed_steps", "warmup_steps", "device", "threads")
+                },
+            })
+    if trends is not None:
+        out["trends"] = trends
+    return json.dumps(out, indent=2, default=str) + "\n"

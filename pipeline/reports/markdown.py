@@ -1,0 +1,89 @@
+"""The Markdown report: for $GITHUB_STEP_SUMMARY and pull-request comments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .rows import op_text, slowdown_text, throughput_rows
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ") if value is not None else "-"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+    lines: list[str] = []
+    if document is not None:
+        lines += _run(document)
+    if trends:
+        lines += _trends(trends)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _run(doc: dict[str, Any]) -> list[str]:
+    image = doc.get("image") or {}
+    opts = doc.get("options") or {}
+    lines = [f"## reproci · {image.get('name')} ({image.get('backend')})", "",
+             f"Run `{doc.get('run_id')}` · {doc.get('created')} · commit `{(doc.get('project_commit') or '-')[:12]}` · "
+             f"stages {', '.join(opts.get('stages') or [])} · device {opts.get('device')} · "
+             f"threads {opts.get('threads')} · exit code {doc.get('summary', {}).get('exit_code')}", ""]
+    rows = throughput_rows(doc)
+    if not rows:
+        lines += ["### Verdicts", ""]
+        lines += _table(["model", "verdict", "message"],
+                        [[m.get("model"), m.get("verdict"), m.get("message")] for m in doc.get("models", [])])
+        return lines + [""]
+    lines += ["### Cost of strict determinism", ""]
+    lines += _table(
+        ["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
+         "peak memory strict / default", "op that grew most"],
+        [[r["model"], r["verdict"], r["strict"], r["default"], r["slowdown_text"] if not r["error"] else "failed",
+          r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in rows])
+    lines.append("")
+    t0 = next((m.get("throughput") for m in doc.get("models", []) if m.get("throughput")), {}) or {}
+    lines.append(f"Slowdown = strict step time / default step time, median of {t0.get('repetitions')} "
+                 f"repetitions in fresh processes (modes interleaved {t0.get('order')}), {t0.get('timed_steps')} timed "
+                 f"steps after {t0.get('warmup_steps')} warm-up steps each; the interval is a bootstrap over "
+                 "repetitions, *noisy* when it is wider than 6 % of the median. Peak memory: "
+                 f"{rows[0]['memory_kind'] or 'not reported'}.")
+    lines.append("")
+    for r in rows:
+        extra = [f"{mode}: {slowdown_text(sd)}" for mode, sd in r["slowdowns"].items() if mode != "strict"]
+        if r["error"]:
+            lines.append(f"- **{r['model']}**: the measurement failed: {_cell(r['error'])}")
+            continue
+        if r["top_ops"]:
+            lines.append(f"- **{r['model']}**, where strict mode spends the extra time: "
+                         + "; ".join(f"`{op_text(op)}`" for op in r["top_ops"]))
+        else:
+            lines.append(f"- **{r['model']}**: no op grew under strict mode in the profiled steps")
+        if extra:
+            lines.append(f"  - other modes against default: {', '.join(extra)}")
+        if r["regression"]:
+            lines.append(f"  - ⚠️ {_cell(r['regression'])}")
+    return lines + [""]
+
+
+def _trends(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
+    lines = ["### Slowdown over time", ""]
+    rows = []
+    for image, models in sorted(trends.items()):
+        for model, points in sorted(models.items()):
+            measured = [p for p in points if p.get("slowdown") is not None]
+            if not measured:
+                continue
+            first, last = measured[0], measured[-1]
+            change = (last["slowdown"] / first["slowdown"] - 1) * 100 if len(measured) > 1 else None
+            rows.append([image, model, len(measured), f"{first['slowdown']:.3f}× ({str(first['created'])[:10]})",
+                         f"{last['slowdown']:.3f}× ({str(last['created'])[:10]})",
+                         f"{change:+.1f} %" if change is not None else "-", last.get("verdict")])
+    if not rows:
+        return lines + ["No run in the history has throughput results yet (`reproci run --stage throughput`).", ""]
+    lines += _table(["image", "model", "runs", "first", "latest", "change", "latest verdict"], rows)
+    return lines + [""]

@@ -1,0 +1,67 @@
+"""The rows every report shows, formatted once: per model throughput, slowdown, top ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def slowdown_text(sd: dict[str, Any] | None) -> str:
+    """'1.23× [1.20, 1.26]', with '(noisy)' when the interval is wide; '-' when not measured."""
+    if not sd or sd.get("median") is None:
+        return "-"
+    text = f"{sd['median']:.3f}× [{sd['ci_low']:.3f}, {sd['ci_high']:.3f}]"
+    return text + " (noisy)" if sd.get("noisy") else text
+
+
+def rate_text(mode: dict[str, Any] | None) -> str:
+    if not mode or not mode.get("steps_per_s"):
+        return "-"
+    text = f"{mode['steps_per_s']:.1f}"
+    if mode.get("samples_per_s"):
+        text += f" ({mode['samples_per_s']:,.0f} samples/s)"
+    return text
+
+
+def bytes_text(n: int | None) -> str:
+    if not n:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return "-"
+
+
+def op_text(op: dict[str, Any]) -> str:
+    """'aten::index_add_ +40 % (+0.120 ms/step, 35 % of the slowdown)'."""
+    growth = "new" if op.get("growth") is None else f"{op['growth'] * 100:+.0f} %"
+    share = f", {op['share'] * 100:.0f} % of the slowdown" if op.get("share") is not None else ""
+    return f"{op['op']} {growth} ({op['delta_ms']:+.3f} ms/step{share})"
+
+
+def golden_verdict(m: dict[str, Any]) -> str:
+    """The model's verdict, with the golden comparison's when it says more."""
+    v = str(m.get("verdict", "?"))
+    g = m.get("golden") if isinstance(m.get("golden"), dict) else {}
+    gv = g.get("verdict")
+    return v if not gv or gv == v else f"{v} (golden: {gv})"
+
+
+def throughput_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model that has a throughput result (measured or failed)."""
+    rows = []
+    for m in document.get("models", []):
+        t = m.get("throughput")
+        if not isinstance(t, dict):
+            continue
+        modes = t.get("modes") or {}
+        rows.append({
+            "model": m.get("model"), "verdict": golden_verdict(m), "error": (t.get("error") or {}).get("message"),
+            "modes": modes, "slowdown": t.get("slowdown") or {}, "slowdowns": t.get("slowdowns") or {},
+            "top_ops": t.get("top_ops") or [], "regression": t.get("regression"),
+            "strict": rate_text(modes.get("strict")), "default": rate_text(modes.get("default")),
+            "slowdown_text": slowdown_text(t.get("slowdown")),
+            "memory": " / ".join(bytes_text((modes.get(k) or {}).get("peak_memory_bytes")) for k in ("strict", "default")),
+            "memory_kind": (modes.get("strict") or {}).get("peak_memory_kind"),
+        })
+    return rows

@@ -1,0 +1,233 @@
+"""The throughput-cost stage: what strict determinism costs, per model, and where.
+
+Per model and repetition, one fresh process per mode (strict, default, optionally
+bookkeeping), so flags read at start-up are honest. Modes alternate in ABBA order across
+repetitions so drift and position effects hit every mode alike. Each process runs warm-up
+steps, then timed steps (device synchronised before each clock read); its throughput is
+1 / median step time. The slowdown of a repetition is strict step time / default step
+time; the stage reports the median over repetitions with a bootstrap confidence interval,
+and marks the measurement noisy when that interval is wide. The first repetitions also
+run a few profiled steps after the timed ones, and the ops whose self time grows most
+under strict mode are reported with their share of the slowdown.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import verdicts
+from ..models import ModelRef
+from ..options import RunOptions
+from ..runner import RunContext, WorkerFailed, execute
+from ..worker.spec import PROFILE_STEPS, WorkerSpec
+
+SUMMARY_VERSION = 1
+BASELINE = "default"
+MODES = ("strict", "default")  # bookkeeping is optional: pass modes=("strict", "default", "bookkeeping")
+NOT_CHECKED = "NOT_CHECKED"  # verdict of a model whose determinism stage did not run
+CONFIDENCE = 0.95
+BOOTSTRAP_SAMPLES = 2000
+NOISY_WIDTH = 0.06  # an interval wider than 6 % of the median marks the measurement noisy
+PROFILED_REPS = 2  # repetitions whose processes also profile per-op times
+TOP_OPS = 5
+
+
+def warmup_steps(steps: int) -> int:
+    """Warm-up steps before timing: allocator, caches, lazy inits, loader start-up."""
+    return max(3, steps // 6)
+
+
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any],
+         modes: tuple[str, ...] = MODES) -> list[WorkerSpec]:
+    """Every process, in launch order: repetition r runs the modes forward (r odd) or reversed."""
+    warm = warmup_steps(options.steps)
+    specs = []
+    for rep in range(1, options.repetitions + 1):
+        order = modes if rep % 2 else tuple(reversed(modes))
+        for mode in order:
+            role = f"throughput-{mode}-{rep}"
+            profiled = rep <= PROFILED_REPS
+            specs.append(WorkerSpec(
+                model_ref=model.ref, model_name=model.name, role=role,
+                steps=warm + options.steps + (PROFILE_STEPS + 1 if profiled else 0),
+                seed=options.seed, profile=options.profile, device=options.device, threads=options.threads,
+                mode=mode, output=f"record-{role}.json", fingerprints=False, warmup_steps=warm,
+                profile_ops=profiled, project_commit=project_commit, image=image,
+            ))
+    return specs
+
+
+def bootstrap_median(values: list[float], *, samples: int = BOOTSTRAP_SAMPLES,
+                     confidence: float = CONFIDENCE, seed: int = 0) -> tuple[float, float, float]:
+    """Median and a percentile-bootstrap interval for it (a fixed seed: same data, same interval)."""
+    data = np.asarray(values, dtype=float)
+    med = float(np.median(data))
+    if len(data) < 2:
+        return med, med, med
+    rng = np.random.default_rng(seed)
+    meds = np.median(rng.choice(data, size=(samples, len(data)), replace=True), axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(meds, [tail, 100 - tail])
+    return med, float(low), float(high)
+
+
+def slowdown(ratios: list[float]) -> dict[str, Any]:
+    """Median slowdown over repetitions, its bootstrap interval, and whether it is noisy."""
+    med, low, high = bootstrap_median(ratios)
+    width = (high - low) / med if med else float("inf")
+    return {"median": med, "ci_low": low, "ci_high": high, "confidence": CONFIDENCE, "relative_width": width,
+            "noisy": bool(width > NOISY_WIDTH or len(ratios) < 3), "ratios": [round(r, 5) for r in ratios]}
+
+
+def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mode: str = "strict",
+                  baseline: str = BASELINE, top: int = TOP_OPS) -> list[dict[str, Any]]:
+    """The ops whose self time per step grows most from ``baseline`` to ``mode``.
+
+    ``ops[mode]`` holds one op list per profiled process (the record's "ops"). Times are
+    averaged over processes and given in milliseconds per step; ``share`` is an op's
+    growth over the growth of all ops together (the slowdown the profiler sees),
+    ``growth`` its own relative change (None: the op does not run in the baseline).
+    """
+    key = "self_device_us" if device == "cuda" else "self_cpu_us"
+
+    def mean_times(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for run in runs:
+            for row in run:
+                total[row["name"]] = total.get(row["name"], 0.0) + row[key]
+        return {k: v / len(runs) for k, v in total.items()} if runs else {}
+
+    a, b = mean_times(ops.get(mode, [])), mean_times(ops.get(baseline, []))
+    if not a or not b:
+        return []
+    deltas = {name: a.get(name, 0.0) - b.get(name, 0.0) for name in set(a) | set(b)}
+    growth_total = sum(deltas.values())
+    rows = []
+    for name, d in sorted(deltas.items(), key=lambda kv: -kv[1])[:top]:
+        if d <= 0:
+            break
+        base = b.get(name, 0.0)
+        rows.append({"op": name, f"{mode}_ms": a.get(name, 0.0) / 1000, f"{baseline}_ms": base / 1000,
+                     "delta_ms": d / 1000, "growth": (d / base) if base > 0 else None,
+                     "share": (d / growth_total) if growth_total > 0 else None})
+    return rows
+
+
+def _mode_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    sps = [r["steps_per_s"] for r in records]
+    samples = [r["samples_per_s"] for r in records if r.get("samples_per_s")]
+    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
+    return {
+        "steps_per_s": statistics.median(sps),
+        "samples_per_s": statistics.median(samples) if samples else None,
+        "step_ms_median": 1000.0 / statistics.median(sps),
+        "peak_memory_bytes": max(peaks) if peaks else None,
+        "peak_memory_kind": records[0].get("peak_memory_kind"),
+        "steps_per_s_reps": [round(v, 4) for v in sps],
+    }
+
+
+def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
+              image: dict[str, Any], modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """Measure every mode of one model; the result goes under the model entry's "throughput"."""
+    t0 = time.monotonic()
+    specs = plan(options, model, project_commit=project_commit, image=image, modes=modes)
+    result: dict[str, Any] = {
+        "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
+        "warmup_steps": specs[0].warmup_steps, "timed_steps": options.steps, "repetitions": options.repetitions,
+        "order": "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {}, "slowdowns": {}, "top_ops": [],
+        "records": [f"{model.name}/{s.output}" for s in specs], "error": None,
+    }
+    by_mode: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
+    try:
+        for spec in specs:
+            ctx.progress(f"{model.name}: throughput {spec.mode} {spec.role.rsplit('-', 1)[1]}/{options.repetitions}")
+            record = execute(ctx, spec)
+            if not record.get("steps_per_s"):
+                raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
+            by_mode[spec.mode][int(spec.role.rsplit("-", 1)[1])] = record
+    except WorkerFailed as e:
+        result.update(error={"kind": e.kind, "message": str(e)}, seconds=round(time.monotonic() - t0, 3))
+        return result
+    reps = range(1, options.repetitions + 1)
+    result["modes"] = {m: _mode_summary([by_mode[m][r] for r in reps]) for m in modes}
+    # slowdown of a repetition: baseline steps/s over the mode's (> 1: the mode is slower)
+    result["slowdowns"] = {
+        m: slowdown([by_mode[BASELINE][r]["steps_per_s"] / by_mode[m][r]["steps_per_s"] for r in reps])
+        for m in modes if m != BASELINE
+    }
+    result["slowdown"] = result["slowdowns"].get("strict", {})
+    ops = {m: [by_mode[m][r]["ops"] for r in reps if by_mode[m][r].get("ops")] for m in modes}
+    result["top_ops"] = attribute_ops(ops, device=options.device)
+    result["profiled_steps"] = next((by_mode[m][1].get("profiled_steps") for m in modes), 0)
+    result["seconds"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def unchecked_entry(options: RunOptions, model: ModelRef) -> dict[str, Any]:
+    """A model entry for a run without the determinism stage: no reproducibility claim."""
+    return {
+        "model": model.name, "ref": model.ref, "plugin": model.plugin, "description": model.description,
+        "source": str(model.source), "code_sha256": model.code_sha256, "steps": options.steps,
+        "seed": options.seed, "verdict": NOT_CHECKED,
+        "message": "determinism not checked (throughput stage only)", "final_sha256": None, "runs": {},
+        "evidence": None, "error": None, "records": {}, "seconds": 0.0,
+    }
+
+
+def attach(entry: dict[str, Any], result: dict[str, Any]) -> None:
+    """Put a throughput result on a model entry; a failed measurement makes the entry an ERROR."""
+    entry["throughput"] = result
+    result["golden_summary"] = throughput_summary(entry)
+    entry["seconds"] = round(entry.get("seconds", 0.0) + result.get("seconds", 0.0), 3)
+    if not entry.get("records") and result.get("records"):
+        entry["records"] = {"throughput": result["records"][0]}
+    if result.get("error") and entry.get("verdict") != verdicts.ERROR:
+        before = entry.get("verdict")
+        entry["verdict"] = verdicts.ERROR
+        entry["message"] = f"throughput stage: {result['error']['message']} (determinism: {before})"
+        entry["error"] = result["error"]
+
+
+def throughput_summary(model_entry: dict[str, Any]) -> dict[str, Any]:
+    """What a golden file keeps of a model's throughput (empty when the stage did not run)."""
+    t = model_entry.get("throughput") or {}
+    if not t.get("modes"):
+        return {}
+    return {
+        "version": SUMMARY_VERSION, "device": t.get("device"), "threads": t.get("threads"),
+        "timed_steps": t.get("timed_steps"), "repetitions": t.get("repetitions"),
+        "modes": {m: {k: v.get(k) for k in ("steps_per_s", "samples_per_s", "peak_memory_bytes")}
+                  for m, v in t["modes"].items()},
+        "slowdown": {m: {k: s.get(k) for k in ("median", "ci_low", "ci_high", "noisy")}
+                     for m, s in (t.get("slowdowns") or {}).items()},
+    }
+
+
+def check_regression(current: dict[str, Any], golden: dict[str, Any], factor: float) -> str | None:
+    """One line when strict mode got slower by more than ``factor`` against the golden.
+
+    Both arguments are ``throughput_summary`` dicts. First the slowdown ratio (strict over
+    default): the current interval's low end must exceed the golden median times
+    ``factor``, so a change inside the noise is not a regression. Then, on the same device
+    and thread count only, strict steps/s falling below the golden's divided by ``factor``.
+    """
+    cur = (current.get("slowdown") or {}).get("strict") or {}
+    gold = (golden.get("slowdown") or {}).get("strict") or {}
+    if cur.get("median") and gold.get("median"):
+        low = cur.get("ci_low") or cur["median"]
+        if low > gold["median"] * factor:
+            return (f"strict-mode slowdown regressed: {cur['median']:.3f}x [{low:.3f}, "
+                    f"{cur.get('ci_high') or cur['median']:.3f}] against the golden's {gold['median']:.3f}x, "
+                    f"beyond the allowed factor {factor:g}")
+    same_machine = (current.get("device"), current.get("threads")) == (golden.get("device"), golden.get("threads"))
+    now = ((current.get("modes") or {}).get("strict") or {}).get("steps_per_s")
+    then = ((golden.get("modes") or {}).get("strict") or {}).get("steps_per_s")
+    if same_machine and now and then and now * factor < then:
+        return (f"strict-mode throughput regressed: {now:.1f} steps/s against the golden's {then:.1f} "
+                f"({then / now:.2f}x slower), beyond the allowed factor {factor:g}")
+    return None

@@ -1,0 +1,278 @@
+"""``reproci run --image`` end to end against a real Docker engine and the CPU test image.
+
+Skipped when no engine answers or the image is missing, unless REPROCI_REQUIRE_DOCKER=1
+(.ci/run sets it), in which case that is a failure. Every CLI run here is a real
+subprocess; every container is a real one, found afterwards by its labels.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import errors
+
+from .conftest import PLUGINS, ROOT, model_entry
+
+pytestmark = pytest.mark.docker
+IMAGE = "reproci/cpu-torch2.13:1"
+BASE = "reproci/base-bookworm:1"
+SHORT = ("--steps", "8", "--resume-at", "4")
+FAULTY = PLUGINS / "faulty.py"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    """The Docker SDK client; skip (or fail under REPROCI_REQUIRE_DOCKER=1) without an engine and the image."""
+    import docker
+
+    problem = None
+    try:
+        client = docker.from_env()
+        client.ping()
+        for ref in (IMAGE, BASE):
+            try:
+                client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                problem = f"image {ref} is missing: run `bash .ci/docker-setup.sh`"
+    except docker.errors.DockerException as e:
+        problem = f"no Docker engine answers ({e}): run `bash .ci/docker-setup.sh`"
+    if problem:
+        if os.environ.get("REPROCI_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"REPROCI_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(problem)
+    yield client
+    client.close()
+
+
+class Run:
+    """A finished CLI subprocess: exit code, output, its pid (the containers' reproci.pid label) and cwd."""
+
+    def __init__(self, proc: subprocess.Popen, out: str, err: str, cwd: Path) -> None:
+        self.pid, self.returncode, self.stdout, self.stderr, self.cwd = proc.pid, proc.returncode, out, err, cwd
+
+    def latest(self) -> dict:
+        return json.loads((self.cwd / "results" / "latest.json").read_text())
+
+
+def start(cwd: Path, *args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    full_env = {**os.environ, "CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
+    full_env.pop("GITHUB_STEP_SUMMARY", None)
+    full_env.pop("GITHUB_ACTIONS", None)
+    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=full_env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def reproci(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300, **popen) -> Run:
+    proc = start(cwd, *args, env=env, **popen)
+    out, err = proc.communicate(timeout=timeout)
+    return Run(proc, out, err, cwd)
+
+
+def containers_of(client, pid: int) -> list:
+    return client.containers.list(all=True, filters={"label": f"reproci.pid={pid}"})
+
+
+@pytest.fixture(scope="module")
+def matrix(engine, tmp_path_factory):
+    """The same short matrix in the image (recording goldens) and on the local backend."""
+    cwd = tmp_path_factory.mktemp("matrix")
+    args = ("run", "-m", "embedding", "-m", "conv", *SHORT)
+    docker_run = reproci(cwd, *args, "--image", IMAGE, "--update-golden")
+    docker_doc = docker_run.latest() if docker_run.returncode == 0 else None
+    local_run = reproci(cwd, *args)
+    return docker_run, docker_doc, local_run, local_run.latest() if local_run.returncode == 0 else None
+
+
+def test_the_image_gives_the_same_hashes_as_the_local_backend(matrix):
+    docker_run, doc, local_run, local = matrix
+    assert docker_run.returncode == 0, docker_run.stdout + docker_run.stderr
+    assert local_run.returncode == 0, local_run.stdout + local_run.stderr
+    assert local["packages"]["torch"] == doc["packages"]["torch"] == "2.13.0+cpu"
+    assert doc["options"]["threads"] == local["options"]["threads"] == 1
+    for name in ("embedding", "conv"):
+        d, loc = model_entry(doc, name), model_entry(local, name)
+        assert {r["final_sha256"] for r in d["runs"].values()} == {d["final_sha256"]}  # A = B = C in the image
+        assert d["final_sha256"] == loc["final_sha256"], name
+
+
+def test_the_image_digest_is_recorded_and_shown(engine, matrix):
+    docker_run, doc, _, _ = matrix
+    image = engine.images.get(IMAGE)
+    assert doc["image"]["backend"] == "docker" and doc["image"]["reference"] == IMAGE
+    assert doc["image"]["digest"] == image.id and doc["image"]["digest"].startswith("sha256:")
+    assert image.id[:19] in docker_run.stdout.splitlines()[0]  # the table title
+    golden = next((docker_run.cwd / "goldens").glob("*.yaml")).read_text()
+    assert image.id in golden  # the golden says which image made it
+    run_dir = docker_run.cwd / "results" / doc["run_id"]
+    spec = json.loads((run_dir / "embedding" / "spec-A.json").read_text())
+    assert spec["image"]["digest"] == image.id
+
+
+def test_no_container_is_left_after_a_run(engine, matrix):
+    assert containers_of(engine, matrix[0].pid) == []
+
+
+def _unprivileged() -> dict:
+    """Popen arguments that run the CLI as another, unprivileged user, if this root process can."""
+    sock = Path("/var/run/docker.sock")
+    if os.getuid() != 0 or not sock.exists() or os.stat(sock).st_gid == 0:
+        return {}
+    popen = {"user": 4242, "group": 4242, "extra_groups": [os.stat(sock).st_gid]}
+    try:  # this interpreter may live where that user cannot reach (e.g. under /root)
+        ok = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import pipeline.cli"],
+                            cwd="/", capture_output=True, timeout=60, **popen).returncode == 0
+    except PermissionError:
+        ok = False
+    return popen if ok else {}
+
+
+def test_a_new_user_gets_a_pass_and_owns_every_file(engine, matrix):
+    """Run as an unprivileged user where the tests run as root and that user can run this
+    Python; else as the current user (the container's user setting is also checked on a
+    live container in the Ctrl-C test)."""
+    popen = _unprivileged()
+    uid, gid = (popen["user"], popen["group"]) if popen else (os.getuid(), os.getgid())
+    scratch = Path(tempfile.mkdtemp(prefix="reproci-user-"))
+    try:
+        shutil.copytree(matrix[0].cwd / "goldens", scratch / "goldens")
+        for p in [scratch, *scratch.rglob("*")]:
+            os.chown(p, uid, gid)
+        run = reproci(scratch, "run", "--image", IMAGE, "-m", "embedding", *SHORT, env={"HOME": str(scratch)}, **popen)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert model_entry(run.latest(), "embedding")["verdict"] == "PASS"
+        assert "PASS" in run.stdout and run.latest()["image"]["digest"][:19] in run.stdout
+        files = list((scratch / "results").rglob("*"))
+        assert any(f.name == "record-C.json" for f in files)
+        assert {f.stat().st_uid for f in files} == {uid}
+        assert containers_of(engine, run.pid) == []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_a_crashing_plugin_is_an_error_and_leaves_no_container(engine, tmp_path):
+    run = reproci(tmp_path, "run", "--image", IMAGE, *SHORT, "-m", f"{FAULTY}:crash_at_step_3",
+                  "-m", "tests.plugins.faulty:private_rng_exposed")
+    assert run.returncode == errors.EXIT_RUN_ERROR, run.stdout + run.stderr
+    doc = run.latest()
+    crash = model_entry(doc, "faulty.crash_at_step_3")
+    assert crash["verdict"] == "ERROR" and "illegal memory access" in crash["message"]
+    assert model_entry(doc, "faulty.private_rng_exposed")["verdict"] == "NEW"  # a plugin module, mounted
+    assert containers_of(engine, run.pid) == []
+
+
+def test_a_hanging_run_times_out_and_its_container_is_removed(engine, tmp_path):
+    t0 = time.monotonic()
+    run = reproci(tmp_path, "run", "--image", IMAGE, *SHORT, "--timeout", "10", "-m", f"{FAULTY}:hang")
+    assert run.returncode == errors.EXIT_RUN_ERROR, run.stdout + run.stderr
+    m = run.latest()["models"][0]
+    assert m["error"]["kind"] == "timeout" and "timed out after 10 s" in m["message"]
+    assert time.monotonic() - t0 < 40
+    assert containers_of(engine, run.pid) == []
+
+
+def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_path):
+    proc = start(tmp_path, "run", "--image", IMAGE, "-m", "conv", "--steps", "400")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        running = [c for c in containers_of(engine, proc.pid)
+                   if c.labels.get("reproci") == "worker" and c.status == "running"]
+        if running:
+            break
+        time.sleep(0.2)
+    assert running, "no worker container started"
+    # Hygiene, read back from the live container: user, network, read-only code, explicit environment.
+    attrs = engine.api.inspect_container(running[0].id)
+    assert attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+    assert attrs["HostConfig"]["NetworkMode"] == "none" and attrs["HostConfig"]["CapDrop"] == ["ALL"]
+    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
+    assert not mounts["/reproci/code/pipeline"]["RW"] and not mounts["/reproci/code/reference_models"]["RW"]
+    assert mounts["/reproci/run"]["RW"] and set(mounts) == {
+        "/reproci/code/pipeline", "/reproci/code/reference_models", "/reproci/run"}
+    image_env = set(engine.api.inspect_image(IMAGE)["Config"]["Env"])
+    env = dict(e.split("=", 1) for e in set(attrs["Config"]["Env"]) - image_env)
+    assert set(env) == {"PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                        "PYTHONUNBUFFERED", "CUBLAS_WORKSPACE_CONFIG", "PYTHONPATH", "HOME"}
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == errors.EXIT_INTERRUPTED, err
+    assert "interrupted" in err
+    assert containers_of(engine, proc.pid) == []
+    assert not list((tmp_path / "results").glob("*/"))
+
+
+def one_line_error(run: Run, code: int, fragment: str) -> None:
+    assert run.returncode == code, run.stdout + run.stderr
+    assert fragment in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not list((run.cwd / "results").glob("*/"))
+
+
+def test_an_unreachable_engine_is_an_infrastructure_error(tmp_path):
+    run = reproci(tmp_path, "run", "--image", IMAGE, "-m", "embedding",
+                  env={"DOCKER_HOST": "unix:///nonexistent.sock"}, timeout=60)
+    one_line_error(run, errors.EXIT_INFRA, "cannot reach the Docker engine at unix:///nonexistent.sock")
+
+
+def test_a_missing_image_is_an_infrastructure_error(engine, tmp_path):
+    run = reproci(tmp_path, "run", "--image", "reproci/no-such-image:0", "-m", "embedding", timeout=60)
+    one_line_error(run, errors.EXIT_INFRA, "image reproci/no-such-image:0 not found locally")
+
+
+@pytest.fixture(scope="module")
+def broken_images(engine):
+    """Two tiny local images: one with python3 but no torch, one with no python3 at all."""
+    no_torch = "reproci-test/no-torch:1"
+    engine.images.build(fileobj=io.BytesIO(f"FROM {BASE}\nLABEL reproci.test=no-torch\n".encode()), tag=no_torch,
+                        rm=True)
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("etc/os-release")
+        body = b"NAME=empty\n"
+        info.size, info.mode = len(body), stat.S_IFREG | 0o644
+        tar.addfile(info, io.BytesIO(body))
+    no_python = "reproci-test/no-python:1"
+    engine.api.import_image_from_data(data.getvalue(), repository=no_python.split(":")[0], tag="1")
+    yield no_torch, no_python
+    for ref in (no_torch, no_python):
+        engine.images.remove(ref, force=True)
+
+
+def test_an_image_without_torch_is_an_infrastructure_error(engine, broken_images, tmp_path):
+    run = reproci(tmp_path, "run", "--image", broken_images[0], "-m", "embedding", timeout=60)
+    one_line_error(run, errors.EXIT_INFRA, f"image {broken_images[0]} has python3 but no torch")
+    assert containers_of(engine, run.pid) == []
+
+
+def test_an_image_without_python3_is_an_infrastructure_error(engine, broken_images, tmp_path):
+    run = reproci(tmp_path, "run", "--image", broken_images[1], "-m", "embedding", timeout=60)
+    one_line_error(run, errors.EXIT_INFRA, f"image {broken_images[1]} has no python3")
+    assert containers_of(engine, run.pid) == []
+
+
+def test_gpus_on_an_engine_without_gpus_are_an_infrastructure_error(engine, tmp_path):
+    if "nvidia" in (engine.info().get("Runtimes") or {}):
+        pytest.skip("this engine has the NVIDIA runtime: GPUs may well be there")
+    run = reproci(tmp_path, "run", "--image", IMAGE, "--gpus", "all", "-m", "embedding", timeout=60)
+    one_line_error(run, errors.EXIT_INFRA, "GPUs were requested (--gpus all)")
+    assert containers_of(engine, run.pid) == []
+
+
+def test_images_list_shows_the_built_image_with_its_digest_and_torch(engine, tmp_path):
+    run = reproci(tmp_path, "images", "list", timeout=60)
+    assert run.returncode == 0, run.stderr
+    line = next(x for x in run.stdout.splitlines() if x.startswith("cpu-torch2.13 "))
+    assert IMAGE in line and engine.images.get(IMAGE).id[:19] in line
+    assert "torch 2.13.0+cpu" in run.stdout

@@ -1,0 +1,180 @@
+"""The golden store: format, validation, atomic and concurrent writes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from pipeline import golden
+from pipeline.errors import GoldenError
+
+from .conftest import ROOT
+
+
+def fake_run(seed: int = 0, torch_version: str = "2.13.0+cpu"):
+    rng = np.random.default_rng(seed)
+    names = ["param:w", "grad:w", "buffer:b", "optim:w.m"]
+    fps = rng.integers(-2**40, 2**40, size=(5, 4)).tolist()
+    digest = f"{seed:064x}"
+    document = {
+        "run_id": f"run-{seed}", "project_commit": "abc123", "image": {"name": "img", "reference": None, "digest": None},
+        "options": {"profile": "quick", "device": "cpu", "threads": 1},
+        "environment": {"torch": torch_version, "threads": {"intra_op": 1}},
+        "packages": {"torch": torch_version, "numpy": "2.4.6"},
+        "models": [{"model": "m", "ref": "m", "code_sha256": "c" * 64, "config_sha256": "d" * 64, "config": {"w": 1},
+                    "steps": 5, "resume_at": 2, "seed": 0}],
+    }
+    records = {"m": {"final_sha256": digest, "losses": [1.0, 0.5, 0.25, 0.125, 0.0625], "tensor_names": names,
+                     "fingerprints": fps, "batch_fingerprints": [1, 2, 3, 4, 5],
+                     "tensor_sha256": {"param:w": "1" * 64}}}
+    states = {"m": {"param:w": torch.full((3,), float(seed)), "grad:w": torch.zeros(3)}}
+    return document, records, states
+
+
+def test_round_trip_keeps_everything_needed_to_bisect(tmp_path):
+    doc, recs, states = fake_run(1)
+    path = golden.write(tmp_path, "img", doc, recs, states)
+    text = path.read_text()
+    assert text.startswith("# reproci golden hashes") and "final_sha256" in text
+    assert "fingerprints" not in yaml.safe_load(text)["models"]["m"]  # bulky data lives in the sidecar
+    g = golden.load(tmp_path, "img")
+    m = g.models["m"]
+    assert g.data["version"] == 1 and g.data["recorded"]["project_commit"] == "abc123"
+    assert m.entry["final_sha256"] == recs["m"]["final_sha256"] and m.entry["losses"][-1] == 0.0625
+    assert m.names == recs["m"]["tensor_names"] and m.fingerprints.tolist() == recs["m"]["fingerprints"]
+    assert m.batch_fingerprints.tolist() == [1, 2, 3, 4, 5]
+    assert m.state["param:w"].tolist() == [1.0, 1.0, 1.0] and "grad:w" not in m.state
+    assert m.as_record()["tensor_sha256"] == {"param:w": "1" * 64}
+    assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask():
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_rewrite_replaces_the_sidecar(tmp_path):
+    golden.write(tmp_path, "img", *fake_run(1))
+    golden.write(tmp_path, "img", *fake_run(2))
+    assert len(list(tmp_path.glob("img.*.npz"))) == 1
+    assert golden.load(tmp_path, "img").models["m"].state["param:w"].tolist() == [2.0] * 3
+
+
+def test_missing_golden_is_none(tmp_path):
+    assert golden.load(tmp_path, "nothing") is None
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda t: t + "\nmodels: [\n", "not valid YAML"),
+    (lambda t: t.replace("version: 1", "version: 9"), "newer than this reproci reads"),
+    (lambda t: t.replace("version: 1", "version: 0"), "re-record it with `reproci golden update --image img`"),
+    (lambda t: t.replace("final_sha256: '0000", "final_sha256: 'zz00"), "key models.m.final_sha256"),
+    (lambda t: t.replace("steps: 5", "steps: five"), "key models.m.steps"),
+])
+def test_corrupt_golden_names_file_and_key(tmp_path, mutate, fragment):
+    path = golden.write(tmp_path, "img", *fake_run(1))
+    path.write_text(mutate(path.read_text()))
+    with pytest.raises(GoldenError) as e:
+        golden.load(tmp_path, "img")
+    assert fragment in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_tampered_or_missing_sidecar_is_refused(tmp_path):
+    golden.write(tmp_path, "img", *fake_run(1))
+    side = next(tmp_path.glob("img.*.npz"))
+    side.write_bytes(side.read_bytes()[:-10])
+    with pytest.raises(GoldenError, match="sidecar.sha256"):
+        golden.load(tmp_path, "img")
+    side.unlink()
+    with pytest.raises(GoldenError, match="is missing"):
+        golden.load(tmp_path, "img")
+
+
+def test_interrupted_update_leaves_the_old_golden_intact(tmp_path, monkeypatch):
+    golden.write(tmp_path, "img", *fake_run(1))
+    before = golden.load(tmp_path, "img").models["m"].entry["final_sha256"]
+    real = golden._atomic_bytes
+    calls = []
+
+    def interrupted(path, data):
+        calls.append(path)
+        if path.suffix == ".yaml":
+            raise KeyboardInterrupt  # Ctrl-C after the new sidecar, before the YAML
+        real(path, data)
+
+    monkeypatch.setattr(golden, "_atomic_bytes", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        golden.write(tmp_path, "img", *fake_run(2))
+    monkeypatch.undo()
+    assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == before
+    assert not list(tmp_path.glob(".*.tmp"))
+    golden.write(tmp_path, "img", *fake_run(3))  # the next update cleans the orphan sidecar
+    assert len(list(tmp_path.glob("img.*.npz"))) == 1
+
+
+WRITER = """
+import sys, itertools
+sys.path.insert(0, sys.argv[3])
+from pathlib import Path
+from pipeline import golden
+from tests.test_golden import fake_run
+for i in itertools.count(int(sys.argv[2])):
+    golden.write(Path(sys.argv[1]), sys.argv[4], *fake_run(i % 50))
+"""
+
+
+def test_killed_writers_never_leave_a_broken_golden(tmp_path):
+    """SIGKILL at random moments of real writer processes; every survivor state loads."""
+    golden.write(tmp_path, "img", *fake_run(0))
+    rng = np.random.default_rng(0)
+    for trial in range(6):
+        before = (tmp_path / "img.yaml").stat().st_mtime_ns
+        p = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(trial * 7 + 1), str(ROOT), "img"], cwd=ROOT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (tmp_path / "img.yaml").stat().st_mtime_ns == before:
+            time.sleep(0.02)  # wait for the writer's first update, then kill it mid-stream
+        time.sleep(float(rng.uniform(0, 0.3)))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        g = golden.load(tmp_path, "img")
+        assert g is not None and len(g.models["m"].entry["final_sha256"]) == 64
+
+
+def test_concurrent_updates_of_different_images_do_not_clobber(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "0", str(ROOT), name], cwd=ROOT)
+             for name in ("img-a", "img-b")]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all((tmp_path / f"{n}.yaml").exists() for n in ("img-a", "img-b")):
+        time.sleep(0.1)
+    time.sleep(1.0)  # both now rewrite their goldens in a loop
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    for name in ("img-a", "img-b"):
+        g = golden.load(tmp_path, name)
+        assert g is not None and g.models["m"].fingerprints.shape == (5, 4)
+
+
+def test_partial_update_with_a_changed_environment_is_refused(tmp_path):
+    doc, recs, states = fake_run(1)
+    doc["models"].append({**doc["models"][0], "model": "n"})
+    recs["n"] = recs["m"]
+    golden.write(tmp_path, "img", doc, recs, states)
+    doc2, recs2, states2 = fake_run(2, torch_version="2.14.1")
+    with pytest.raises(GoldenError, match="re-record every model together"):
+        golden.write(tmp_path, "img", doc2, recs2, states2)
+    doc3, recs3, states3 = fake_run(3)  # same environment: the other model's entry is kept
+    golden.write(tmp_path, "img", doc3, recs3, states3)
+    assert set(golden.load(tmp_path, "img").models) == {"m", "n"}
+
+
+def test_golden_names_cannot_escape_the_directory(tmp_path):
+    with pytest.raises(GoldenError):
+        golden.path_for(tmp_path, "../etc")

@@ -1,0 +1,267 @@
+"""``reproci merge``: per-image shards of the CI matrix merged into one verdict.
+
+The shards are real results files: two real ``reproci run`` invocations (the first records
+a golden, the second is compared against it), plus copies edited to stand for other images
+that drifted or failed (those need a GPU image to happen for real).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline import errors, merge, results, verdicts
+from pipeline.cli import main
+from tests.conftest import Cli
+from tests.test_workflows import run_step, step_named, load as load_workflow
+
+RUN = ("run", "-m", "embedding", "--steps", "8", "--resume-at", "4", "--image-name", "cpu-torch2.13")
+_CACHE: dict[str, dict[str, Path]] = {}
+
+
+def real_results(factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real results files, made once per test session (shared with tests/test_prbody.py).
+
+    recorded: a run that recorded the golden (--update-golden); compared: a later run of the
+    same image compared against that golden; drifted / failed: copies edited to stand for a
+    CUDA image whose golden changed and one whose runs disagreed.
+    """
+    if "files" in _CACHE:
+        return _CACHE["files"]
+    work = factory.mktemp("real-results")
+    cli = Cli(work)
+    first = cli(*RUN, "--results-dir", "recorded", "--goldens-dir", "goldens", "--update-golden")
+    assert first.returncode == 0, first.stderr
+    second = cli(*RUN, "--results-dir", "compared", "--goldens-dir", "goldens")
+    assert second.returncode == 0, second.stderr
+    recorded = next((work / "recorded").glob("*/results.json"))
+    compared = next((work / "compared").glob("*/results.json"))
+    base = json.loads(compared.read_text())
+
+    drifted = edit(base, image={"name": "cuda12.6-torch2.7", "reference": "reproci/cuda12.6-torch2.7:1",
+                                "digest": "sha256:" + "b" * 64, "backend": "docker"})
+    model = drifted["models"][0]
+    model["verdict"] = verdicts.UPGRADE_CHANGED
+    model["message"] = "runs agree, golden differs: torch 2.7.0 -> 2.7.1"
+    model["golden"] = {
+        "verdict": verdicts.UPGRADE_CHANGED, "message": "final hash differs from the golden; torch changed",
+        "file": "goldens/cuda12.6-torch2.7.yaml", "golden_final_sha256": "c" * 64,
+        "golden_image": {"name": "cuda12.6-torch2.7", "reference": "reproci/cuda12.6-torch2.7:0",
+                         "digest": "sha256:" + "a" * 64},
+        "package_diff": {"torch": ["2.7.0", "2.7.1"], "nvidia-cudnn-cu12": ["9.5.1.17", "9.7.0.66"],
+                         "triton": [None, "3.3.1"]},
+        "env_diff": {"gpu.driver": ["550.54", "570.86"]},
+        "evidence": {"step": 3, "tensor": "param:tables.0.weight", "kind": "param", "max_abs": 2.384e-07,
+                     "max_ulp": 2, "losses_agree_digits": 6},
+    }
+    model["throughput"] = {
+        "modes": {"strict": {"steps_per_s": 41.5}, "default": {"steps_per_s": 51.2}},
+        "slowdown": {"median": 1.234, "ci_low": 1.2, "ci_high": 1.26, "noisy": False},
+        "top_ops": [{"op": "aten::index_add_", "strict_ms": 3.1, "default_ms": 1.2, "share": 0.61}],
+    }
+    summarise(drifted)
+
+    failed = edit(base, image={"name": "cuda12.4-torch2.5", "reference": "reproci/cuda12.4-torch2.5:1",
+                               "digest": "sha256:" + "d" * 64, "backend": "docker"})
+    model = failed["models"][0]
+    model["verdict"] = verdicts.NONDETERMINISTIC
+    model["message"] = "A ≠ B from step 2, first at grad:mlp.0.weight\nmax |Δ| 1.19e-07: 100% sure"
+    model["evidence"] = {"comparison": "A vs B", "step": 2, "tensor": "grad:mlp.0.weight", "kind": "grad",
+                         "cause": "compute", "max_abs": 1.19e-07, "max_ulp": 1}
+    model["runs"]["B"]["final_sha256"] = "e" * 64
+    model.pop("golden", None)
+    summarise(failed)
+
+    files = {"recorded": recorded, "compared": compared,
+             "drifted": write_shard(work / "edited", "cuda12.6-torch2.7", drifted),
+             "failed": write_shard(work / "edited", "cuda12.4-torch2.5", failed)}
+    _CACHE["files"] = files
+    return files
+
+
+def edit(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    out.update(changes)
+    out["run_id"] = f"{out['run_id']}-{changes.get('image', {}).get('name', 'edited')}"
+    return out
+
+
+def summarise(doc: dict[str, Any]) -> None:
+    vs = [m["verdict"] for m in doc["models"]]
+    doc["summary"] = {**doc["summary"], "verdicts": {v: vs.count(v) for v in sorted(set(vs))},
+                      "exit_code": verdicts.exit_code(vs)}
+
+
+def write_shard(root: Path, name: str, doc: dict[str, Any]) -> Path:
+    path = root / name / doc["run_id"] / "results.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
+    """Lay shards out as actions/download-artifact does: shards/<artifact>/<run_id>/results.json."""
+    for name in names:
+        src = files[name]
+        doc = json.loads(src.read_text())
+        target = dest / f"reproci-shard-{doc['image']['name']}" / src.parent.name
+        shutil.copytree(src.parent, target)
+        shutil.copy(src, target.parent / "latest.json")
+    return dest
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return real_results(tmp_path_factory)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):
+    """The CLI entry point in-process (exit codes and output as a user sees them)."""
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, " ".join(captured.err.split())
+    return call
+
+
+def test_the_fixture_runs_are_real_and_compared_to_a_real_golden(files: dict[str, Path]) -> None:
+    recorded, compared = (results.load(files[k]) for k in ("recorded", "compared"))
+    assert recorded["golden"]["updated"] is True and recorded["models"][0]["verdict"] == verdicts.NEW
+    golden = compared["models"][0]["golden"]
+    assert compared["models"][0]["verdict"] == verdicts.PASS
+    assert golden["golden_final_sha256"] == recorded["models"][0]["final_sha256"]
+
+
+def test_passing_shards_merge_to_exit_0_with_a_versioned_document(files, cli, tmp_path: Path) -> None:
+    drifted_doc = json.loads(files["drifted"].read_text())
+    drifted_doc["models"][0]["verdict"] = verdicts.PASS
+    files_pass = tmp_path / "pass.json"
+    files_pass.write_text(json.dumps({**drifted_doc, "summary": {**drifted_doc["summary"], "exit_code": 0}}))
+    code, out, err = cli("merge", str(files["compared"]), str(files_pass), "--output", str(tmp_path / "m.json"))
+    assert code == 0, err
+    merged = merge.load_merged(tmp_path / "m.json")
+    assert merged["schema"] == "reproci.merged" and merged["version"] == merge.VERSION
+    assert [s["image"]["name"] for s in merged["shards"]] == ["cpu-torch2.13", "cuda12.6-torch2.7"]
+    assert merged["summary"] == {"verdicts": {"PASS": 2}, "images": 2, "models": 2, "missing": 0, "exit_code": 0}
+    assert "::" not in out and "exit 0" in out
+
+
+def test_most_serious_shard_wins_with_annotations_and_a_summary(files, cli, tmp_path: Path) -> None:
+    shards = artifact_layout(tmp_path / "shards", files, "compared", "drifted", "failed")
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    code, out, err = cli("merge", str(shards), "--output", str(tmp_path / "m.json"), "--summary", str(summary),
+                         "--annotations")
+    assert code == errors.EXIT_REPRO_FAILURE  # 1 (not reproducible) outranks 3 (drift)
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert merged["summary"]["verdicts"] == {"NONDETERMINISTIC": 1, "PASS": 1, "UPGRADE_CHANGED": 1}
+    lines = out.splitlines()
+    error = next(line for line in lines if line.startswith("::error "))
+    assert error.startswith("::error title=reproci embedding on cuda12.4-torch2.5%3A NONDETERMINISTIC::")
+    assert "%0A" in error and "\n" not in error  # a multi-line message stays one workflow command
+    assert "step 2" in error and "grad:mlp.0.weight" in error
+    warning = next(line for line in lines if line.startswith("::warning "))
+    assert "cuda12.6-torch2.7" in warning and "param:tables.0.weight" in warning
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n")  # appended, as GitHub's step summary is
+    assert "## reproci: ❌ not reproducible (exit 1)" in text
+    assert "| `cuda12.6-torch2.7` | embedding | ⚠️ UPGRADE_CHANGED | step 3, `param:tables.0.weight`, |Δ| 2.38e-07 (2 ULP)" \
+        .replace("|Δ|", "\\|Δ\\|") in text
+    assert "1.23× [1.20, 1.26]" in text
+    assert "torch 2.7.0 → 2.7.1" in text and "triton ∅ → 3.3.1" in text
+
+
+def test_drift_alone_exits_3(files, cli, tmp_path: Path) -> None:
+    code, out, _ = cli("merge", str(files["compared"]), str(files["drifted"]), "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_DRIFT
+    assert "UPGRADE_CHANGED 1" in out
+
+
+def test_a_missing_shard_is_an_infrastructure_failure(files, cli, tmp_path: Path) -> None:
+    matrix = json.dumps({"include": [{"image": "cpu-torch2.13", "tag": "reproci/cpu-torch2.13:1"},
+                                     {"image": "cuda12.6-torch2.7", "tag": "reproci/cuda12.6-torch2.7:1"}]})
+    summary = tmp_path / "s.md"
+    code, out, _ = cli("merge", str(files["compared"]), "--matrix", matrix, "--output", str(tmp_path / "m.json"),
+                       "--summary", str(summary), "--annotations")
+    assert code == errors.EXIT_INFRA
+    assert "::error title=reproci cuda12.6-torch2.7::no results from image cuda12.6-torch2.7" in out
+    assert "**No results from:** `cuda12.6-torch2.7`" in summary.read_text()
+    assert json.loads((tmp_path / "m.json").read_text())["missing"] == ["cuda12.6-torch2.7"]
+
+
+def test_nothing_arrived_at_all(cli, tmp_path: Path) -> None:
+    (tmp_path / "shards").mkdir()
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({"include": [{"image": "cpu-torch2.13", "tag": "t"}]}))
+    code, _, _ = cli("merge", str(tmp_path / "shards"), "--matrix", str(matrix), "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_INFRA
+    code, _, err = cli("merge", str(tmp_path / "shards"), "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_USAGE and "no results.json under" in err
+
+
+def test_the_newest_run_of_an_image_wins(files, cli, tmp_path: Path) -> None:
+    older = json.loads(files["failed"].read_text())
+    older["created"] = "2000-01-01T00:00:00+00:00"
+    older_path = write_shard(tmp_path, "old", older)
+    newer = json.loads(files["drifted"].read_text())
+    newer["image"]["name"] = "cuda12.4-torch2.5"
+    newer_path = write_shard(tmp_path, "new", newer)
+    code, _, err = cli("merge", str(older_path), str(newer_path), "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_DRIFT
+    assert f"ignored older {older_path}" in err
+
+
+def test_shards_of_another_format_version_are_refused(files, cli, tmp_path: Path) -> None:
+    doc = json.loads(files["compared"].read_text())
+    doc["version"] = 99
+    bad = write_shard(tmp_path, "bad", doc)
+    code, _, err = cli("merge", str(bad), "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_USAGE and "version 99" in err and "upgrade reproci" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_bad_matrix_and_missing_paths_are_usage_errors(files, cli, tmp_path: Path) -> None:
+    code, _, err = cli("merge", str(files["compared"]), "--matrix", '{"jobs": 1}', "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_USAGE and "reproci matrix" in err
+    code, _, err = cli("merge", str(tmp_path / "nope"), "--output", str(tmp_path / "m.json"))
+    assert code == errors.EXIT_USAGE and "does not exist" in err
+
+
+def test_merged_files_of_another_version_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"schema": merge.SCHEMA, "version": 2}))
+    with pytest.raises(errors.ResultsError, match="run `reproci merge`"):
+        merge.load_merged(path)
+
+
+@pytest.mark.parametrize("codes, worst", [([], 0), ([0, 3], 3), ([3, 1, 0], 1), ([1, 4, 3], 4), ([4, 5], 5),
+                                          ([6, 4], 6), ([0, 2], 2)])
+def test_most_serious_code(codes: list[int], worst: int) -> None:
+    assert merge.most_serious(codes) == worst
+
+
+def test_the_workflow_merge_step_runs_on_downloaded_artifacts(files, tmp_path: Path) -> None:
+    """The reproci workflow's merge step, run as GitHub's bash runs it, with the real CLI on PATH
+    and the environment the runner gives it ($GITHUB_STEP_SUMMARY, $GITHUB_ACTIONS)."""
+    artifact_layout(tmp_path / "shards", files, "compared", "drifted")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "reproci").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipeline.cli "$@"\n')
+    (bin_dir / "reproci").chmod(0o755)
+    matrix = json.dumps({"include": [{"image": "cpu-torch2.13", "tag": "reproci/cpu-torch2.13:1"},
+                                     {"image": "cuda12.6-torch2.7", "tag": "reproci/cuda12.6-torch2.7:1"}]})
+    step = step_named(load_workflow("reproci"), "merge", "Merge into one verdict (summary, annotations, exit code)")
+    summary = tmp_path / "step-summary.md"
+    out, _ = run_step(step, {"MATRIX": matrix, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"},
+                      tmp_path, bin_dir)
+    assert out.returncode == errors.EXIT_DRIFT, out.stderr
+    assert "::warning title=reproci embedding on cuda12.6-torch2.7%3A UPGRADE_CHANGED::" in out.stdout
+    assert "## reproci: ⚠️ golden drift (exit 3)" in summary.read_text()
+    assert json.loads((tmp_path / "merged.json").read_text())["summary"]["images"] == 2

@@ -1,0 +1,183 @@
+"""The throughput-cost stage: statistics, op attribution, regression checks, and real runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.models import resolve_all
+from pipeline.options import RunOptions
+from pipeline.stages import throughput
+from pipeline.worker.spec import PROFILE_STEPS, WorkerSpec
+
+from .conftest import ROOT, Cli, model_entry
+
+
+def test_bootstrap_interval_brackets_the_median_and_is_repeatable():
+    ratios = [1.10, 1.12, 1.08, 1.11, 1.30, 1.09, 1.10, 1.11, 1.12]
+    med, low, high = throughput.bootstrap_median(ratios)
+    assert med == pytest.approx(1.11)
+    assert low <= med <= high
+    assert high < 1.30  # the median resists the one outlier
+    assert throughput.bootstrap_median(ratios) == (med, low, high)  # same data, same interval
+
+
+def test_a_wide_interval_is_flagged_noisy_and_a_tight_one_is_not():
+    tight = throughput.slowdown([1.100, 1.102, 1.098, 1.101, 1.099])
+    wide = throughput.slowdown([0.9, 1.3, 1.0, 1.5, 1.1])
+    assert not tight["noisy"] and tight["relative_width"] < 0.01
+    assert wide["noisy"] and wide["ci_high"] - wide["ci_low"] > 0.1
+    assert throughput.slowdown([1.1, 1.1])["noisy"]  # two repetitions cannot vouch for an interval
+
+
+def _ops(**times: float) -> list[dict]:
+    return [{"name": k.replace("__", "::"), "calls": 1, "self_cpu_us": v, "self_device_us": 0.0} for k, v in times.items()]
+
+
+def test_top_ops_name_the_op_that_grew_with_its_share_of_the_slowdown():
+    ops = {
+        "strict": [_ops(aten__index_add_=140, aten__mm=50, aten__sort=20), _ops(aten__index_add_=140, aten__mm=50, aten__sort=20)],
+        "default": [_ops(aten__index_add_=100, aten__mm=50), _ops(aten__index_add_=100, aten__mm=50)],
+    }
+    top = throughput.attribute_ops(ops, device="cpu")
+    assert [t["op"] for t in top] == ["aten::index_add_", "aten::sort"]
+    assert top[0]["growth"] == pytest.approx(0.40)
+    assert top[0]["share"] == pytest.approx(40 / 60)
+    assert top[0]["strict_ms"] == pytest.approx(0.14) and top[0]["default_ms"] == pytest.approx(0.10)
+    assert top[1]["growth"] is None  # runs only in strict mode
+    assert throughput.attribute_ops({"strict": ops["strict"], "default": []}, device="cpu") == []
+
+
+def _summary(median: float, low: float, high: float, steps_per_s: float = 100.0, device: str = "cpu") -> dict:
+    return {"device": device, "threads": 1,
+            "modes": {"strict": {"steps_per_s": steps_per_s}, "default": {"steps_per_s": steps_per_s * median}},
+            "slowdown": {"strict": {"median": median, "ci_low": low, "ci_high": high}}}
+
+
+def test_regression_beyond_the_factor_warns_in_one_line():
+    golden = _summary(1.10, 1.08, 1.12)
+    worse = _summary(1.60, 1.55, 1.65)
+    msg = throughput.check_regression(worse, golden, 1.25)
+    assert msg is not None and "\n" not in msg
+    assert "1.600" in msg and "1.100" in msg and "1.25" in msg
+    assert throughput.check_regression(golden, golden, 1.25) is None
+    # the median is past the limit but the interval reaches back inside it: noise, not a regression
+    assert throughput.check_regression(_summary(1.40, 1.30, 1.50), golden, 1.25) is None
+    # strict mode itself got much slower on the same machine, with an unchanged ratio
+    slower = _summary(1.10, 1.08, 1.12, steps_per_s=50.0)
+    assert "throughput regressed" in (throughput.check_regression(slower, golden, 1.25) or "")
+    assert throughput.check_regression(_summary(1.10, 1.08, 1.12, 50.0, device="cuda"), golden, 1.25) is None
+    assert throughput.check_regression({}, golden, 1.25) is None
+
+
+def test_plan_runs_each_mode_in_its_own_process_interleaved_abba():
+    opts = RunOptions(models=resolve_all(("embedding",)), stages=("throughput",), steps=12, repetitions=4)
+    specs = throughput.plan(opts, opts.models[0], project_commit=None, image={},
+                            modes=("strict", "default", "bookkeeping"))
+    assert [s.role for s in specs[:6]] == ["throughput-strict-1", "throughput-default-1", "throughput-bookkeeping-1",
+                                           "throughput-bookkeeping-2", "throughput-default-2", "throughput-strict-2"]
+    assert len({s.output for s in specs}) == len(specs) == 12
+    assert all(not s.fingerprints and s.warmup_steps >= 3 for s in specs)
+    profiled = [s for s in specs if s.profile_ops]
+    assert {s.role.rsplit("-", 1)[1] for s in profiled} == {str(r) for r in range(1, throughput.PROFILED_REPS + 1)}
+    # profiled steps come on top of the timed ones
+    assert all(s.steps == s.warmup_steps + 12 + (PROFILE_STEPS + 1 if s.profile_ops else 0) for s in specs)
+
+
+def test_repetitions_below_one_are_a_usage_error(reproci: Cli):
+    r = reproci("run", "--stage", "throughput", "--repetitions", "0")
+    assert r.returncode == 2
+    assert "repetitions" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def throughput_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, object, dict]:
+    cli = Cli(tmp_path_factory.mktemp("throughput"))
+    r = cli("run", "--stage", "throughput", "-m", "embedding", "--repetitions", "2", "--steps", "12")
+    return cli, r, cli.latest()
+
+
+@pytest.mark.slow
+def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run):
+    cli, r, doc = throughput_run
+    assert r.returncode == 0, r.stderr
+    assert "cost of strict determinism" in r.stdout
+    assert "×  [" in r.stdout.replace("× [", "×  [")  # "1.02× [0.99, 1.05]"
+    assert "determinism not checked" in r.stdout
+    entry = model_entry(doc, "embedding")
+    assert entry["verdict"] == throughput.NOT_CHECKED  # no reproducibility claim without that stage
+    assert doc["summary"]["exit_code"] == 0
+    t = entry["throughput"]
+    assert t["error"] is None and t["repetitions"] == 2 and t["timed_steps"] == 12
+    for mode in ("strict", "default"):
+        m = t["modes"][mode]
+        assert m["steps_per_s"] > 0 and len(m["steps_per_s_reps"]) == 2
+        assert m["samples_per_s"] == pytest.approx(m["steps_per_s"] * 128, rel=0.5)  # batch 128, median of each
+        assert m["peak_memory_bytes"] > 50 * 2**20 and m["peak_memory_kind"] == "ru_maxrss"
+    sd = t["slowdown"]
+    assert sd["ci_low"] <= sd["median"] <= sd["ci_high"] and len(sd["ratios"]) == 2
+    assert t["top_ops"] and all(op["delta_ms"] > 0 for op in t["top_ops"])
+
+
+@pytest.mark.slow
+def test_each_repetition_is_a_fresh_process_with_its_mode_attested(throughput_run):
+    cli, _, doc = throughput_run
+    run_dir = cli.cwd / "results" / doc["run_id"]
+    records = [json.loads((run_dir / rel).read_text()) for rel in model_entry(doc, "embedding")["throughput"]["records"]]
+    assert [r["role"] for r in records] == ["throughput-strict-1", "throughput-default-1",
+                                            "throughput-default-2", "throughput-strict-2"]
+    for rec in records:
+        assert rec["attestation"]["ok"] and rec["attestation"]["strict"] == (rec["mode"] == "strict")
+        assert len(rec["step_times_s"]) == 12  # warm-up and profiled steps are not timed
+        assert rec["steps_per_s"] > 0
+    profiled = [r for r in records if r["ops"]]
+    assert {r["role"] for r in profiled} == {r["role"] for r in records
+                                             if int(r["role"].rsplit("-", 1)[1]) <= throughput.PROFILED_REPS}
+    assert profiled[0]["profiled_steps"] == PROFILE_STEPS
+    assert any(op["name"].startswith("aten::") for op in profiled[0]["ops"])
+    strict = next(r for r in records if r["mode"] == "strict")
+    default = next(r for r in records if r["mode"] == "default")
+    assert strict["attestation"]["checks"]["deterministic_algorithms"]["actual"] is True
+    assert "deterministic_algorithms" not in default["attestation"]["checks"]
+
+
+@pytest.mark.slow
+def test_the_run_is_recorded_in_the_history_with_image_and_commit_in_the_name(throughput_run):
+    cli, _, doc = throughput_run
+    files = list((cli.cwd / "results" / "history").glob("*.json"))
+    assert len(files) == 1
+    assert doc["run_id"] in files[0].name and "local" in files[0].name
+    assert files[0].name.endswith(f"-{(doc['project_commit'] or 'nocommit')[:12]}.json")
+    entry = json.loads(files[0].read_text())
+    assert entry["schema"] == "reproci.history" and entry["version"] == 1
+    summary = entry["models"][0]["throughput"]
+    assert summary == throughput.throughput_summary(model_entry(doc, "embedding"))
+    assert throughput.check_regression(summary, summary, 1.1) is None
+
+
+@pytest.mark.slow
+def test_bookkeeping_mode_sets_only_the_cheap_controls(tmp_path: Path):
+    """One worker in bookkeeping mode: seeds and the cuBLAS variable, no deterministic kernels."""
+    from pipeline.backends.local import LocalBackend
+
+    spec = WorkerSpec(model_ref="embedding", model_name="embedding", role="throughput-bookkeeping-1", steps=8,
+                      mode="bookkeeping", output="record.json", fingerprints=False, warmup_steps=3)
+    spec_file = tmp_path / "spec.json"
+    spec.write(spec_file)
+    result = LocalBackend(type("O", (), {"image_name": "local"})()).launch(spec, spec_file, timeout=300)
+    assert result.returncode == 0, result.log_tail
+    rec = json.loads((tmp_path / "record.json").read_text())
+    checks = rec["attestation"]["checks"]
+    assert rec["attestation"]["ok"]
+    assert checks["CUBLAS_WORKSPACE_CONFIG"]["actual"] == ":4096:8"
+    assert checks["deterministic_algorithms"]["actual"] is False
+    assert checks["cudnn_benchmark"]["actual"] is False
+    assert len(rec["step_times_s"]) == 5 and rec["ops"] is None
+
+
+def test_worker_side_stays_within_the_boundary():
+    """The worker changes for this stage import only the standard library and torch."""
+    text = (ROOT / "pipeline" / "worker" / "train.py").read_text()
+    assert "import resource" in text and "torch.profiler" in text
