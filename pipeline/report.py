@@ -11,7 +11,7 @@ from . import verdicts
 
 
 def _where(m: dict[str, Any]) -> str:
-    ev = m.get("evidence") or m.get("golden", {}).get("evidence") if isinstance(m.get("golden"), dict) else m.get("evidence")
+    ev = m.get("evidence") or (m.get("golden") or {}).get("evidence")
     if not ev:
         return "-"
     step = ev.get("step")
