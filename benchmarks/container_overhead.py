@@ -100,7 +100,7 @@ def main() -> None:
     print(f"{'bare python3 -c pass':26}{bare_l:9.2f}{bare_c:10.2f}{bare_c - bare_l:12.2f}{bare_c / bare_l:7.2f}")
     print(f"{'start-up check (once)':26}{'':9}{startup:10.2f}")
     same = hashes["local"] == hashes["docker"] and len(hashes["local"]) == 1
-    print(f"final sha256: local {sorted(hashes['local'])[0][:16]}, docker {sorted(hashes['docker'])[0][:16]}: "
+    print(f"final sha256: local {min(hashes['local'])[:16]}, docker {min(hashes['docker'])[:16]}: "
           f"{'identical' if same else 'DIFFERENT'}")
     print("target: overhead <= 2 s per run")
 

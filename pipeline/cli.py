@@ -49,6 +49,8 @@ def cli() -> None:
 @click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present).")
 @click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI).")
 @click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5).")
+@click.option("--slowdown-factor", type=float, help="Throughput regression threshold against the golden (default 1.25).")
+@click.option("--slowdown-fails", is_flag=True, default=None, help="A throughput regression fails the run (exit 3) instead of warning.")
 @click.option("--fault", hidden=True, help="TEST ONLY: inject a fault to prove a verdict fires.")
 def run_cmd(**kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage."""
@@ -106,6 +108,13 @@ cli.add_command(report_cmd)
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to one line and an exit code."""
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a cancelled CI job cleans up like Ctrl-C: workers, containers, files
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="reproci", standalone_mode=False)
         return 0

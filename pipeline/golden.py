@@ -259,7 +259,11 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
                 "recorded_at": now,
             }
             if m.get("throughput"):
-                models_yaml[name]["throughput"] = m["throughput"].get("golden_summary", m["throughput"])
+                from .stages.throughput import throughput_summary
+
+                summary = throughput_summary(m)
+                if summary:
+                    models_yaml[name]["throughput"] = summary
             fps = np.asarray(rec.get("fingerprints") or [], dtype=np.int64)
             batch = np.asarray(rec.get("batch_fingerprints") or [], dtype=np.int64)
             _add_arrays(arrays, name, rec.get("tensor_names") or [], fps, batch, _state_arrays(states.get(name) or {}),

@@ -29,8 +29,8 @@ def _final_state(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
 def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Golden | None) -> None:
     """Fill in each model's ``golden`` section and combined verdict; update goldens if asked."""
     for entry in document["models"]:
-        if entry.get("verdict") in OWN_FAILURES:
-            continue  # a run that is not reproducible by itself is not compared with the golden
+        if entry.get("verdict") in OWN_FAILURES or "A" not in (entry.get("records") or {}):
+            continue  # not reproducible by itself, or the strict stage did not run: nothing to compare
         record = _record(run_dir, entry)
         section = drift.compare(entry, record, _final_state(run_dir, entry), document, old, ci=options.ci,
                                 image_name=options.image_name)
@@ -38,11 +38,14 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
         entry["verdict"] = section["verdict"]
         entry["message"] = section["message"] if section["verdict"] != verdicts.PASS else \
             f"{entry['message']}; matches the golden"
+    regressions = _throughput_regressions(options, document, old)
     document["golden"] = {"file": str(golden.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
     vs = [m["verdict"] for m in document["models"]]
     document["summary"]["verdicts"] = {v: vs.count(v) for v in sorted(set(vs))}
     document["summary"]["exit_code"] = verdicts.exit_code(vs, ci=options.ci)
+    if regressions and options.slowdown_fails and document["summary"]["exit_code"] == 0:
+        document["summary"]["exit_code"] = verdicts.errors.EXIT_DRIFT
     if options.update_golden:
         update(options, document, run_dir)
 
@@ -51,6 +54,8 @@ def update(options: RunOptions, document: dict[str, Any], run_dir: Path) -> None
     """Record goldens from this run, only if every model passed its own strict checks."""
     bad = [f"{m['model']} is {m['verdict']}" for m in document["models"]
            if m.get("verdict") in OWN_FAILURES]
+    bad += [f"{m['model']} was not checked (add --stage determinism)" for m in document["models"]
+            if "A" not in (m.get("records") or {}) and m.get("verdict") not in OWN_FAILURES]
     if bad:
         document["golden"]["refused"] = (f"golden not updated: {', '.join(bad)}; a golden is only recorded from "
                                          "runs that are reproducible by themselves")
@@ -71,3 +76,22 @@ def cleanup(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> Non
         return
     for entry in document["models"]:
         (run_dir / entry["model"] / "final-A.pt").unlink(missing_ok=True)
+
+
+def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: Golden | None) -> list[str]:
+    """Warn (or fail, with --slowdown-fails) when strict mode got slower than the golden's run."""
+    if old is None:
+        return []
+    from .stages.throughput import check_regression, throughput_summary
+
+    out = []
+    for entry in document["models"]:
+        g = old.models.get(entry["model"])
+        current = throughput_summary(entry)
+        if g is None or not current or not g.entry.get("throughput"):
+            continue
+        msg = check_regression(current, g.entry["throughput"], options.slowdown_factor)
+        if msg:
+            entry["throughput_regression"] = msg
+            out.append(f"{entry['model']}: {msg}")
+    return out

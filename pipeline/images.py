@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .backends.local import CODE_ROOT
+from .backends.base import CODE_ROOT
 from .errors import ConfigError, InfrastructureError, UsageError
 from .matrix import load_manifest
 
@@ -105,7 +105,7 @@ def build(names: tuple[str, ...], *, manifest: Path = MANIFEST, force: bool = Fa
 def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None:
     if not path.is_file():
         raise ConfigError(f"{path} does not exist; `reproci images build` runs from a reproci checkout with docker/")
-    code = subprocess.run(["bash", str(path), *args], env={**os.environ, **env}).returncode
+    code = subprocess.run(["bash", str(path), *args], check=False, env={**os.environ, **env}).returncode
     if code != 0:
         raise InfrastructureError(f"{what} failed ({path.name} exited {code}; its output is above)")
 
@@ -114,7 +114,7 @@ def listing(manifest: Path = MANIFEST) -> tuple[list[dict[str, Any]], str | None
     """One row per manifest image, with its local digest when the engine has it, and a note if the engine is down."""
     from .backends import docker_backend
 
-    rows = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python, "packages": e.key_packages(),
+    rows: list[dict[str, Any]] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python, "packages": e.key_packages(),
              "digest": None, "built": None} for e in entries(manifest).values()]
     try:
         client = docker_backend.connect()

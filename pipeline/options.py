@@ -47,6 +47,8 @@ class RunOptions:
     keep_checkpoints: bool = False
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
+    slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
+    slowdown_fails: bool = False  # a throughput regression fails the run (exit 3) instead of warning
     github_actions: bool = False  # print ::error/::warning annotations
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY, appended to when set
     project_root: Path = field(default_factory=lambda: Path.cwd())
@@ -150,13 +152,27 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         fault=fault,
         repetitions=int(pick("repetitions", 5)),
+        slowdown_factor=float(pick("slowdown_factor", 1.25)),
+        slowdown_fails=bool(pick("slowdown_fails", False)),
         config_file=config_path,
         github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
         step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
     )
 
 
-def image_display_name(image: str) -> str:
-    """A file-safe golden name for an image reference: repo:tag -> repo_tag."""
+MANIFEST = Path("docker/manifest.yaml")
+
+
+def image_display_name(image: str, manifest: Path = MANIFEST) -> str:
+    """The golden name for an image: its manifest name when the manifest knows the image
+    (by name or tag), else a file-safe form of the reference (repo:tag -> repo_tag)."""
+    if manifest.is_file():
+        try:
+            images = (yaml.safe_load(manifest.read_text()) or {}).get("images") or {}
+        except yaml.YAMLError:
+            images = {}
+        for name, entry in images.items():
+            if image == name or (isinstance(entry, dict) and image == entry.get("tag")):
+                return str(name)
     name = image.split("@", 1)[0]
     return name.replace("/", "_").replace(":", "_")

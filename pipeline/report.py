@@ -46,5 +46,8 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
     for m in document.get("models", []):
         if m.get("verdict") != verdicts.PASS:
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {m.get('message')}", highlight=False)
+    for m in document.get("models", []):
+        if m.get("throughput_regression"):
+            console.print(f"[yellow]warning[/]: {m['model']}: {m['throughput_regression']}", highlight=False)
     if results_path:
         console.print(f"results: {results_path}", highlight=False)

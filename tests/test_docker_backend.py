@@ -122,8 +122,8 @@ def test_engine_errors_are_one_line_infrastructure_errors():
 
 
 @pytest.mark.parametrize("explanation, gpus, fragment", [
-    ('failed to create shim task: OCI runtime create failed: runc create failed: unable to start container '
-     'process: exec: "python3": executable file not found in $PATH: unknown', None, "has no python3"),
+    (('failed to create shim task: OCI runtime create failed: runc create failed: unable to start container '
+      'process: exec: "python3": executable file not found in $PATH: unknown'), None, "has no python3"),
     ('could not select device driver "" with capabilities: [[gpu]]', "all", "GPUs were requested (--gpus all)"),
     ("invalid mount config for type \"bind\": bind source path does not exist", None, "could not start a container"),
 ])

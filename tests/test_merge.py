@@ -122,8 +122,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """The CLI entry point in-process (exit codes and output as a user sees them)."""
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
     def call(*args: str) -> tuple[int, str, str]:
         code = main(list(args))
         captured = capsys.readouterr()
@@ -260,7 +263,7 @@ def test_the_workflow_merge_step_runs_on_downloaded_artifacts(files, tmp_path: P
     step = step_named(load_workflow("reproci"), "merge", "Merge into one verdict (summary, annotations, exit code)")
     summary = tmp_path / "step-summary.md"
     out, _ = run_step(step, {"MATRIX": matrix, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"},
-                      tmp_path, bin_dir)
+                      tmp_path, bin_dir, tmp_path)
     assert out.returncode == errors.EXIT_DRIFT, out.stderr
     assert "::warning title=reproci embedding on cuda12.6-torch2.7%3A UPGRADE_CHANGED::" in out.stdout
     assert "## reproci: ⚠️ golden drift (exit 3)" in summary.read_text()

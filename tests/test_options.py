@@ -62,3 +62,14 @@ def test_options_are_frozen():
     o = build(cli(), env={})
     with pytest.raises(AttributeError):
         o.steps = 3  # type: ignore[misc]
+
+
+def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path):
+    from pipeline.options import image_display_name
+
+    manifest = tmp_path / "manifest.yaml"
+    manifest.write_text("version: 1\nimages:\n  cpu-x:\n    tag: reproci/cpu-x:1\n")
+    assert image_display_name("reproci/cpu-x:1", manifest) == "cpu-x"
+    assert image_display_name("cpu-x", manifest) == "cpu-x"
+    assert image_display_name("nvcr.io/nvidia/pytorch:24.05-py3", manifest) == "nvcr.io_nvidia_pytorch_24.05-py3"
+    assert image_display_name("repo@sha256:" + "a" * 64, manifest) == "repo"

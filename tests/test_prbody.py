@@ -25,7 +25,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
     def call(*args: str) -> tuple[int, str, str]:
         code = main(list(args))
         captured = capsys.readouterr()

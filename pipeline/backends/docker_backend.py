@@ -40,7 +40,7 @@ import requests.exceptions
 from ..errors import InfrastructureError, UsageError
 from ..worker.spec import WorkerSpec
 from .base import Backend, LaunchResult
-from .local import CODE_ROOT
+from .base import CODE_ROOT
 
 CODE = PurePosixPath("/reproci/code")
 RUN = PurePosixPath("/reproci/run")
@@ -103,7 +103,7 @@ def _module_root(module: str) -> Path | None:
     if spec is None:
         return None
     if spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0]).resolve()
+        return Path(next(iter(spec.submodule_search_locations))).resolve()
     return Path(spec.origin).resolve() if spec.origin and spec.origin not in ("built-in", "frozen") else None
 
 
@@ -158,7 +158,7 @@ def translate_spec(spec: WorkerSpec, run_dir: Path, *, registry: tuple[str, ...]
         except ValueError:
             raise ValueError(f"spec path {p} is outside the run directory {run_dir}") from None
 
-    paths = {name: inside(getattr(spec, name)) for name in _path_fields(spec)}
+    paths: dict[str, Any] = {name: inside(getattr(spec, name)) for name in _path_fields(spec)}
     return replace(spec, model_ref=model_ref, plugin_paths=tuple(plugin_paths), **paths), list(binds.values())
 
 
@@ -169,7 +169,7 @@ def container_path(host: Path, run_dir: Path) -> PurePosixPath:
 
 def environment(spec: WorkerSpec) -> dict[str, str]:
     """The container's whole environment: determinism variables, PYTHONPATH and HOME."""
-    from ..worker.determinism import launch_environment
+    from ..worker.launch import launch_environment
 
     env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict")
     env["PYTHONPATH"] = str(CODE)
@@ -280,7 +280,7 @@ class Container:
         self.id: str | None = None
         self._reader: threading.Thread | None = None
 
-    def __enter__(self) -> "Container":
+    def __enter__(self) -> Container:
         try:
             created = self.client.api.create_container(
                 self.image, self.command, **_split_create(self.client, self.config))
@@ -385,17 +385,21 @@ class DockerBackend(Backend):
         self._run_dirs: list[Path] = []
         self._plugin_binds: dict[PurePosixPath, Bind] = {}
         self.client = connect()
-        attrs = inspect_image(self.client, self.reference)
-        if attrs is None:
-            hint = (f"`reproci images build {entry.name}`" if entry else "`reproci images build NAME`")
-            raise InfrastructureError(f"image {self.reference} not found locally; build it with {hint} "
-                                      f"or `docker pull {self.reference}`")
-        self.image_id: str = attrs["Id"]
-        self.digest = image_digest(attrs, self.reference)
-        info = self.client.info()
-        rootless = any("rootless" in str(s) for s in info.get("SecurityOptions") or [])
-        self.user = container_user(os.getuid(), os.getgid(), rootless=rootless)
-        self.toolchain = self._preflight()
+        try:
+            attrs = inspect_image(self.client, self.reference)
+            if attrs is None:
+                hint = f"`reproci images build {entry.name}`" if entry else "`reproci images build NAME`"
+                raise InfrastructureError(f"image {self.reference} not found locally; build it with {hint} "
+                                          f"or `docker pull {self.reference}`")
+            self.image_id: str = attrs["Id"]  # containers are made from the ID: a re-tag mid-run changes nothing
+            self.digest = image_digest(attrs, self.reference)
+            info = self.client.info()
+            rootless = any("rootless" in str(s) for s in info.get("SecurityOptions") or [])
+            self.user = container_user(os.getuid(), os.getgid(), rootless=rootless)
+            self.toolchain = self._preflight()
+        except BaseException:
+            self.close()
+            raise
 
     # Backend interface
 
@@ -449,10 +453,11 @@ class DockerBackend(Backend):
                 found.remove(force=True)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             pass
+        self.client.close()
 
     # internals
 
-    def _container(self, command: list[str], *, role: str, labels: dict[str, str], **config: Any) -> "_Tracked":
+    def _container(self, command: list[str], *, role: str, labels: dict[str, str], **config: Any) -> _Tracked:
         all_labels = {LABEL: role, "reproci.session": self.session, "reproci.pid": str(os.getpid()),
                       "reproci.image": self.reference, **labels}
         c = Container(self.client, self.image_id, command, display=self.reference, gpus=self.gpus,

@@ -12,15 +12,14 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..worker.determinism import launch_environment
+from ..worker.launch import launch_environment
 from ..worker.spec import WorkerSpec
-from .base import Backend, LaunchResult
+from .base import CODE_ROOT, Backend, LaunchResult
 
 # Names of the variables the launcher owns; inherited values are dropped first.
 _OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
           "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED")
 
-CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
 
 
 class LocalBackend(Backend):

@@ -16,22 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-CUBLAS_WORKSPACE = ":4096:8"
-
-
-def launch_environment(*, seed: int, threads: int, strict: bool) -> dict[str, str]:
-    """Variables a launcher puts in the child's environment before it starts."""
-    env = {
-        "PYTHONHASHSEED": str(seed),
-        "OMP_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
-        "PYTHONUNBUFFERED": "1",
-    }
-    if strict:
-        env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
-    return env
-
+from .launch import CUBLAS_WORKSPACE, launch_environment  # noqa: F401 (re-exported)
 
 def _set_fp32_precision(value: str) -> None:
     """TF32 off ("ieee") or the image default ("none"), with the API this torch has."""

@@ -53,6 +53,7 @@ class WorkerSpec:
     fingerprints: bool = True
     warmup_steps: int = 0
     profile_ops: bool = False
+    lockstep: str | None = None  # FIFO path prefix (.go/.done): after warm-up, take turns step by step
     fault: str | None = None
     plugin_paths: tuple[str, ...] = ()  # extra sys.path entries for plugin files
     project_commit: str | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import statistics
 import sys
 import time
@@ -166,6 +167,28 @@ def _op_times(prof: Any, device: torch.device) -> list[dict[str, Any]]:
     return rows[:OPS_KEPT]
 
 
+class _Turns:
+    """Taking turns with paired runs (spec.lockstep): one step per turn, handed out by the
+    orchestrator through two FIFOs, so the modes of a throughput pair meet the same
+    neighbours on a shared machine. The orchestrator holds its ends open before launch."""
+
+    def __init__(self, spec: WorkerSpec, spec_file: Path) -> None:
+        base = str(resolve(spec_file, spec.lockstep))
+        self.go = os.open(base + ".go", os.O_RDONLY)
+        self.finished = os.open(base + ".done", os.O_WRONLY)
+
+    def wait(self) -> None:
+        if os.read(self.go, 1) != b"g":
+            raise RuntimeError("lockstep: the orchestrator stopped handing out turns")
+
+    def done(self) -> None:
+        os.write(self.finished, b"d")
+
+    def close(self) -> None:
+        os.close(self.go)
+        os.close(self.finished)
+
+
 def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     """Run one training process as the spec says; return its record (also written)."""
     if spec.fault is not None and spec.fault not in FAULTS:
@@ -209,6 +232,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     # Throughput runs (warmup_steps > 0): each timed step is clocked after a device sync;
     # with profile_ops the last PROFILE_STEPS + 1 steps run under torch.profiler, untimed.
     step_times: list[float] = []
+    turns = _Turns(spec, spec_file) if spec.lockstep else None
     profile_steps = min(PROFILE_STEPS + 1, stop - start_step - spec.warmup_steps - 2) if spec.profile_ops else 0
     profile_steps = profile_steps if profile_steps >= 2 else 0
     timed_stop = stop - profile_steps
@@ -218,6 +242,10 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     batches = _batches(setup, pos, resume_rng, spec)
     _sync(device)
     while pos.step < stop:
+        in_turn = turns is not None and pos.step - start_step >= spec.warmup_steps
+        if in_turn:
+            turns.wait()  # type: ignore[union-attr]
+            last_clock = time.perf_counter()
         if profile_steps and pos.step == timed_stop:
             peak = _peak_memory(device)
             profiler = _start_profiler(device, profile_steps)
@@ -246,6 +274,12 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
         if profiler is not None:
             _sync(device)
             profiler.step()
+        if in_turn:
+            _sync(device)
+            turns.done()  # type: ignore[union-attr]
+    if turns is not None:
+        turns.wait()  # released once every paired run has finished its steps
+        turns.close()
     _sync(device)
     t_end = time.perf_counter()
     ops = None
@@ -263,6 +297,8 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     loss_values = torch.stack(losses).cpu().tolist() if losses else []
     train_s = t_end - t_setup
     timed_s = ((t_timed_end or t_end) - timed_from) if timed_from is not None else train_s
+    if turns is not None:
+        timed_s = sum(step_times)  # the time it held the turn, not the time it waited for it
     return {
         "schema": "reproci.run",
         "version": RECORD_VERSION,

@@ -1,0 +1,23 @@
+"""The environment a launcher sets before the worker's interpreter starts (stdlib only).
+
+Kept apart from ``determinism`` so the orchestrator can build a child's environment
+without importing torch.
+"""
+
+from __future__ import annotations
+
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def launch_environment(*, seed: int, threads: int, strict: bool) -> dict[str, str]:
+    """Variables a launcher puts in the child's environment before it starts."""
+    env = {
+        "PYTHONHASHSEED": str(seed),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if strict:
+        env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+    return env
