@@ -36,8 +36,10 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
                                 image_name=options.image_name)
         entry["golden"] = section
         entry["verdict"] = section["verdict"]
-        entry["message"] = section["message"] if section["verdict"] != verdicts.PASS else \
-            f"{entry['message']}; matches the golden"
+        if section["verdict"] in (verdicts.PASS, verdicts.NEW, verdicts.MODEL_CHANGED):
+            entry["message"] = f"{entry['message']}; {section['message']}"  # own checks passed: say so too
+        else:
+            entry["message"] = section["message"]
     regressions = _throughput_regressions(options, document, old)
     document["golden"] = {"file": str(golden.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
