@@ -41,6 +41,19 @@ def package_diff(old: Mapping[str, str] | None, new: Mapping[str, str] | None) -
     return {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
 
 
+def state_name(tensor: str | None) -> str | None:
+    """The stored final-state tensor that shows a differing tensor's magnitude: a gradient
+    or optimizer state is shown through its parameter (goldens keep parameters and buffers)."""
+    if tensor is None:
+        return None
+    kind, _, name = tensor.partition(":")
+    if kind == "grad":
+        return f"param:{name}"
+    if kind == "optim":
+        return f"param:{name.rpartition('.')[0]}"
+    return tensor
+
+
 def agreeing_digits(a: Any, b: Any) -> int | None:
     """Significant decimal digits on which two losses agree (None if not numbers)."""
     if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
@@ -103,9 +116,7 @@ def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[s
         evidence = {"step": div.step, "tensor": div.tensor, "kind": div.kind, "cause": div.cause,
                     "differing_tensors": div.differing_tensors, "losses_equal": div.losses_equal}
         # Magnitude of the first differing tensor in the final state, from the golden's sidecar.
-        name_t = div.tensor
-        if name_t and name_t.startswith("grad:"):
-            name_t = "param:" + name_t[5:]
+        name_t = state_name(div.tensor)
         if final_state and name_t in g.state and name_t in final_state:
             m = tensor_magnitude(g.state[name_t], final_state[name_t])
             evidence.update(max_abs=m["max_abs"], max_ulp=m["max_ulp"], elements_differing=m["elements_differing"],

@@ -33,7 +33,7 @@ from . import __version__
 from .errors import GoldenError, InfrastructureError
 
 FORMAT_VERSION = 1
-STATE_CAP_BYTES = 32 * 1024 * 1024  # final-state tensors above this are not kept (GPU-sized models)
+STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
 IDENTITY_KEYS = ("code_sha256", "config_sha256", "steps", "seed", "profile", "device")
 
 
@@ -198,8 +198,8 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     total = 0
     for name, t in sorted(state.items()):
-        if name.startswith("grad:"):
-            continue
+        if name.startswith(("grad:", "optim:")):
+            continue  # parameters and buffers only: enough for magnitudes, and a third of the size
         t = t.detach().cpu().contiguous()
         arr = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
         total += arr.nbytes

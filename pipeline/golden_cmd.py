@@ -91,7 +91,7 @@ def diff_goldens(a: golden.Golden, b: golden.Golden) -> dict[str, Any]:
         div = first_divergence(ma.as_record(), mb.as_record()) if same_identity else None
         if div is not None:
             entry.update(step=div.step, tensor=div.tensor, losses_equal=div.losses_equal)
-            t = div.tensor if not (div.tensor or "").startswith("grad:") else "param:" + div.tensor[5:]
+            t = drift.state_name(div.tensor)
             if t in ma.state and t in mb.state:
                 entry.update(tensor_magnitude(ma.state[t], mb.state[t]))
         la, lb = ma.entry.get("losses") or [None], mb.entry.get("losses") or [None]

@@ -43,9 +43,17 @@ def table(document: dict[str, Any]) -> Table:
 
 def print_report(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
     console.print(table(document))
+    new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
     for m in document.get("models", []):
-        if m.get("verdict") != verdicts.PASS:
+        if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {m.get('message')}", highlight=False)
+    if new:
+        image = (document.get("image") or {}).get("name")
+        ci = (document.get("options") or {}).get("ci")
+        lead = "[bold red]error[/]" if ci else "notice"
+        console.print(f"{lead}: no golden for image {image} yet ({', '.join(new)}); runs are reproducible by "
+                      f"themselves. Record with `reproci golden update --image {image}`" + (" (CI mode: this fails)" if ci else ""),
+                      highlight=False)
     for m in document.get("models", []):
         if m.get("throughput_regression"):
             console.print(f"[yellow]warning[/]: {m['model']}: {m['throughput_regression']}", highlight=False)

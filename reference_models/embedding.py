@@ -25,9 +25,9 @@ class DLRMConfig:
     history_size: int = 300  # nn.Embedding pooled with index_add_
     bag_size: int = 6  # indices per bag, drawn Zipf-like so rows repeat within a batch
     history_len: int = 5
-    dim: int = 16
-    samples: int = 4096
-    batch_size: int = 128
+    dim: int = 32
+    samples: int = 16384
+    batch_size: int = 2048  # large batches make rows repeat within a batch, as in production
     lr: float = 0.05
 
     @classmethod

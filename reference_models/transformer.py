@@ -22,10 +22,10 @@ from pipeline.worker.contract import ModelContext, TrainSetup
 @dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int = 64  # a small alphabet keeps the output layer cheap on a CPU
-    block_size: int = 32  # context length
+    block_size: int = 64  # context length
     n_layer: int = 2
-    n_head: int = 2
-    n_embd: int = 64
+    n_head: int = 4
+    n_embd: int = 128  # ~50 ms a step on one CPU thread: the check costs seconds, not minutes
     dropout: float = 0.1  # on, so the RNG is part of every step
     corpus_tokens: int = 20_000
     batch_size: int = 16

@@ -105,3 +105,14 @@ def test_fingerprints_follow_in_place_updates_of_non_contiguous_buffers():
     i = fps.names.index("buffer:t")
     rows = fps.to_lists()
     assert rows[0][i] != rows[1][i]
+
+
+def test_checksums_wrap_exactly_on_overflow():
+    from pipeline.worker.fingerprint import _flat_int, segment_sums
+
+    big = torch.full((1001,), 2**31 - 1, dtype=torch.int32)
+    expected = (1001 * (2**31 - 1) + 2**31) % 2**32 - 2**31
+    assert bit_checksum(big).item() == expected
+    assert segment_sums([_flat_int(torch.ones(3)), _flat_int(big)]).tolist()[1] == expected
+    huge = torch.full((5,), 2**62, dtype=torch.int64)
+    assert bit_checksum(huge).item() == segment_sums([huge]).item()

@@ -1,9 +1,11 @@
 """Per-step tensor fingerprints and the final state hash.
 
-A fingerprint is the wrapping int64 sum of a tensor's raw bits (float32 viewed as
-int32, bfloat16 as int16, ...). Integer addition modulo 2**64 is associative, so the
-sum is exact and independent of reduction order: equal tensors always give equal
-fingerprints on any device, and a one-ULP change anywhere changes it. It is computed
+A fingerprint is the wrapping sum of a tensor's raw bits (float32 viewed as int32,
+bfloat16 as int16, ...), modulo 2**32 for elements of up to 32 bits and modulo 2**64
+for 64-bit elements. Integer addition modulo 2**w is associative, so the sum is exact
+and independent of reduction order: equal tensors always give equal fingerprints on
+any device, and a one-ULP change anywhere changes it. (The final sha256 below is the
+authoritative identity; a 32-bit checksum only has to locate the first difference.) It is computed
 on the tensor's device; the per-step rows stay there until the run ends, so there is
 no host copy per step.
 
@@ -36,14 +38,18 @@ if hasattr(torch, "float8_e4m3fn"):
 
 
 def bit_checksum(t: torch.Tensor) -> torch.Tensor:
-    """Order-independent exact checksum of a tensor's bits, as a 0-dim int64 on its device."""
+    """Order-independent exact checksum of a tensor's bits, as a 0-dim int64 on its device
+    (the reference definition; ``segment_sums`` computes the same for many tensors at once)."""
     t = t.detach()
     if t.is_complex():
         t = torch.view_as_real(t)
     view = _INT_VIEW.get(t.dtype)
     if view is not None:
         t = t.contiguous().reshape(-1).view(view)
-    return t.sum(dtype=torch.int64)
+    total = t.sum(dtype=torch.int64)
+    if t.element_size() <= 4:
+        total = (total + 2**31) % 2**32 - 2**31  # modulo 2**32, as a signed value
+    return total
 
 
 def optimizer_state_named(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -107,6 +113,7 @@ class StepFingerprints:
         self.optimizer = optimizer
         self.names: list[str] | None = None
         self.rows: list[torch.Tensor] = []
+        self._workspace: dict[Any, torch.Tensor] = {}
 
     def _bind(self) -> None:
         tensors = state_tensors(self.model, self.optimizer, with_grads=True)
@@ -136,7 +143,7 @@ class StepFingerprints:
             g = p.grad
             views.append(_flat_int(g) if g is not None else torch.zeros(1, dtype=torch.int32, device=self._device))
         with _no_fill():
-            self.rows.append(segment_sums(views)[self._perm])
+            self.rows.append(segment_sums(views, self._workspace)[self._perm])
 
     def to_lists(self) -> list[list[int]]:
         if not self.rows:
@@ -175,8 +182,12 @@ def _no_fill() -> Iterator[None]:
             det.fill_uninitialized_memory = saved  # type: ignore[union-attr]
 
 
-def segment_sums(views: list[torch.Tensor]) -> torch.Tensor:
-    """Wrapping int64 sum of each flat integer tensor, in input order, in few kernels."""
+def segment_sums(views: list[torch.Tensor], workspace: dict[Any, torch.Tensor] | None = None) -> torch.Tensor:
+    """Wrapping sum of each flat integer tensor, in input order, in few kernels.
+
+    ``workspace`` keeps the concatenation and running-sum buffers between calls: large
+    fresh CPU buffers cost page faults on every step, reused ones do not.
+    """
     if not views:
         return torch.zeros(0, dtype=torch.int64)
     device = views[0].device
@@ -184,18 +195,29 @@ def segment_sums(views: list[torch.Tensor]) -> torch.Tensor:
     for i, v in enumerate(views):
         groups.setdefault(v.dtype, []).append(i)
     out = torch.zeros(len(views), dtype=torch.int64, device=device)
-    for idxs in groups.values():
+    for dtype, idxs in groups.items():
         members = [views[i] for i in idxs]
         lengths = tuple(m.numel() for m in members)
-        if sum(lengths) == 0:
+        total = sum(lengths)
+        if total == 0:
             continue
         ends, empty, where = _segment_index(lengths, tuple(idxs), device)
-        # Exact: integer adds wrap modulo 2**64. (Widening first is much faster than a
-        # widening reduction on CPU.)
-        csum = torch.cat(members).to(torch.int64).cumsum(0)
-        totals = csum[ends]
+        # Exact: integer adds wrap modulo 2**w, and so do the differences of the running
+        # sums. Elements of up to 32 bits accumulate in int32 (half the memory traffic of
+        # widening to int64), 64-bit elements in int64.
+        acc = torch.int64 if members[0].element_size() == 8 else torch.int32
+        if workspace is None:
+            running = torch.cat(members).cumsum(0, dtype=acc)
+        else:
+            key = (dtype, total, str(device))
+            if key not in workspace:
+                workspace[key] = torch.empty(total, dtype=dtype, device=device)
+                workspace[(key, "sum")] = torch.empty(total, dtype=acc, device=device)
+            flat = torch.cat(members, out=workspace[key])
+            running = torch.cumsum(flat, 0, dtype=acc, out=workspace[(key, "sum")])
+        totals = running[ends]
         sums = torch.diff(totals, prepend=totals.new_zeros(1))
-        out[where] = sums.masked_fill(empty, 0)
+        out[where] = sums.masked_fill(empty, 0).to(torch.int64)
     return out
 
 
