@@ -49,7 +49,8 @@ def summary_markdown(document: dict[str, Any]) -> str:
     """A compact Markdown summary for ``$GITHUB_STEP_SUMMARY``: what changed comes first."""
     image = document.get("image") or {}
     code = (document.get("summary") or {}).get("exit_code", 0)
-    status = "✅ reproducible" if code == 0 else "❌ attention needed"
+    checked = any(m.get("verdict") != verdicts.NOT_CHECKED for m in document.get("models", []))
+    status = ("✅ reproducible" if checked else "throughput only") if code == 0 else "❌ attention needed"
     lines = [f"## reproci · `{image.get('name')}` · {status}", ""]
     if image.get("digest"):
         lines += [f"Image digest: `{image['digest']}`", ""]

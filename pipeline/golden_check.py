@@ -95,5 +95,6 @@ def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: 
         msg = check_regression(current, g.entry["throughput"], options.slowdown_factor)
         if msg:
             entry["throughput_regression"] = msg
+            entry["throughput"]["regression"] = msg
             out.append(f"{entry['model']}: {msg}")
     return out

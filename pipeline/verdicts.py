@@ -13,9 +13,10 @@ ENV_CHANGED = "ENV_CHANGED"  # runs agree, golden differs, same image, hardware/
 GOLDEN_MISMATCH = "GOLDEN_MISMATCH"  # runs agree, golden differs, identical identity
 MODEL_CHANGED = "MODEL_CHANGED"  # model code/config identity differs: re-record, not an alert
 ERROR = "ERROR"  # the run could not complete
+NOT_CHECKED = "NOT_CHECKED"  # only the throughput stage ran: nothing was claimed about reproducibility
 
 ALL = (PASS, NEW, NONDETERMINISTIC, RESUME_BROKEN, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH,
-       MODEL_CHANGED, ERROR)
+       MODEL_CHANGED, ERROR, NOT_CHECKED)
 
 EXIT_CODES = {
     PASS: errors.EXIT_PASS,
@@ -27,6 +28,7 @@ EXIT_CODES = {
     ENV_CHANGED: errors.EXIT_DRIFT,
     GOLDEN_MISMATCH: errors.EXIT_DRIFT,
     ERROR: errors.EXIT_RUN_ERROR,
+    NOT_CHECKED: errors.EXIT_PASS,
 }
 
 # When several models disagree, the exit code is the most serious one.
@@ -34,7 +36,7 @@ SEVERITY = [errors.EXIT_PASS, errors.EXIT_DRIFT, errors.EXIT_REPRO_FAILURE, erro
 
 STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: "bold red",
          RESUME_BROKEN: "bold red", UPGRADE_CHANGED: "bold magenta", ENV_CHANGED: "magenta",
-         GOLDEN_MISMATCH: "bold magenta", ERROR: "bold red"}
+         GOLDEN_MISMATCH: "bold magenta", ERROR: "bold red", NOT_CHECKED: "dim"}
 
 
 def exit_code(verdicts: list[str], *, ci: bool = False) -> int:

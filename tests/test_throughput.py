@@ -44,7 +44,7 @@ def test_top_ops_name_the_op_that_grew_with_its_share_of_the_slowdown():
     top = throughput.attribute_ops(ops, device="cpu")
     assert [t["op"] for t in top] == ["aten::index_add_", "aten::sort"]
     assert top[0]["growth"] == pytest.approx(0.40)
-    assert top[0]["share"] == pytest.approx(40 / 60)
+    assert top[0]["share"] == pytest.approx(40 / 60)  # of all the time that grew
     assert top[0]["strict_ms"] == pytest.approx(0.14) and top[0]["default_ms"] == pytest.approx(0.10)
     assert top[1]["growth"] is None  # runs only in strict mode
     assert throughput.attribute_ops({"strict": ops["strict"], "default": []}, device="cpu") == []
@@ -74,12 +74,16 @@ def test_regression_beyond_the_factor_warns_in_one_line():
 
 def test_plan_runs_each_mode_in_its_own_process_interleaved_abba():
     opts = RunOptions(models=resolve_all(("embedding",)), stages=("throughput",), steps=12, repetitions=4)
-    specs = throughput.plan(opts, opts.models[0], project_commit=None, image={},
-                            modes=("strict", "default", "bookkeeping"))
-    assert [s.role for s in specs[:6]] == ["throughput-strict-1", "throughput-default-1", "throughput-bookkeeping-1",
-                                           "throughput-bookkeeping-2", "throughput-default-2", "throughput-strict-2"]
-    assert len({s.output for s in specs}) == len(specs) == 12
+    groups = throughput.plan(opts, opts.models[0], project_commit=None, image={},
+                             modes=("strict", "default", "bookkeeping"))
+    assert [[s.role for s in g] for g in groups[:2]] == [
+        ["throughput-strict-1", "throughput-default-1", "throughput-bookkeeping-1"],
+        ["throughput-bookkeeping-2", "throughput-default-2", "throughput-strict-2"]]
+    specs = [s for g in groups for s in g]
+    assert len({s.output for s in specs}) == len({s.lockstep for s in specs}) == len(specs) == 12
     assert all(not s.fingerprints and s.warmup_steps >= 3 for s in specs)
+    # a group takes turns: every member runs the same number of steps
+    assert all(len({s.steps for s in g}) == 1 for g in groups)
     profiled = [s for s in specs if s.profile_ops]
     assert {s.role.rsplit("-", 1)[1] for s in profiled} == {str(r) for r in range(1, throughput.PROFILED_REPS + 1)}
     # profiled steps come on top of the timed ones
@@ -108,13 +112,15 @@ def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run
     assert "determinism not checked" in r.stdout
     entry = model_entry(doc, "embedding")
     assert entry["verdict"] == throughput.NOT_CHECKED  # no reproducibility claim without that stage
+    run_dir = cli.cwd / "results" / doc["run_id"]
+    entry["throughput_batch"] = json.loads((run_dir / entry["throughput"]["records"][0]).read_text())["batch_size"]
     assert doc["summary"]["exit_code"] == 0
     t = entry["throughput"]
     assert t["error"] is None and t["repetitions"] == 2 and t["timed_steps"] == 12
     for mode in ("strict", "default"):
         m = t["modes"][mode]
         assert m["steps_per_s"] > 0 and len(m["steps_per_s_reps"]) == 2
-        assert m["samples_per_s"] == pytest.approx(m["steps_per_s"] * 128, rel=0.5)  # batch 128, median of each
+        assert m["samples_per_s"] == pytest.approx(m["steps_per_s"] * entry["throughput_batch"], rel=0.01)
         assert m["peak_memory_bytes"] > 50 * 2**20 and m["peak_memory_kind"] == "ru_maxrss"
     sd = t["slowdown"]
     assert sd["ci_low"] <= sd["median"] <= sd["ci_high"] and len(sd["ratios"]) == 2
@@ -128,10 +134,15 @@ def test_each_repetition_is_a_fresh_process_with_its_mode_attested(throughput_ru
     records = [json.loads((run_dir / rel).read_text()) for rel in model_entry(doc, "embedding")["throughput"]["records"]]
     assert [r["role"] for r in records] == ["throughput-strict-1", "throughput-default-1",
                                             "throughput-default-2", "throughput-strict-2"]
+    import os
+
     for rec in records:
         assert rec["attestation"]["ok"] and rec["attestation"]["strict"] == (rec["mode"] == "strict")
-        assert len(rec["step_times_s"]) == 12  # warm-up and profiled steps are not timed
+        assert len(rec["step_times_s"]) == len(rec["data_times_s"]) == 12  # warm-up, profiled steps untimed
         assert rec["steps_per_s"] > 0
+        assert rec["cpus"] == sorted(os.sched_getaffinity(0))[:1]  # a pair takes its turns on one CPU
+        assert rec["steady_allocator"] is True
+    assert not list((run_dir / "embedding").glob("turn-*"))  # the FIFOs are gone
     profiled = [r for r in records if r["ops"]]
     assert {r["role"] for r in profiled} == {r["role"] for r in records
                                              if int(r["role"].rsplit("-", 1)[1]) <= throughput.PROFILED_REPS}
@@ -181,3 +192,36 @@ def test_worker_side_stays_within_the_boundary():
     """The worker changes for this stage import only the standard library and torch."""
     text = (ROOT / "pipeline" / "worker" / "train.py").read_text()
     assert "import resource" in text and "torch.profiler" in text
+
+
+CRASH_IN_STRICT = """
+import torch
+from reference_models.embedding import build as base
+
+
+def build(ctx):
+    setup = base(ctx)
+    inner, calls = setup.loss_fn, [0]
+
+    def loss_fn(model, batch):
+        calls[0] += 1
+        if calls[0] > 6 and torch.are_deterministic_algorithms_enabled():
+            raise RuntimeError("strict-only failure at step 7")
+        return inner(model, batch)
+
+    setup.loss_fn = loss_fn
+    return setup
+"""
+
+
+@pytest.mark.slow
+def test_a_run_that_dies_during_its_turns_fails_the_pair_with_its_own_message(reproci: Cli):
+    plugin = reproci.cwd / "crashy.py"
+    plugin.write_text(CRASH_IN_STRICT)
+    r = reproci("run", "--stage", "throughput", "-m", f"{plugin}:build", "--repetitions", "1", "--steps", "12",
+                timeout=180)  # its partner must not wait for turns that never come
+    assert r.returncode == 4, r.stdout + r.stderr
+    entry = model_entry(reproci.latest(), "crashy")
+    assert entry["verdict"] == "ERROR"
+    assert "strict-only failure at step 7" in entry["message"]
+    assert "throughput failed" in r.stdout

@@ -44,11 +44,13 @@ def slowdown_bars(rows: list[dict[str, Any]]) -> bytes:
 def slowdown_history(series: dict[str, list[dict[str, Any]]], title: str) -> bytes:
     """Slowdown over runs, one line per model; ``series``: model -> points from history.trends."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
+    runs = sorted({(str(p.get("created")), str(p.get("run_id"))) for pts in series.values() for p in pts})
+    index = {run_id: i for i, (_, run_id) in enumerate(runs, start=1)}  # one x per run of the image
     for model, points in sorted(series.items()):
         pts = [p for p in points if p.get("slowdown") is not None]
         if not pts:
             continue
-        x = list(range(1, len(pts) + 1))
+        x = [index[str(p.get("run_id"))] for p in pts]
         y = [p["slowdown"] for p in pts]
         err = [[p["slowdown"] - (p.get("ci_low") or p["slowdown"]) for p in pts],
                [(p.get("ci_high") or p["slowdown"]) - p["slowdown"] for p in pts]]

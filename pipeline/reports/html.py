@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from ..stages.throughput import NOISY_WIDTH
 from . import charts
 from .rows import op_text, throughput_rows
 
@@ -116,7 +117,7 @@ def _throughput(doc: dict[str, Any]) -> str:
     if measured:
         out.append(_img(charts.slowdown_bars(measured), "slowdown per model",
                         "Strict step time over default step time per model; bars: median over repetitions, "
-                        "whiskers: 95 % bootstrap interval; amber: noisy (interval wider than 6 %)."))
+                        f"whiskers: 95 % bootstrap interval; amber: noisy (interval wider than {NOISY_WIDTH:.0%})."))
     out.append("<h2>Where the time goes</h2>")
     for r in rows:
         items = "".join(f"<li><code>{escape(op_text(op))}</code></li>" for op in r["top_ops"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..stages.throughput import NOISY_WIDTH
 from .rows import op_text, slowdown_text, throughput_rows
 
 
@@ -47,10 +48,13 @@ def _run(doc: dict[str, Any]) -> list[str]:
           r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in rows])
     lines.append("")
     t0 = next((m.get("throughput") for m in doc.get("models", []) if m.get("throughput")), {}) or {}
+    order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
+             else f"one after another, {t0.get('order')}")
     lines.append(f"Slowdown = strict step time / default step time, median of {t0.get('repetitions')} "
-                 f"repetitions in fresh processes (modes interleaved {t0.get('order')}), {t0.get('timed_steps')} timed "
-                 f"steps after {t0.get('warmup_steps')} warm-up steps each; the interval is a bootstrap over "
-                 "repetitions, *noisy* when it is wider than 6 % of the median. Peak memory: "
+                 f"repetitions, each mode in a fresh process ({order}), {t0.get('timed_steps')} timed "
+                 f"steps after {t0.get('warmup_steps')} warm-up steps; the interval is a bootstrap over "
+                 f"repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} of the median. Added time per op: "
+                 "torch.profiler self time per step, strict minus default. Peak memory: "
                  f"{rows[0]['memory_kind'] or 'not reported'}.")
     lines.append("")
     for r in rows:

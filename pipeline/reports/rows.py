@@ -33,9 +33,9 @@ def bytes_text(n: int | None) -> str:
 
 
 def op_text(op: dict[str, Any]) -> str:
-    """'aten::index_add_ +40 % (+0.120 ms/step, 35 % of the slowdown)'."""
+    """'aten::index_add_ +40 % (+0.120 ms/step, 35 % of the added time)'."""
     growth = "new" if op.get("growth") is None else f"{op['growth'] * 100:+.0f} %"
-    share = f", {op['share'] * 100:.0f} % of the slowdown" if op.get("share") is not None else ""
+    share = f", {op['share'] * 100:.0f} % of the added time" if op.get("share") is not None else ""
     return f"{op['op']} {growth} ({op['delta_ms']:+.3f} ms/step{share})"
 
 

@@ -1,14 +1,17 @@
 """The throughput-cost stage: what strict determinism costs, per model, and where.
 
 Per model and repetition, one fresh process per mode (strict, default, optionally
-bookkeeping), so flags read at start-up are honest. Modes alternate in ABBA order across
-repetitions so drift and position effects hit every mode alike. Each process runs warm-up
-steps, then timed steps (device synchronised before each clock read); its throughput is
-1 / median step time. The slowdown of a repetition is strict step time / default step
-time; the stage reports the median over repetitions with a bootstrap confidence interval,
-and marks the measurement noisy when that interval is wide. The first repetitions also
+bookkeeping), so flags read at start-up are honest. The processes of a repetition start
+together and, after their warm-up steps, take turns step by step (pipeline.stages.lockstep),
+so whatever else runs on a shared machine slows every mode alike; where FIFOs are not
+available they run one after another, in ABBA order across repetitions. Each timed step
+is clocked from the start of its turn to its end, the device synchronised before each
+clock read; a process's throughput is 1 / its median step time. The slowdown of a
+repetition is strict step time / default step time; the stage reports the median over
+repetitions with a bootstrap confidence interval, and marks the measurement noisy when
+that interval is wide. The first repetitions also
 run a few profiled steps after the timed ones, and the ops whose self time grows most
-under strict mode are reported with their share of the slowdown.
+under strict mode are reported with their part of the added time.
 """
 
 from __future__ import annotations
@@ -24,15 +27,16 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, WorkerFailed, execute
 from ..worker.spec import PROFILE_STEPS, WorkerSpec
+from . import lockstep
 
 SUMMARY_VERSION = 1
 BASELINE = "default"
 MODES = ("strict", "default")  # bookkeeping is optional: pass modes=("strict", "default", "bookkeeping")
-NOT_CHECKED = "NOT_CHECKED"  # verdict of a model whose determinism stage did not run
+NOT_CHECKED = verdicts.NOT_CHECKED  # verdict of a model whose determinism stage did not run
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 2000
 NOISY_WIDTH = 0.06  # an interval wider than 6 % of the median marks the measurement noisy
-PROFILED_REPS = 2  # repetitions whose processes also profile per-op times
+PROFILED_REPS = 1  # repetitions whose processes also profile per-op times (parsing a profile costs seconds)
 TOP_OPS = 5
 
 
@@ -42,23 +46,27 @@ def warmup_steps(steps: int) -> int:
 
 
 def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any],
-         modes: tuple[str, ...] = MODES) -> list[WorkerSpec]:
-    """Every process, in launch order: repetition r runs the modes forward (r odd) or reversed."""
+         modes: tuple[str, ...] = MODES, paired: bool = True) -> list[list[WorkerSpec]]:
+    """One group of processes per repetition, one process per mode; repetition r lists the
+    modes forward (r odd) or reversed. ``paired``: a group takes turns step by step."""
     warm = warmup_steps(options.steps)
-    specs = []
+    groups = []
     for rep in range(1, options.repetitions + 1):
         order = modes if rep % 2 else tuple(reversed(modes))
+        group = []
         for mode in order:
             role = f"throughput-{mode}-{rep}"
             profiled = rep <= PROFILED_REPS
-            specs.append(WorkerSpec(
+            group.append(WorkerSpec(
                 model_ref=model.ref, model_name=model.name, role=role,
                 steps=warm + options.steps + (PROFILE_STEPS + 1 if profiled else 0),
                 seed=options.seed, profile=options.profile, device=options.device, threads=options.threads,
                 mode=mode, output=f"record-{role}.json", fingerprints=False, warmup_steps=warm,
-                profile_ops=profiled, project_commit=project_commit, image=image,
+                profile_ops=profiled, lockstep=f"turn-{role}" if paired else None,
+                project_commit=project_commit, image=image,
             ))
-    return specs
+        groups.append(group)
+    return groups
 
 
 def bootstrap_median(values: list[float], *, samples: int = BOOTSTRAP_SAMPLES,
@@ -87,9 +95,9 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mo
                   baseline: str = BASELINE, top: int = TOP_OPS) -> list[dict[str, Any]]:
     """The ops whose self time per step grows most from ``baseline`` to ``mode``.
 
-    ``ops[mode]`` holds one op list per profiled process (the record's "ops"). Times are
-    averaged over processes and given in milliseconds per step; ``share`` is an op's
-    growth over the growth of all ops together (the slowdown the profiler sees),
+    ``ops[mode]`` holds one op list per profiled process (the record's "ops", per-step
+    medians). Times are averaged over processes and given in milliseconds per step;
+    ``share`` is an op's part of all the time that grew (the sum of every op's growth),
     ``growth`` its own relative change (None: the op does not run in the baseline).
     """
     key = "self_device_us" if device == "cuda" else "self_cpu_us"
@@ -105,7 +113,7 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mo
     if not a or not b:
         return []
     deltas = {name: a.get(name, 0.0) - b.get(name, 0.0) for name in set(a) | set(b)}
-    growth_total = sum(deltas.values())
+    growth_total = sum(d for d in deltas.values() if d > 0)
     rows = []
     for name, d in sorted(deltas.items(), key=lambda kv: -kv[1])[:top]:
         if d <= 0:
@@ -121,10 +129,12 @@ def _mode_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     sps = [r["steps_per_s"] for r in records]
     samples = [r["samples_per_s"] for r in records if r.get("samples_per_s")]
     peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
+    data = [statistics.median(r["data_times_s"]) for r in records if r.get("data_times_s")]
     return {
         "steps_per_s": statistics.median(sps),
         "samples_per_s": statistics.median(samples) if samples else None,
         "step_ms_median": 1000.0 / statistics.median(sps),
+        "data_wait_ms_median": 1000.0 * statistics.median(data) if data else None,  # part of a step
         "peak_memory_bytes": max(peaks) if peaks else None,
         "peak_memory_kind": records[0].get("peak_memory_kind"),
         "steps_per_s_reps": [round(v, 4) for v in sps],
@@ -134,22 +144,30 @@ def _mode_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
               image: dict[str, Any], modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """Measure every mode of one model; the result goes under the model entry's "throughput"."""
+    if BASELINE not in modes or len(modes) < 2:
+        raise ValueError(f"throughput modes {modes} must include {BASELINE!r} and another mode")
     t0 = time.monotonic()
-    specs = plan(options, model, project_commit=project_commit, image=image, modes=modes)
+    paired = lockstep.supported()
+    groups = plan(options, model, project_commit=project_commit, image=image, modes=modes, paired=paired)
     result: dict[str, Any] = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
-        "warmup_steps": specs[0].warmup_steps, "timed_steps": options.steps, "repetitions": options.repetitions,
-        "order": "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {}, "slowdowns": {}, "top_ops": [],
-        "records": [f"{model.name}/{s.output}" for s in specs], "error": None,
+        "warmup_steps": groups[0][0].warmup_steps, "timed_steps": options.steps, "repetitions": options.repetitions,
+        "order": "step-by-step turns" if paired else "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {},
+        "slowdowns": {}, "top_ops": [], "records": [f"{model.name}/{s.output}" for g in groups for s in g],
+        "error": None,
     }
     by_mode: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
     try:
-        for spec in specs:
-            ctx.progress(f"{model.name}: throughput {spec.mode} {spec.role.rsplit('-', 1)[1]}/{options.repetitions}")
-            record = execute(ctx, spec)
-            if not record.get("steps_per_s"):
-                raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
-            by_mode[spec.mode][int(spec.role.rsplit("-", 1)[1])] = record
+        for rep, group in enumerate(groups, start=1):
+            ctx.progress(f"{model.name}: throughput, repetition {rep}/{options.repetitions}")
+            if paired:
+                records = lockstep.run_together(ctx, group, rounds=group[0].steps - group[0].warmup_steps)
+            else:
+                records = [execute(ctx, spec) for spec in group]
+            for spec, record in zip(group, records):
+                if not record.get("steps_per_s"):
+                    raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
+                by_mode[spec.mode][rep] = record
     except WorkerFailed as e:
         result.update(error={"kind": e.kind, "message": str(e)}, seconds=round(time.monotonic() - t0, 3))
         return result
@@ -164,6 +182,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     ops = {m: [by_mode[m][r]["ops"] for r in reps if by_mode[m][r].get("ops")] for m in modes}
     result["top_ops"] = attribute_ops(ops, device=options.device)
     result["profiled_steps"] = next((by_mode[m][1].get("profiled_steps") for m in modes), 0)
+    result["cpus"] = by_mode[BASELINE][1].get("cpus")  # where a CPU pair took its turns
     result["seconds"] = round(time.monotonic() - t0, 3)
     return result
 

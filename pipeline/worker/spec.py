@@ -29,7 +29,7 @@ FAULTS = {
 MODES = ("strict", "default", "bookkeeping")
 # profile_ops: the last PROFILE_STEPS + 1 of a run's steps go to torch.profiler (one warm-up
 # step, then PROFILE_STEPS recorded), after and outside the timed steps.
-PROFILE_STEPS = 8
+PROFILE_STEPS = 4
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -123,6 +123,41 @@ def _peak_memory(device: torch.device) -> tuple[int | None, str | None]:
     return int(rss if sys.platform == "darwin" else rss * 1024), "ru_maxrss"
 
 
+def _steady_allocator() -> bool:
+    """Fix glibc malloc's thresholds for a timed run; True if they were set.
+
+    By default glibc adapts its mmap and trim thresholds as a process frees memory, so
+    whether each step's large CPU buffers are recycled or handed back to the kernel and
+    faulted in again depends on the process's history: two identical processes measured
+    side by side differed by up to 50 % in step time on a 2-core VM (conv, quick profile),
+    and by about 1.5 % with fixed thresholds. Timed runs of every mode get the same settings.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    ok = mallopt(m_mmap_threshold, 32 * 2**20)  # glibc's upper limit on 64-bit; fixed, no longer adaptive
+    ok &= mallopt(m_trim_threshold, 2**30)  # keep freed heap memory instead of returning it each step
+    ok &= mallopt(m_top_pad, 64 * 2**20)
+    return bool(ok)
+
+
+def _prime_profiler(device: torch.device) -> None:
+    """The profiler's first session pays a one-time start-up (about 1 s on a CPU): pay it
+    before warm-up, beside a paired run's own set-up, not inside a turn."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities):
+        torch.zeros(1, device=device).add_(1)
+
+
 def _start_profiler(device: torch.device, steps: int) -> Any:
     """A profiler over ``steps`` steps: one warm-up step, then every step recorded and marked."""
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -170,14 +205,31 @@ def _op_times(prof: Any, device: torch.device) -> list[dict[str, Any]]:
 class _Turns:
     """Taking turns with paired runs (spec.lockstep): one step per turn, handed out by the
     orchestrator through two FIFOs, so the modes of a throughput pair meet the same
-    neighbours on a shared machine. The orchestrator holds its ends open before launch."""
+    neighbours on a shared machine. The orchestrator holds its ends open before launch.
 
-    def __init__(self, spec: WorkerSpec, spec_file: Path) -> None:
+    On a CPU, the first turn moves this process to the first ``threads`` CPUs it may use:
+    paired workers start with the same CPU set, so they take their turns on the same CPUs.
+    Processes it forks later (loader workers) get the full set back, so data loading still
+    runs beside training as it would unpinned.
+    """
+
+    def __init__(self, spec: WorkerSpec, spec_file: Path, device: torch.device) -> None:
         base = str(resolve(spec_file, spec.lockstep))
-        self.go = os.open(base + ".go", os.O_RDONLY)
-        self.finished = os.open(base + ".done", os.O_WRONLY)
+        try:
+            self.go = os.open(base + ".go", os.O_RDONLY)
+            self.finished = os.open(base + ".done", os.O_WRONLY)
+        except FileNotFoundError:  # the orchestrator ended the pair (its partner failed) before this run got here
+            raise RuntimeError("lockstep: the orchestrator stopped handing out turns") from None
+        self.pin = spec.threads if device.type == "cpu" and hasattr(os, "sched_setaffinity") else 0
+        self.cpus: list[int] | None = None
+        self.allowed: set[int] | None = None
 
     def wait(self) -> None:
+        if self.pin and self.cpus is None:
+            allowed = self.allowed = os.sched_getaffinity(0)
+            self.cpus = sorted(allowed)[:self.pin]
+            os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, allowed))
+            os.sched_setaffinity(0, self.cpus)
         if os.read(self.go, 1) != b"g":
             raise RuntimeError("lockstep: the orchestrator stopped handing out turns")
 
@@ -185,8 +237,11 @@ class _Turns:
         os.write(self.finished, b"d")
 
     def close(self) -> None:
+        """After the last turn: the pair finishes (hashes, record, exit) side by side again."""
         os.close(self.go)
         os.close(self.finished)
+        if self.allowed is not None:
+            os.sched_setaffinity(0, self.allowed)
 
 
 def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
@@ -196,6 +251,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     strict = spec.mode == "strict"
     bookkeeping = spec.mode == "bookkeeping"
     t_start = time.perf_counter()
+    steady_allocator = _steady_allocator() if spec.warmup_steps > 0 else False
     determinism.make_deterministic(seed=spec.seed, threads=spec.threads, strict=strict, bookkeeping=bookkeeping)
     attestation = determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict, bookkeeping=bookkeeping)
     if not attestation["ok"]:
@@ -232,13 +288,16 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     # Throughput runs (warmup_steps > 0): each timed step is clocked after a device sync;
     # with profile_ops the last PROFILE_STEPS + 1 steps run under torch.profiler, untimed.
     step_times: list[float] = []
-    turns = _Turns(spec, spec_file) if spec.lockstep else None
+    data_times: list[float] = []  # the part of each timed step spent waiting for its batch
+    turns = _Turns(spec, spec_file, device) if spec.lockstep else None
     profile_steps = min(PROFILE_STEPS + 1, stop - start_step - spec.warmup_steps - 2) if spec.profile_ops else 0
     profile_steps = profile_steps if profile_steps >= 2 else 0
     timed_stop = stop - profile_steps
     t_timed_end: float | None = None
     profiler: Any = None
     peak: tuple[int | None, str | None] | None = None
+    if profile_steps:
+        _prime_profiler(device)
     batches = _batches(setup, pos, resume_rng, spec)
     _sync(device)
     while pos.step < stop:
@@ -249,7 +308,9 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
         if profile_steps and pos.step == timed_stop:
             peak = _peak_memory(device)
             profiler = _start_profiler(device, profile_steps)
+        t_fetch = time.perf_counter()
         batch = to_device(next(batches), device)
+        fetch_s = time.perf_counter() - t_fetch
         if fps is not None:
             bs = batch_checksum(batch)
             batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
@@ -268,6 +329,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
             _sync(device)
             now = time.perf_counter()
             step_times.append(now - last_clock)
+            data_times.append(fetch_s)
             last_clock = t_timed_end = now
         if spec.checkpoint_at is not None and pos.step == spec.checkpoint_at:
             checkpoint.save(str(resolve(spec_file, spec.checkpoint_path)), setup, pos)
@@ -331,10 +393,13 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
             "timed_s": timed_s,
         },
         "step_times_s": step_times,
+        "data_times_s": data_times,
         "steps_per_s": steps_per_s,
         "samples_per_s": steps_per_s * setup.batch_size if steps_per_s and setup.batch_size else None,
         "peak_memory_bytes": peak[0],
         "peak_memory_kind": peak[1],
         "profiled_steps": max(profile_steps - 1, 0),
+        "cpus": turns.cpus if turns is not None else None,
+        "steady_allocator": steady_allocator,
         "ops": ops,
     }
