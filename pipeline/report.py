@@ -47,7 +47,7 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
     for m in document.get("models", []):
         if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {m.get('message')}", highlight=False)
-    if new:
+    if new and not (document.get("golden") or {}).get("updated"):
         image = (document.get("image") or {}).get("name")
         ci = (document.get("options") or {}).get("ci")
         lead = "[bold red]error[/]" if ci else "notice"
