@@ -231,13 +231,14 @@ def _sort_key(name: str) -> int:
     return KINDS.index(kind) if kind in KINDS else len(KINDS)
 
 
-def batch_checksum(batch: object) -> torch.Tensor | None:
-    """Checksum over every tensor in a (nested) batch: tells data order from compute."""
+def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = None) -> torch.Tensor | None:
+    """Checksum over every tensor in a (nested) batch: tells data order from compute.
+    Pass the same ``workspace`` every step to reuse its buffers."""
     tensors = list(_iter_tensors(batch))
     if not tensors:
         return None
     with _no_fill():
-        sums = segment_sums([_flat_int(t) for t in tensors])
+        sums = segment_sums([_flat_int(t) for t in tensors], workspace)
     # Weight by position so swapping two inputs of a batch is seen.
     weights = torch.arange(1, 2 * len(tensors), 2, dtype=torch.int64, device=sums.device)
     return (sums * weights).sum()

@@ -278,6 +278,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     t_setup = time.perf_counter()
 
     fps = StepFingerprints(setup.model, setup.optimizer) if spec.fingerprints else None
+    batch_workspace: dict[Any, torch.Tensor] = {}  # reused buffers for the batch checksum
     losses: list[torch.Tensor] = []
     batch_sums: list[torch.Tensor] = []
     stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)
@@ -312,7 +313,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
         batch = to_device(next(batches), device)
         fetch_s = time.perf_counter() - t_fetch
         if fps is not None:
-            bs = batch_checksum(batch)
+            bs = batch_checksum(batch, batch_workspace)
             batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
         loss = _train_step(setup, batch)
         pos.step += 1
