@@ -35,3 +35,26 @@ def reproci(tmp_path: Path) -> Cli:
 
 def model_entry(doc: dict, name: str) -> dict:
     return next(m for m in doc["models"] if m["model"] == name)
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Real results files (two real runs, a golden, edited copies), made once per session."""
+    from tests.test_merge import real_results
+
+    return real_results(tmp_path_factory)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """The CLI entry point in-process (exit codes and output as a user sees them)."""
+    from pipeline.cli import main
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, " ".join(captured.err.split())
+    return call

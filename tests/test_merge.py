@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from pipeline import errors, merge, results, verdicts
-from pipeline.cli import main
 from tests.conftest import Cli
 from tests.test_workflows import run_step, step_named, load as load_workflow
 
@@ -114,24 +113,6 @@ def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
         shutil.copytree(src.parent, target)
         shutil.copy(src, target.parent / "latest.json")
     return dest
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return real_results(tmp_path_factory)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    """The CLI entry point in-process (exit codes and output as a user sees them)."""
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
-    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
-
-    def call(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, " ".join(captured.err.split())
-    return call
 
 
 def test_the_fixture_runs_are_real_and_compared_to_a_real_golden(files: dict[str, Path]) -> None:

@@ -15,25 +15,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from pipeline import errors, prbody, results
-from pipeline.cli import main
-from tests.test_merge import real_results, write_shard
-
-
-@pytest.fixture(scope="module")
-def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return real_results(tmp_path_factory)
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
-    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
-
-    def call(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, " ".join(captured.err.split())
-    return call
+from tests.test_merge import write_shard
 
 
 def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
