@@ -160,19 +160,13 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     )
 
 
-MANIFEST = Path("docker/manifest.yaml")
-
-
-def image_display_name(image: str, manifest: Path = MANIFEST) -> str:
+def image_display_name(image: str, manifest: Path | None = None) -> str:
     """The golden name for an image: its manifest name when the manifest knows the image
     (by name or tag), else a file-safe form of the reference (repo:tag -> repo_tag)."""
-    if manifest.is_file():
-        try:
-            images = (yaml.safe_load(manifest.read_text()) or {}).get("images") or {}
-        except yaml.YAMLError:
-            images = {}
-        for name, entry in images.items():
-            if image == name or (isinstance(entry, dict) and image == entry.get("tag")):
-                return str(name)
+    from . import images
+
+    _, entry = images.resolve(image, manifest or images.MANIFEST)
+    if entry is not None:
+        return entry.name
     name = image.split("@", 1)[0]
     return name.replace("/", "_").replace(":", "_")

@@ -68,7 +68,8 @@ def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path):
     from pipeline.options import image_display_name
 
     manifest = tmp_path / "manifest.yaml"
-    manifest.write_text("version: 1\nimages:\n  cpu-x:\n    tag: reproci/cpu-x:1\n")
+    manifest.write_text("version: 1\nimages:\n  cpu-x:\n    tag: reproci/cpu-x:1\n    base: {image: base:1}\n"
+                        "    requirements: requirements/cpu-x.txt\n")
     assert image_display_name("reproci/cpu-x:1", manifest) == "cpu-x"
     assert image_display_name("cpu-x", manifest) == "cpu-x"
     assert image_display_name("nvcr.io/nvidia/pytorch:24.05-py3", manifest) == "nvcr.io_nvidia_pytorch_24.05-py3"
