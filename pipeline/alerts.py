@@ -60,13 +60,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
                                          verdicts.NEW, verdicts.MODEL_CHANGED, verdicts.PASS])}
     for m in sorted(document.get("models", []), key=lambda m: order.get(m.get("verdict"), 99)):
         ev = m.get("evidence") or (m.get("golden") or {}).get("evidence") or {}
-        where = "-"
-        if ev:
-            where = f"step {ev.get('step')}" if ev.get("step") is not None else "final"
-            if ev.get("tensor"):
-                where += f" `{ev['tensor']}`"
-            if ev.get("max_abs") is not None:
-                where += f" (max abs {ev['max_abs']:.3g}, {ev.get('max_ulp')} ULP)"
+        where = verdicts.first_difference(ev, code=lambda s: f"`{s}`")
         msg = str(m.get("message", "")).replace("|", "\\|")
         lines.append(f"| {m['model']} | **{m.get('verdict')}** | `{(m.get('final_sha256') or '-')[:12]}` | {where} | {msg} |")
     diffs = [(m["model"], m["golden"]) for m in document.get("models", []) if (m.get("golden") or {}).get("package_diff")]

@@ -24,7 +24,10 @@ class Divergence:
     step: int | None  # first differing step (None: only the final state differs)
     tensor: str | None  # "kind:name" of the first differing tensor at that step
     kind: str | None
-    cause: str  # "data" (the batch differs) or "compute" (same batch, different result)
+    # "data" (the batch differs), "compute" (same batch, different result), "init" (the state
+    # before the first step differs), "restore" (a resumed run's state differs at the resume
+    # point, before its first step), "unknown" (batch checksums of different schemes)
+    cause: str
     differing_tensors: int = 0  # how many tensors differ at that step
     loss_equal_at_step: bool | None = None
     losses_equal: bool | None = None  # whole common trajectory
@@ -51,8 +54,40 @@ def step_rows(record: Mapping[str, Any]) -> dict[int, dict[str, int]]:
     return {start + i + 1: dict(zip(names, row)) for i, row in enumerate(record.get("fingerprints") or [])}
 
 
+def _initial(record: Mapping[str, Any]) -> tuple[int, list[str], dict[str, int]] | None:
+    init = record.get("initial_fingerprint")
+    if not init:
+        return None
+    return int(init["step"]), list(init["names"]), dict(zip(init["names"], init["row"]))
+
+
+def _start_divergence(a: Mapping[str, Any], b: Mapping[str, Any], rows_a: dict[int, dict[str, int]],
+                      rows_b: dict[int, dict[str, int]]) -> Divergence | None:
+    """A difference before either run's first common step: at step 0 (both from scratch),
+    or where the later run resumed (its loaded state against the other run's row there)."""
+    ia, ib = _initial(a), _initial(b)
+    if ia is not None and ib is not None and ia[0] == ib[0]:
+        step, names, ra, rb = ia[0], ia[1], ia[2], ib[2]
+        cause = "init" if step == 0 else "restore"
+    elif ib is not None and ib[0] in rows_a:  # b resumed where a has a row
+        step, names, ra, rb, cause = ib[0], ib[1], rows_a[ib[0]], ib[2], "restore"
+    elif ia is not None and ia[0] in rows_b:
+        step, names, ra, rb, cause = ia[0], ia[1], ia[2], rows_b[ia[0]], "restore"
+    else:
+        return None
+    differing = [n for n in names if n in ra and n in rb and ra[n] != rb[n]]
+    if not differing:
+        return None
+    return Divergence(step=step, tensor=differing[0], kind=differing[0].partition(":")[0], cause=cause,
+                      differing_tensors=len(differing), tensors=differing[:10])
+
+
 def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence | None:
-    """Where two runs first disagree over the steps both recorded, or None if they agree."""
+    """Where two runs first disagree over the steps both recorded, or None if they agree.
+
+    Step 0 is the state before the first step (runs from scratch); a resumed run's state
+    as loaded is compared with the other run's row at the resume step.
+    """
     rows_a, rows_b = step_rows(a), step_rows(b)
     common = sorted(set(rows_a) & set(rows_b))
     start_a, start_b = int(a.get("start_step", 0)), int(b.get("start_step", 0))
@@ -60,12 +95,17 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
     index = {n: i for i, n in enumerate(names)}
     losses_a, losses_b = a.get("losses") or [], b.get("losses") or []
     batch_a, batch_b = a.get("batch_fingerprints") or [], b.get("batch_fingerprints") or []
+    same_scheme = a.get("batch_checksum") == b.get("batch_checksum")
 
     def at(seq: list[Any], start: int, step: int) -> Any:
         i = step - start - 1
         return seq[i] if 0 <= i < len(seq) else None
 
     losses_equal = all(at(losses_a, start_a, s) == at(losses_b, start_b, s) for s in common) if common else None
+    early = _start_divergence(a, b, rows_a, rows_b)
+    if early is not None:
+        early.losses_equal = losses_equal
+        return early
     for s in common:
         ra, rb = rows_a[s], rows_b[s]
         if ra == rb:
@@ -73,7 +113,10 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
         differing = [n for n in set(ra) | set(rb) if ra.get(n) != rb.get(n)]
         differing.sort(key=lambda n: _causal_key(n, index.get(n, len(names)), len(names)))
         first = differing[0]
-        cause = "data" if at(batch_a, start_a, s) != at(batch_b, start_b, s) else "compute"
+        if not same_scheme:
+            cause = "unknown"
+        else:
+            cause = "data" if at(batch_a, start_a, s) != at(batch_b, start_b, s) else "compute"
         return Divergence(
             step=s, tensor=first, kind=first.partition(":")[0], cause=cause, differing_tensors=len(differing),
             loss_equal_at_step=at(losses_a, start_a, s) == at(losses_b, start_b, s), losses_equal=losses_equal,

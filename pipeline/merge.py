@@ -177,16 +177,7 @@ def evidence_of(m: dict[str, Any]) -> dict[str, Any] | None:
 
 def where(m: dict[str, Any]) -> str:
     """'step 15, buffer:bn.running_mean, |Δ| 4.66e-10 (1 ULP)' or '-'."""
-    ev = evidence_of(m)
-    if not ev:
-        return "-"
-    parts = [f"step {ev['step']}" if ev.get("step") is not None else "final state"]
-    if ev.get("tensor"):
-        parts.append(f"`{ev['tensor']}`")
-    if ev.get("max_abs") is not None:
-        ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
-        parts.append(f"|Δ| {ev['max_abs']:.3g}{ulp}")
-    return ", ".join(parts)
+    return verdicts.first_difference(evidence_of(m), code=lambda s: f"`{s}`")
 
 
 def slowdown(m: dict[str, Any]) -> str:

@@ -11,16 +11,7 @@ from . import verdicts
 
 
 def _where(m: dict[str, Any]) -> str:
-    ev = m.get("evidence") or (m.get("golden") or {}).get("evidence")
-    if not ev:
-        return "-"
-    step = ev.get("step")
-    parts = [f"step {step}" if step is not None else "final"]
-    if ev.get("tensor"):
-        parts.append(ev["tensor"])
-    if ev.get("max_abs") is not None:
-        parts.append(f"|Δ|={ev['max_abs']:.3g} ({ev.get('max_ulp')} ULP)")
-    return " ".join(parts)
+    return verdicts.first_difference(m.get("evidence") or (m.get("golden") or {}).get("evidence"))
 
 
 def table(document: dict[str, Any]) -> Table:

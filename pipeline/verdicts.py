@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from . import errors
 
 PASS = "PASS"
@@ -43,3 +45,23 @@ def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
     """The most serious exit code; in CI mode a missing golden (NEW) is drift."""
     codes = [errors.EXIT_DRIFT if (v == NEW and ci) else EXIT_CODES[v] for v in verdicts] or [errors.EXIT_PASS]
     return max(codes, key=SEVERITY.index)
+
+
+def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> str:
+    """The one short spelling of where runs first differ, for every table:
+    'step 15, buffer:bn.running_mean, |Δ| 4.66e-10 (1 ULP)', 'step 0 (initial state), param:fc.weight',
+    'controls off at model.py:52', or '-'. ``code`` formats a name (backticks in Markdown)."""
+    if not ev:
+        return "-"
+    controls = ev.get("controls") or []
+    if ev.get("cause") == "controls" and controls:
+        c = controls[0]
+        return f"controls off at {code(c['where'])}" if c.get("where") else f"{code(c['control'])} off at the {c.get('found_at')}"
+    step = ev.get("step")
+    parts = [("step 0 (initial state)" if step == 0 else f"step {step}") if step is not None else "final state"]
+    if ev.get("tensor"):
+        parts.append(code(ev["tensor"]))
+    if ev.get("max_abs") is not None:
+        ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
+        parts.append(f"|Δ| {ev['max_abs']:.3g}{ulp}")
+    return ", ".join(parts)

@@ -68,3 +68,29 @@ def test_tensor_magnitude():
     b[3] = 0.25
     m = tensor_magnitude(a, b)
     assert m["max_abs"] == 0.25 and m["elements_differing"] == 1 and m["max_ulp"] > 1e9
+
+
+def _with_initial(rec, step, row, names=("param:w", "buffer:b")):
+    return {**rec, "initial_fingerprint": {"step": step, "names": list(names), "row": row}}
+
+
+def test_initial_state_difference_is_step_zero_and_named_init():
+    a = _with_initial(record([[1, 2, 3, 4]], final="x"), 0, [7, 8])
+    b = _with_initial(record([[1, 2, 3, 5]], final="y"), 0, [7, 9])
+    d = first_divergence(a, b)
+    assert d.step == 0 and d.cause == "init" and d.tensor == "buffer:b"
+
+
+def test_resumed_state_is_compared_with_the_row_at_the_resume_point():
+    a = record([[1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3]], final="x")
+    c = _with_initial(record([[3, 3, 3, 3]], start=2, final="x"), 2, [2, 2, 5], names=("param:w", "buffer:b", "optim:w.m"))
+    d = first_divergence(a, c)
+    assert d.step == 2 and d.cause == "restore" and d.tensor == "optim:w.m"
+    ok = _with_initial(record([[3, 3, 3, 3]], start=2, final="x"), 2, [2, 2, 2], names=("param:w", "buffer:b", "optim:w.m"))
+    assert first_divergence(a, ok) is None
+
+
+def test_batch_checksums_of_different_schemes_are_not_compared():
+    a = {**record([[1, 2, 3, 4]], batches=[10], final="x"), "batch_checksum": "position-weighted-v2"}
+    b = record([[1, 9, 9, 4]], batches=[11], final="y")  # an older record
+    assert first_divergence(a, b).cause == "unknown"

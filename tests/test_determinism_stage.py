@@ -105,7 +105,7 @@ def test_plugins_prove_each_verdict_names_its_cause(reproci):
 
 @pytest.mark.parametrize("factory, fragment", [
     ("not_a_setup", "breaks the plugin contract"),
-    ("unseeded_loader", "has no generator"),
+    ("unseeded_loader", "nothing seeds its order"),
     ("crash_at_step_3", "illegal memory access"),
 ])
 def test_broken_plugins_are_errors_with_one_line_messages(reproci, factory, fragment):

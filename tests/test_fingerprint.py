@@ -116,3 +116,67 @@ def test_checksums_wrap_exactly_on_overflow():
     assert segment_sums([_flat_int(torch.ones(3)), _flat_int(big)]).tolist()[1] == expected
     huge = torch.full((5,), 2**62, dtype=torch.int64)
     assert bit_checksum(huge).item() == segment_sums([huge]).item()
+
+
+def test_batch_checksum_sees_rows_reordered_within_a_batch():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 3, 8, 8, generator=g), torch.randint(10, (32,), generator=g)
+    base = batch_checksum((x, y)).item()
+    for seed in range(20):
+        p = torch.randperm(32, generator=torch.Generator().manual_seed(seed))
+        if torch.equal(p, torch.arange(32)):
+            continue
+        assert batch_checksum((x[p], y[p])).item() != base
+    tokens = torch.arange(12).view(3, 4)
+    assert batch_checksum(tokens).item() != batch_checksum(tokens.flip(1)).item()  # order within a row too
+    assert batch_checksum((x.clone(), y.clone())).item() == base  # exact: equal bits, equal checksum
+
+
+def test_batch_checksum_sees_one_ulp_and_handles_every_dtype():
+    x = torch.randn(100, generator=torch.Generator().manual_seed(0))
+    y = x.clone()
+    y[50] = torch.nextafter(y[50], torch.tensor(float("inf")))
+    assert batch_checksum(x).item() != batch_checksum(y).item()
+    for t in (torch.tensor([2**62, -1]), torch.ones(3, dtype=torch.bfloat16), torch.tensor([True, False]),
+              torch.arange(5, dtype=torch.uint8), torch.arange(-3, 3, dtype=torch.int8), torch.tensor(1.5)):
+        assert batch_checksum(t).dtype == torch.int64
+    assert batch_checksum(torch.tensor([2**40, 0])).item() != batch_checksum(torch.tensor([0, 2**40])).item()
+
+
+def test_initial_row_sees_an_unseeded_initialisation():
+    from pipeline.worker.fingerprint import initial_row
+
+    def build(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+        return model, torch.optim.Adam(model.parameters())
+    names, row = initial_row(*build(0))
+    assert names[0] == "param:0.weight" and "buffer:1.running_mean" in names
+    assert initial_row(*build(0))[1].tolist() == row.tolist()
+    other = initial_row(*build(1))[1].tolist()
+    assert other[names.index("param:0.weight")] != row.tolist()[names.index("param:0.weight")]
+
+
+def test_fingerprints_of_state_on_several_devices_are_grouped_per_device():
+    """Adam's ``step`` is a CPU scalar beside the parameters. On a GPU that is two devices;
+    here both are the CPU, so this proves the grouping keeps rows in name order and exact
+    (tests/gpu/ runs the same on CUDA)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    fps = StepFingerprints(model, opt)
+    for _ in range(2):
+        opt.zero_grad(set_to_none=True)
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+        fps.record()
+    rows = fps.to_lists()
+    tensors = {**{f"param:{n}": p for n, p in model.named_parameters()},
+               **{f"grad:{n}": p.grad for n, p in model.named_parameters()}}
+    for name in ("param:weight", "grad:bias", "optim:weight.step", "optim:bias.exp_avg_sq"):
+        kind, _, rest = name.partition(":")
+        t = tensors.get(name)
+        if t is None:
+            pname, _, key = rest.rpartition(".")
+            t = opt.state[dict(model.named_parameters())[pname]][key]
+        assert rows[-1][fps.names.index(name)] == bit_checksum(t).item(), name

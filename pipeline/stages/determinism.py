@@ -144,19 +144,23 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
             verdict, pair, evidence = verdicts.RESUME_BROKEN, ("A", "C"), ac
         else:
             verdict, pair = verdicts.PASS, None
-    if evidence is not None and pair is not None:
+    if evidence is not None and pair is not None and evidence.cause != "restore":
         measure(ctx, evidence, specs, pair[0], pair[1], records)
+    switched = controls_switched_off(records)
+    if switched and verdict == verdicts.PASS:
+        # The runs agreed, but not under strict determinism: no guarantee on other hardware.
+        verdict = verdicts.NONDETERMINISTIC
     a = records["A"]
     result.update(
         verdict=verdict,
-        message=describe(verdict, evidence, pair),
+        message=describe(verdict, evidence, pair, switched),
         final_sha256=a["final_sha256"],
         config=a.get("config", {}),
         config_sha256=config_sha256(a.get("config", {})),
         batch_size=a.get("batch_size"),
         attestation=a.get("attestation"),
         runs={r: _run_summary(rec) for r, rec in records.items()},
-        evidence=({"comparison": f"{pair[0]} vs {pair[1]}", **evidence.to_dict()} if evidence and pair else None),
+        evidence=_evidence(evidence, pair, switched),
         error=None,
         records={r: f"{model.name}/record-{r}.json" for r in records},
         seconds=round(time.monotonic() - t0, 3),
@@ -167,14 +171,67 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     return result
 
 
-def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None) -> str:
-    if verdict == verdicts.PASS or ev is None or pair is None:
+def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Determinism controls switched off during any run: by the model's own calls (with
+    file:line), or found off by a re-attestation (at the checkpoint, at the end)."""
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for role, rec in records.items():
+        for e in (rec.get("controls") or {}).get("switched_off", []):
+            key = (e["control"], e["file"], e["line"])
+            found.setdefault(key, {**e, "where": f"{Path(e['file']).name}:{e['line']}", "runs": []})["runs"].append(role)
+        for when, att in (rec.get("attestations") or {}).items():
+            if when == "start" or att.get("ok", True):
+                continue
+            for control, c in att["checks"].items():
+                if c["ok"] or any(f["control"] == control for f in found.values()):
+                    continue
+                key = (control, None, None)
+                found.setdefault(key, {"control": control, "value": repr(c["actual"]), "where": None,
+                                       "step": None, "found_at": when, "runs": []})["runs"].append(role)
+    return list(found.values())
+
+
+def _controls_sentence(switched: list[dict[str, Any]]) -> str:
+    parts = []
+    for e in switched[:3]:
+        if e.get("where"):
+            when = "before the first step" if e.get("step") == 0 else f"in step {e['step']}"
+            parts.append(f"{e['control']} set to {e['value']} at {e['where']} ({e.get('function', '?')}, {when})")
+        else:
+            parts.append(f"{e['control']} was {e['value']} at the {e['found_at']} (set where torch could not be watched)")
+    return "determinism controls switched off by the model: " + "; ".join(parts)
+
+
+def _evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if ev is None and not switched:
+        return None
+    out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
+        "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
+    if switched:
+        out["controls"] = switched
+    return out
+
+
+def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
+             switched: list[dict[str, Any]] | None = None) -> str:
+    controls = _controls_sentence(switched) if switched else ""
+    if ev is None or pair is None:
+        if controls:
+            return f"A = B = C here, but not under strict determinism: {controls}"
         return "A = B = C: bitwise reproducible, resume exact"
-    where = f"step {ev.step}" if ev.step is not None else "the final state"
-    what = f"{ev.tensor}" if ev.tensor else "a tensor"
-    mag = ""
-    if ev.max_abs is not None:
-        mag = f", max |Δ| {ev.max_abs:.3g} ({ev.max_ulp} ULP)"
-    cause = "different batch (data order)" if ev.cause == "data" else "same batch, different result"
-    loss = "; losses still equal" if ev.losses_equal else ""
-    return f"{pair[0]} ≠ {pair[1]} from {where}, first at {what}{mag}; {cause}{loss}"
+    if ev.cause == "init":
+        text = (f"{pair[0]} ≠ {pair[1]} before the first step: the initial parameters/buffers are not seeded "
+                f"(first tensor: {ev.tensor}, {ev.differing_tensors} differ)")
+    elif ev.cause == "restore":
+        text = (f"{pair[0]} ≠ {pair[1]} at the resume point (step {ev.step}), before any resumed step: "
+                f"the checkpoint does not restore {ev.tensor} ({ev.differing_tensors} tensors differ)")
+    else:
+        where = f"step {ev.step}" if ev.step is not None else "the final state"
+        what = f"{ev.tensor}" if ev.tensor else "a tensor"
+        mag = ""
+        if ev.max_abs is not None:
+            mag = f", max |Δ| {ev.max_abs:.3g} ({ev.max_ulp} ULP)"
+        cause = {"data": "; different batch (data order)", "compute": "; same batch, different result"}.get(ev.cause, "")
+        loss = "; losses still equal" if ev.losses_equal else ""
+        text = f"{pair[0]} ≠ {pair[1]} from {where}, first at {what}{mag}{cause}{loss}"
+    return f"{text}; {controls}" if controls else text

@@ -1,18 +1,24 @@
-"""A full training checkpoint: everything a fresh process needs to continue bit for bit."""
+"""A full training checkpoint: everything a fresh process needs to continue bit for bit.
+
+Model, optimizer, scheduler, scaler, the plugin's extra state and every RNG state at the
+checkpoint's step, plus the loop position: step, epoch, batches consumed in the epoch and
+the epoch-start snapshot (``loader.EpochStart``) that lets the resumed run replay the
+interrupted epoch exactly (``pipeline/worker/loader.py``).
+"""
 
 from __future__ import annotations
 
 import os
-import random
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
+from . import rng
 from .contract import TrainSetup
+from .loader import EpochStart, extra_state
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 @dataclass
@@ -20,27 +26,16 @@ class LoopPosition:
     step: int = 0  # optimizer steps taken
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of this epoch already consumed
-    epoch_generator_state: torch.Tensor | None = None  # loader generator before this epoch's iter()
+    epoch_start: EpochStart | None = None  # taken just before this epoch's iter()
+    replayed: str | None = None  # how a resumed run reached its batch: "index" or "fetch" (not saved)
 
 
-def rng_states() -> dict[str, Any]:
-    states: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
+@dataclass
+class Resume:
+    """What a resumed run puts back once its loader has replayed to the checkpoint's batch."""
 
-
-def set_rng_states(states: dict[str, Any], *, torch_rng: bool = True) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    if torch_rng:
-        torch.set_rng_state(states["torch"])
-        if "cuda" in states and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(states["cuda"])
+    rng: dict[str, Any]
+    extra: Any = None
 
 
 def save(path: str, setup: TrainSetup, pos: LoopPosition) -> None:
@@ -50,23 +45,26 @@ def save(path: str, setup: TrainSetup, pos: LoopPosition) -> None:
         "optimizer": setup.optimizer.state_dict(),
         "scheduler": setup.scheduler.state_dict() if setup.scheduler is not None else None,
         "scaler": setup.scaler.state_dict() if setup.scaler is not None else None,
-        "extra": setup.get_extra_state() if setup.get_extra_state is not None else None,
+        "extra": extra_state(setup),
         "position": {
             "step": pos.step,
             "epoch": pos.epoch,
             "batch_in_epoch": pos.batch_in_epoch,
-            "epoch_generator_state": pos.epoch_generator_state,
+            "epoch_start": pos.epoch_start.to_dict() if pos.epoch_start is not None else None,
         },
-        "rng": rng_states(),
+        "rng": rng.states(),
     }
     tmp = f"{path}.tmp"
     torch.save(state, tmp)
     os.replace(tmp, path)
 
 
-def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPosition, dict[str, Any]]:
-    """Restore model, optimizer, scheduler, scaler and extra state; return position and RNG states."""
-    state = torch.load(path, map_location=device, weights_only=False)
+def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPosition, Resume]:
+    """Restore model, optimizer, scheduler and scaler; return the position and what to put
+    back after the loader has replayed to it (RNG states, extra state)."""
+    # Loaded on the CPU: load_state_dict copies onto the model's devices (and the optimizer
+    # puts each state tensor where its parameter is), while generator states must stay CPU tensors.
+    state = torch.load(path, map_location="cpu", weights_only=False)
     if state.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {path} has version {state.get('version')}, expected {CHECKPOINT_VERSION}")
     setup.model.load_state_dict(state["model"])
@@ -75,16 +73,7 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
         setup.scheduler.load_state_dict(state["scheduler"])
     if setup.scaler is not None and state["scaler"] is not None:
         setup.scaler.load_state_dict(state["scaler"])
-    if setup.set_extra_state is not None and state["extra"] is not None:
-        setup.set_extra_state(state["extra"])
     p = state["position"]
-    gen_state = p["epoch_generator_state"]
-    if isinstance(gen_state, torch.Tensor):
-        gen_state = gen_state.cpu()
-    pos = LoopPosition(p["step"], p["epoch"], p["batch_in_epoch"], gen_state)
-    rng = state["rng"]
-    if isinstance(rng.get("torch"), torch.Tensor):
-        rng["torch"] = rng["torch"].cpu()
-    if "cuda" in rng:
-        rng["cuda"] = [s.cpu() for s in rng["cuda"]]
-    return pos, rng
+    start = EpochStart.from_dict(p["epoch_start"]) if p.get("epoch_start") is not None else None
+    pos = LoopPosition(p["step"], p["epoch"], p["batch_in_epoch"], start)
+    return pos, Resume(rng=rng.to_cpu(state["rng"]), extra=state["extra"])

@@ -66,7 +66,12 @@ class TrainSetup:
     set_extra_state: Callable[[dict[str, Any]], None] | None = None
 
     def generator(self) -> torch.Generator | None:
-        return self.loader_generator or getattr(self.loader, "generator", None)
+        """The generator that decides the loader's order and worker seeds, if any."""
+        for g in (self.loader_generator, getattr(self.loader, "generator", None),
+                  getattr(getattr(self.loader, "sampler", None), "generator", None)):
+            if isinstance(g, torch.Generator):
+                return g
+        return None
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -122,12 +127,16 @@ def validate(setup: object, ref: str) -> TrainSetup:
     if (setup.get_extra_state is None) != (setup.set_extra_state is None):
         raise ContractError(f"{ref}: give both get_extra_state and set_extra_state, or neither")
     loader = setup.loader
-    if isinstance(loader, torch.utils.data.DataLoader):
-        shuffles = not isinstance(loader.sampler, torch.utils.data.SequentialSampler)
-        if (shuffles or loader.num_workers > 0) and setup.generator() is None:
+    if isinstance(loader, torch.utils.data.DataLoader) and setup.generator() is None:
+        # torch's own samplers draw their order from the loader generator; a sampler of
+        # the plugin's own seeds itself (from ctx.seed, say) and is accepted as it is.
+        own_sampler = not type(loader.sampler).__module__.startswith("torch.")
+        shuffles = isinstance(loader.sampler, torch.utils.data.RandomSampler)
+        if shuffles or (loader.num_workers > 0 and not own_sampler):
+            what = "shuffles" if shuffles else f"uses {loader.num_workers} worker processes"
             raise ContractError(
-                f"{ref}: the DataLoader shuffles or uses workers but has no generator: "
-                "pass generator=ctx.generator() so its order and worker seeds can be checkpointed"
+                f"{ref}: the DataLoader {what} but nothing seeds its order: pass generator=ctx.generator() "
+                "to the DataLoader, or give it a sampler of your own that seeds itself"
             )
     elif not hasattr(loader, "__iter__"):
         raise ContractError(f"{ref}: TrainSetup.loader is not iterable")

@@ -7,7 +7,7 @@ and independent of reduction order: equal tensors always give equal fingerprints
 any device, and a one-ULP change anywhere changes it. (The final sha256 below is the
 authoritative identity; a 32-bit checksum only has to locate the first difference.) It is computed
 on the tensor's device; the per-step rows stay there until the run ends, so there is
-no host copy per step.
+no host copy per step, and state spread over several devices is checksummed per device.
 
 The final hash is a sha256 over the name, dtype, shape and raw bytes of every
 parameter, buffer and optimizer-state tensor, in sorted name order.
@@ -99,56 +99,99 @@ def _flat_int(t: torch.Tensor) -> torch.Tensor:
 
 
 class StepFingerprints:
-    """Collects one row of tensor checksums per step, kept on the device.
+    """Collects one row of tensor checksums per step, kept on the tensors' devices.
 
     Cheap by construction: integer views of parameters, buffers and optimizer state are
     made once (they are updated in place, so the views follow them; a replaced tensor is
     noticed by its data pointer and the views are rebuilt). Each step then costs one
-    view per gradient, one concatenation and one cumulative sum per integer width, and
-    a gather: a handful of kernel launches, not several per tensor.
+    view per gradient and, per device, one concatenation and one cumulative sum per
+    integer width and a gather: a handful of kernel launches, not several per tensor.
+
+    State may live on several devices (Adam keeps ``step`` as a CPU scalar beside CUDA
+    parameters): tensors are grouped by device and each group's checksums stay on its
+    device until the run ends, so a step costs no copy between devices and no sync.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.model = model
         self.optimizer = optimizer
         self.names: list[str] | None = None
-        self.rows: list[torch.Tensor] = []
-        self._workspace: dict[Any, torch.Tensor] = {}
+        self.rows: list[list[torch.Tensor]] = []  # per step, one tensor per device group
+        self._groups: list[_DeviceGroup] = []
+        self._ptrs: list[int] = []
 
     def _bind(self) -> None:
         tensors = state_tensors(self.model, self.optimizer, with_grads=True)
         if self.names is None:
             self.names = sorted(tensors, key=_sort_key)
-        names = self.names
         params = dict(self.model.named_parameters())
-        self._grad_params = [params[n[5:]] for n in names if n.startswith("grad:")]
-        self._persistent = [tensors[n] for n in names if not n.startswith("grad:") and n in tensors]
-        self._persistent_views = [_flat_int(t) for t in self._persistent]
-        # A non-contiguous tensor's flat view is a copy: recompute those every step.
-        self._stale = [i for i, t in enumerate(self._persistent) if not t.is_contiguous()]
-        self._ptrs = [t.data_ptr() for t in self._persistent]
-        # Row order: grads are appended after the persistent tensors, then permuted back.
-        order = [n for n in names if not n.startswith("grad:")] + [n for n in names if n.startswith("grad:")]
-        pos = {n: i for i, n in enumerate(order)}
-        self._device = next(iter(tensors.values())).device if tensors else torch.device("cpu")
-        self._perm = torch.tensor([pos[n] for n in names], dtype=torch.long, device=self._device)
+        by_device: dict[str, _DeviceGroup] = {}
+        for i, name in enumerate(self.names):
+            if name.startswith("grad:"):
+                p = params[name[5:]]
+                group = by_device.setdefault(str(p.device), _DeviceGroup(p.device))
+                group.grads.append((i, p))
+            elif name in tensors:
+                t = tensors[name]
+                group = by_device.setdefault(str(t.device), _DeviceGroup(t.device))
+                group.persistent.append((i, t))
+        for group in by_device.values():
+            group.bind()
+        self._groups = list(by_device.values())
+        self._ptrs = [t.data_ptr() for g in self._groups for _, t in g.persistent]
 
     def record(self) -> None:
-        if self.names is None or [t.data_ptr() for t in self._persistent] != self._ptrs:
+        if self.names is None or [t.data_ptr() for g in self._groups for _, t in g.persistent] != self._ptrs:
             self._bind()
-        views = list(self._persistent_views)
-        for i in self._stale:
-            views[i] = _flat_int(self._persistent[i])
-        for p in self._grad_params:
-            g = p.grad
-            views.append(_flat_int(g) if g is not None else torch.zeros(1, dtype=torch.int32, device=self._device))
         with _no_fill():
-            self.rows.append(segment_sums(views, self._workspace)[self._perm])
+            self.rows.append([g.sums() for g in self._groups])
 
     def to_lists(self) -> list[list[int]]:
-        if not self.rows:
+        """Every step's row in name order (one host copy per device, at the end)."""
+        if not self.rows or self.names is None:
             return []
-        return torch.stack(self.rows).cpu().tolist()
+        out = torch.zeros(len(self.rows), len(self.names), dtype=torch.int64)
+        for gi, group in enumerate(self._groups):
+            block = torch.stack([row[gi] for row in self.rows]).cpu()
+            out[:, group.positions] = block
+        return out.tolist()
+
+
+class _DeviceGroup:
+    """The state tensors of one device and where their checksums go in a row."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.persistent: list[tuple[int, torch.Tensor]] = []
+        self.grads: list[tuple[int, torch.nn.Parameter]] = []
+        self._workspace: dict[Any, torch.Tensor] = {}
+
+    def bind(self) -> None:
+        self.views = [_flat_int(t) for _, t in self.persistent]
+        # A non-contiguous tensor's flat view is a copy: recompute those every step.
+        self.stale = [k for k, (_, t) in enumerate(self.persistent) if not t.is_contiguous()]
+        self.positions = torch.tensor([i for i, _ in self.persistent] + [i for i, _ in self.grads], dtype=torch.long)
+
+    def sums(self) -> torch.Tensor:
+        views = list(self.views)
+        for k in self.stale:
+            views[k] = _flat_int(self.persistent[k][1])
+        for _, p in self.grads:
+            g = p.grad
+            views.append(_flat_int(g) if g is not None else torch.zeros(1, dtype=torch.int32, device=self.device))
+        return segment_sums(views, self._workspace)
+
+
+def grouped_sums(views: list[torch.Tensor]) -> torch.Tensor:
+    """``segment_sums`` over tensors on any mix of devices, as one CPU row in input order
+    (one host copy per device: for one-off rows, not per step)."""
+    out = torch.zeros(len(views), dtype=torch.int64)
+    by_device: dict[str, list[int]] = {}
+    for i, v in enumerate(views):
+        by_device.setdefault(str(v.device), []).append(i)
+    for idxs in by_device.values():
+        out[idxs] = segment_sums([views[i] for i in idxs]).cpu()
+    return out
 
 
 _INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -231,17 +274,62 @@ def _sort_key(name: str) -> int:
     return KINDS.index(kind) if kind in KINDS else len(KINDS)
 
 
+# Batch checksum scheme, recorded with every run: checksums of different schemes are never compared.
+BATCH_CHECKSUM = "position-weighted-v2"
+_WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
+
+
+def _position_weights(n: int, device: torch.device) -> torch.Tensor:
+    """One odd pseudo-random int32 weight per position (Knuth's multiplicative hash): a
+    change of one word always changes the sum, and swapping two words changes it unless
+    their difference times the weights' difference vanishes modulo 2**32."""
+    key = (n, str(device))
+    w = _WEIGHTS.get(key)
+    if w is None:
+        pos = torch.arange(n, dtype=torch.int64, device=device)
+        w = (((pos * 2654435761 + 0x7F4A7C15) & 0x7FFFFFFF) | 1).to(torch.int32)
+        _WEIGHTS[key] = w
+    return w
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's raw bits as int32 words in memory order (64-bit elements give two words,
+    narrower ones are widened)."""
+    flat = _flat_int(t)
+    if flat.element_size() == 8:
+        return flat.view(torch.int32)
+    return flat if flat.dtype == torch.int32 else flat.to(torch.int32)
+
+
 def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = None) -> torch.Tensor | None:
-    """Checksum over every tensor in a (nested) batch: tells data order from compute.
-    Pass the same ``workspace`` every step to reuse its buffers."""
+    """Exact, order-sensitive checksum over every tensor of a (nested) batch: tells data
+    order from compute. Each 32-bit word of raw bits is multiplied by a weight of its
+    position, modulo 2**32 (int32 products wrap), and summed in int64: rows or tokens
+    reordered within a batch change it, not only a different set of samples, and the value
+    is the same on every device. Two kernels per tensor, on the batch's device.
+    ``workspace`` is accepted for symmetry with ``segment_sums`` (weights are cached by size).
+    """
     tensors = list(_iter_tensors(batch))
     if not tensors:
         return None
+    total = None
     with _no_fill():
-        sums = segment_sums([_flat_int(t) for t in tensors], workspace)
-    # Weight by position so swapping two inputs of a batch is seen.
-    weights = torch.arange(1, 2 * len(tensors), 2, dtype=torch.int64, device=sums.device)
-    return (sums * weights).sum()
+        for i, t in enumerate(tensors):
+            words = _words(t)
+            s = (words * _position_weights(words.numel(), words.device)).sum(dtype=torch.int64) % 2**32
+            s = s * (2 * i + 1)  # which input of the batch it is
+            total = s if total is None else total + s.to(total.device)
+    return total
+
+
+def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[str], torch.Tensor]:
+    """Checksums of the state before the first step (parameters, buffers, any optimizer
+    state), one row on the device: an unseeded initialisation shows up here, as step 0."""
+    tensors = state_tensors(model, optimizer, with_grads=False)
+    names = sorted(tensors, key=_sort_key)
+    with _no_fill():
+        sums = grouped_sums([_flat_int(tensors[n]) for n in names])
+    return names, sums
 
 
 def _iter_tensors(obj: object) -> Iterable[torch.Tensor]:

@@ -47,6 +47,9 @@ class WorkerSpec:
     checkpoint_at: int | None = None
     checkpoint_path: str | None = None
     resume_from: str | None = None
+    # More checkpoints, one per listed step, at checkpoint_pattern.format(step=...) (resume sweeps)
+    checkpoint_steps: tuple[int, ...] = ()
+    checkpoint_pattern: str = "ckpt-{step}.pt"
     dump_at: int | None = None
     dump_path: str | None = None
     final_dump_path: str | None = None  # every state tensor at the end (goldens, magnitudes)
@@ -63,6 +66,7 @@ class WorkerSpec:
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
         data["plugin_paths"] = list(self.plugin_paths)
+        data["checkpoint_steps"] = list(self.checkpoint_steps)
         return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
@@ -78,6 +82,7 @@ class WorkerSpec:
         if unknown:
             raise ValueError(f"unknown worker spec fields: {sorted(unknown)}")
         data["plugin_paths"] = tuple(data.get("plugin_paths", ()))
+        data["checkpoint_steps"] = tuple(data.get("checkpoint_steps", ()))
         return cls(**data)
 
     def write(self, path: Path) -> None:

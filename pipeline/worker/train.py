@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import os
 import statistics
@@ -13,10 +14,11 @@ from typing import Any, Iterator
 
 import torch
 
-from . import checkpoint, determinism, envinfo
-from .checkpoint import LoopPosition
+from . import checkpoint, determinism, envinfo, loader, rng
+from .checkpoint import LoopPosition, Resume
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
-from .fingerprint import StepFingerprints, batch_checksum, dump_state, final_hash
+from .controls import ControlWatch
+from .fingerprint import BATCH_CHECKSUM, StepFingerprints, batch_checksum, dump_state, final_hash, initial_row
 from .spec import FAULTS, PROFILE_STEPS, WorkerSpec, resolve
 
 RECORD_VERSION = 1
@@ -62,40 +64,41 @@ def _train_step(setup: TrainSetup, batch: Any) -> torch.Tensor:
     return loss.detach()
 
 
-def _batches(setup: TrainSetup, pos: LoopPosition, resume_rng: dict[str, Any] | None, spec: WorkerSpec) -> Iterator[Any]:
+def _batches(setup: TrainSetup, pos: LoopPosition, resume: Resume | None, spec: WorkerSpec) -> Iterator[Any]:
     """Yield batches forever, across epochs, tracking the position for checkpoints.
 
-    On resume the loader generator is put back to its state before the interrupted
-    epoch's ``iter()`` and the consumed batches are fast-forwarded, so sampler order
-    and worker seeds are those of the original run; then the RNG states saved at the
-    checkpoint are restored.
+    Each epoch starts with a snapshot (``loader.EpochStart``) and ``set_epoch``. A resumed
+    run puts the interrupted epoch's snapshot back, replays that epoch to the checkpoint's
+    batch (``loader.replay_epoch``), and only then restores the RNG and extra state saved
+    at the checkpoint: state that the replay advanced is put back to its checkpointed value,
+    and state the replay never touches (a dataset's own RNG, under index-level skipping) is
+    not advanced twice. A checkpoint at an epoch's last batch resumes into the next epoch.
     """
-    gen = setup.generator()
-    skip = pos.batch_in_epoch
-    if spec.fault == "resume-skip-loader-position":
-        skip = 0
-    first = True
+    resuming = resume is not None
     while True:
-        if first and resume_rng is not None:
-            if gen is not None and pos.epoch_generator_state is not None:
-                gen.set_state(pos.epoch_generator_state)
-        else:
-            pos.epoch_generator_state = gen.get_state() if gen is not None else None
-        it = iter(setup.loader)
-        if first and resume_rng is not None:
-            for _ in range(skip):
-                next(it)
-            checkpoint.set_rng_states(resume_rng, torch_rng=spec.fault != "resume-drop-rng")
+        if resuming:
+            assert resume is not None
+            if pos.epoch_start is not None:
+                loader.restore(setup, pos.epoch_start)
+            skip = 0 if spec.fault == "resume-skip-loader-position" else pos.batch_in_epoch
+            it, how = loader.replay_epoch(setup, pos.epoch, skip)
+            pos.replayed = how
+            rng.set_states(resume.rng, torch_rng=spec.fault != "resume-drop-rng")
+            if setup.set_extra_state is not None and resume.extra is not None:
+                setup.set_extra_state(resume.extra)
             if spec.fault == "resume-skip-loader-position":
                 pos.batch_in_epoch = 0
-        first = False
+        else:
+            pos.epoch_start = loader.snapshot(setup)
+            it = loader.begin_epoch(setup, pos.epoch)
         produced = False
         for batch in it:
             produced = True
             pos.batch_in_epoch += 1
             yield batch
-        if not produced:
-            raise ContractError(f"{spec.model_ref}: the loader yielded no batch in an epoch")
+        if not produced and not resuming:
+            raise ContractError(f"{spec.model_ref}: the loader yielded no batch in epoch {pos.epoch}")
+        resuming = False
         pos.epoch += 1
         pos.batch_in_epoch = 0
 
@@ -263,6 +266,21 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
         raise ContractError("device cuda was asked for but torch sees no GPU in this process")
     ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed)
     plugin_paths = [str(resolve(spec_file, p)) for p in spec.plugin_paths]
+    pos = LoopPosition()
+    watch = ControlWatch(step=lambda: pos.step)
+    with watch if strict else contextlib.nullcontext():
+        return _train(spec, spec_file, device, ctx, plugin_paths, pos, watch, attestation, t_start, steady_allocator)
+
+
+def _reattest(spec: WorkerSpec, strict: bool, bookkeeping: bool) -> dict[str, Any]:
+    return determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict, bookkeeping=bookkeeping)
+
+
+def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, ctx: ModelContext, plugin_paths: list[str],
+           pos: LoopPosition, watch: ControlWatch, attestation: dict[str, Any], t_start: float,
+           steady_allocator: bool) -> dict[str, Any]:
+    strict = spec.mode == "strict"
+    bookkeeping = spec.mode == "bookkeeping"
     factory = load_factory(spec.model_ref, plugin_paths)
     setup = validate(factory(ctx), spec.model_ref)
     setup.model.to(device)
@@ -270,11 +288,16 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     if spec.fault == "clock-seed":
         torch.manual_seed(time.time_ns() % 2**62)
 
-    pos = LoopPosition()
-    resume_rng = None
+    resume = None
     if spec.resume_from is not None:
-        pos, resume_rng = checkpoint.load(str(resolve(spec_file, spec.resume_from)), setup, device)
+        loaded, resume = checkpoint.load(str(resolve(spec_file, spec.resume_from)), setup, device)
+        pos.__dict__.update(loaded.__dict__)
     start_step = pos.step
+    initial: dict[str, Any] | None = None
+    if spec.fingerprints:  # the state before this run's first step: step 0, or the resume point
+        names0, row0 = initial_row(setup.model, setup.optimizer)
+        initial = {"step": start_step, "names": names0, "row": row0.tolist()}
+    attestations = {"start": attestation}
     t_setup = time.perf_counter()
 
     fps = StepFingerprints(setup.model, setup.optimizer) if spec.fingerprints else None
@@ -299,7 +322,8 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     peak: tuple[int | None, str | None] | None = None
     if profile_steps:
         _prime_profiler(device)
-    batches = _batches(setup, pos, resume_rng, spec)
+    batches = _batches(setup, pos, resume, spec)
+    watch.step = lambda: pos.step + 1  # from here on, a control set is set in the step being taken
     _sync(device)
     while pos.step < stop:
         in_turn = turns is not None and pos.step - start_step >= spec.warmup_steps
@@ -334,6 +358,9 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
             last_clock = t_timed_end = now
         if spec.checkpoint_at is not None and pos.step == spec.checkpoint_at:
             checkpoint.save(str(resolve(spec_file, spec.checkpoint_path)), setup, pos)
+            attestations["checkpoint"] = _reattest(spec, strict, bookkeeping)
+        if pos.step in spec.checkpoint_steps:
+            checkpoint.save(str(resolve(spec_file, spec.checkpoint_pattern.format(step=pos.step))), setup, pos)
         if profiler is not None:
             _sync(device)
             profiler.step()
@@ -357,6 +384,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     if spec.final_dump_path is not None and (spec.dump_at is None or pos.step == spec.steps):
         dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.final_dump_path)))
     digest, per_tensor = final_hash(setup.model, setup.optimizer)
+    attestations["end"] = _reattest(spec, strict, bookkeeping)
     loss_values = torch.stack(losses).cpu().tolist() if losses else []
     train_s = t_end - t_setup
     timed_s = ((t_timed_end or t_end) - timed_from) if timed_from is not None else train_s
@@ -377,10 +405,15 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
         "fault": spec.fault,
         "fault_detail": {"buffer": drifted} if drifted else None,
         "attestation": attestation,
+        "attestations": attestations,
+        "controls": {"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
+        "replayed": pos.replayed,
         "environment": envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
         "packages": envinfo.packages() if spec.role in ("A", "golden") else None,
         "config": setup.config,
         "batch_size": setup.batch_size,
+        "initial_fingerprint": initial,
+        "batch_checksum": BATCH_CHECKSUM,
         "tensor_names": fps.names if fps is not None else [],
         "fingerprints": fps.to_lists() if fps is not None else [],
         "batch_fingerprints": torch.stack(batch_sums).cpu().tolist() if batch_sums else [],

@@ -1,0 +1,165 @@
+"""Where the data pipeline stands, and how a resumed run gets back there exactly.
+
+The harness iterates ``TrainSetup.loader`` once per epoch. Before each epoch it takes an
+**epoch-start snapshot** (the loader generator's state, every process RNG state and the
+plugin's extra state), then calls ``set_epoch(epoch)`` on the loader, its sampler, batch
+sampler and dataset where they have one, then ``iter(loader)``. A checkpoint at step k
+stores that snapshot and the number of batches consumed in the epoch.
+
+A resumed run rebuilds the world of the interrupted epoch's start from the snapshot,
+replays the epoch up to the checkpoint's batch by the cheapest exact route, and only
+then puts back the RNG and extra state saved at step k:
+
+- a ``DataLoader`` over a map-style dataset with no worker processes skips the consumed
+  batches at the index level: the batch sampler is drawn (so its order and RNG advance as
+  before) but no sample is fetched, so the dataset's own RNG or cursor never runs twice;
+- with worker processes, an ``IterableDataset`` or any other iterable, the consumed batches
+  are fetched and dropped: worker-side RNG and state are not in the checkpoint (they live
+  in other processes), and replaying the epoch from its start reproduces them.
+
+When k falls exactly on an epoch's end, the replay yields nothing more and the next epoch
+starts as it did in the original run.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+from . import rng
+from .contract import ContractError, TrainSetup
+
+
+@dataclass
+class EpochStart:
+    """Everything that decides an epoch's batches, taken just before its ``iter()``."""
+
+    generator: torch.Tensor | None  # the loader generator's state
+    rng: dict[str, Any]  # python, numpy, torch (and CUDA) RNG states
+    extra: Any  # the plugin's extra state (deep copy), or None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator, "rng": self.rng, "extra": self.extra}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpochStart":
+        gen = d.get("generator")
+        return cls(gen.cpu() if isinstance(gen, torch.Tensor) else None, rng.to_cpu(d["rng"]), d.get("extra"))
+
+
+def epoch_hooks(loader: Any) -> list[Callable[[int], None]]:
+    """``set_epoch`` of the loader, its sampler, batch sampler and dataset (each once)."""
+    seen: set[int] = set()
+    hooks = []
+    for part in (loader, getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None),
+                 getattr(loader, "dataset", None)):
+        fn = getattr(part, "set_epoch", None) if part is not None else None
+        if callable(fn) and id(part) not in seen:
+            seen.add(id(part))
+            hooks.append(fn)
+    return hooks
+
+
+def extra_state(setup: TrainSetup) -> Any:
+    return copy.deepcopy(setup.get_extra_state()) if setup.get_extra_state is not None else None
+
+
+def snapshot(setup: TrainSetup) -> EpochStart:
+    gen = setup.generator()
+    return EpochStart(gen.get_state() if gen is not None else None, rng.states(), extra_state(setup))
+
+
+def restore(setup: TrainSetup, start: EpochStart) -> None:
+    gen = setup.generator()
+    if gen is not None and start.generator is not None:
+        gen.set_state(start.generator)
+    rng.set_states(start.rng)
+    if setup.set_extra_state is not None and start.extra is not None:
+        setup.set_extra_state(copy.deepcopy(start.extra))
+
+
+def begin_epoch(setup: TrainSetup, epoch: int) -> Iterator[Any]:
+    for hook in epoch_hooks(setup.loader):
+        hook(epoch)
+    return iter(setup.loader)
+
+
+class _SkipFirst:
+    """A one-epoch sampler (or batch sampler) that draws and drops the first ``n`` items of
+    another. ``skip_now`` does the drawing at a chosen moment: a DataLoader creates its
+    sampler iterator before it draws its base seed, but a generator-based sampler only
+    draws its order at the first ``next``; skipping right after ``iter(loader)`` keeps that
+    order of draws."""
+
+    def __init__(self, inner: Iterable[Any], n: int) -> None:
+        self.inner, self.n = inner, n
+        self._it: Iterator[Any] | None = None
+
+    def skip_now(self) -> None:
+        if self._it is None:
+            self._it = iter(self.inner)
+            for _ in range(self.n):
+                if next(self._it, _END) is _END:
+                    break
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        self.skip_now()
+        return next(self._it)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return max(len(self.inner) - self.n, 0)  # type: ignore[arg-type]
+
+
+_END = object()
+
+
+def index_skippable(loader: Any) -> bool:
+    """A plain DataLoader over a map-style dataset in this process: skip without fetching."""
+    return (type(loader) is torch.utils.data.DataLoader and loader.num_workers == 0
+            and not isinstance(loader.dataset, torch.utils.data.IterableDataset))
+
+
+def _without_first(loader: torch.utils.data.DataLoader, n: int) -> tuple[torch.utils.data.DataLoader, _SkipFirst]:
+    """The same loader for one epoch, its first ``n`` index batches drawn and dropped.
+
+    Everything else is the original's: the dataset, collate function and the very same
+    generator object, so ``iter()`` draws from it exactly as the original did.
+    """
+    params = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+    keep = ("collate_fn", "pin_memory", "timeout", "worker_init_fn", "generator", "pin_memory_device", "in_order")
+    kwargs = {k: getattr(loader, k) for k in keep if k in params and hasattr(loader, k)}
+    if loader.batch_sampler is not None:
+        skip = kwargs["batch_sampler"] = _SkipFirst(loader.batch_sampler, n)
+    else:  # automatic batching off: the sampler yields whole batches' indices
+        skip = _SkipFirst(loader.sampler, n)
+        kwargs.update(sampler=skip, batch_size=None)
+    return torch.utils.data.DataLoader(loader.dataset, **kwargs), skip
+
+
+def replay_epoch(setup: TrainSetup, epoch: int, consumed: int) -> tuple[Iterator[Any], str]:
+    """The interrupted epoch's iterator, positioned after its first ``consumed`` batches.
+
+    Returns the iterator and how it got there ("index" or "fetch"). The caller has put
+    back the epoch-start snapshot first.
+    """
+    for hook in epoch_hooks(setup.loader):
+        hook(epoch)
+    if index_skippable(setup.loader):
+        replica, skip = _without_first(setup.loader, consumed)
+        it = iter(replica)
+        skip.skip_now()
+        return it, "index"
+    it = iter(setup.loader)
+    for i in range(consumed):
+        if next(it, _END) is _END:
+            raise ContractError(
+                f"on resume the loader ended after {i} batches of epoch {epoch}, but the checkpoint was taken "
+                f"after {consumed}: the loader must yield the same batches in every run of an epoch")
+    return it, "fetch"
