@@ -20,6 +20,7 @@ import hashlib
 import itertools
 from typing import Any, Iterable, Iterator
 
+import numpy as np
 import torch
 
 # Tensor kinds, in the order they are reported.
@@ -98,6 +99,19 @@ def _flat_int(t: torch.Tensor) -> torch.Tensor:
     return t.view(view) if view is not None else t
 
 
+def _np_bits(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's raw bits as a flat numpy integer array (sharing its memory when it is
+    contiguous), with the same integer reading as ``_flat_int``: floats as signed integers
+    of their width, bool as uint8, integer types as themselves."""
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.element_size() <= 2 and t.dtype in _INT_VIEW:  # bfloat16, float16, bool, float8: not numpy types
+        t = t.view(_INT_VIEW[t.dtype])
+    a = t.contiguous().numpy().reshape(-1)
+    return a if a.dtype.kind in "iu" else a.view(f"i{a.itemsize}")
+
+
 class StepFingerprints:
     """Collects one row of tensor checksums per step, kept on the tensors' devices.
 
@@ -171,8 +185,13 @@ class _DeviceGroup:
         # A non-contiguous tensor's flat view is a copy: recompute those every step.
         self.stale = [k for k, (_, t) in enumerate(self.persistent) if not t.is_contiguous()]
         self.positions = torch.tensor([i for i, _ in self.persistent] + [i for i, _ in self.grads], dtype=torch.long)
+        self.on_cpu = self.device.type == "cpu"
+        if self.on_cpu:  # numpy arrays sharing the tensors' memory: they follow in-place updates
+            self.arrays = [_np_bits(t) for _, t in self.persistent]
 
     def sums(self) -> torch.Tensor:
+        if self.on_cpu:
+            return self._cpu_sums()
         views = list(self.views)
         for k in self.stale:
             views[k] = _flat_int(self.persistent[k][1])
@@ -180,6 +199,24 @@ class _DeviceGroup:
             g = p.grad
             views.append(_flat_int(g) if g is not None else torch.zeros(1, dtype=torch.int32, device=self.device))
         return segment_sums(views, self._workspace)
+
+    def _cpu_sums(self) -> torch.Tensor:
+        """The same wrapping sums on the CPU, one numpy reduction per tensor: no
+        concatenation, no running sum, and numpy's small call overhead instead of torch's
+        (about three times cheaper than ``segment_sums`` there; both give identical values)."""
+        arrays = list(self.arrays)
+        for k in self.stale:
+            arrays[k] = _np_bits(self.persistent[k][1])
+        for _, p in self.grads:
+            g = p.grad
+            arrays.append(_np_bits(g) if g is not None else _EMPTY)
+        out = np.empty(len(arrays), dtype=np.int64)
+        for i, a in enumerate(arrays):
+            out[i] = np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)  # wraps like int32 adds
+        return torch.from_numpy(out)
+
+
+_EMPTY = np.zeros(0, dtype=np.int32)
 
 
 def grouped_sums(views: list[torch.Tensor]) -> torch.Tensor:
@@ -292,6 +329,16 @@ def _position_weights(n: int, device: torch.device) -> torch.Tensor:
     return w
 
 
+_NP_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _np_weights(n: int) -> np.ndarray:
+    w = _NP_WEIGHTS.get(n)
+    if w is None:
+        w = _NP_WEIGHTS[n] = _position_weights(n, torch.device("cpu")).numpy()
+    return w
+
+
 def _words(t: torch.Tensor) -> torch.Tensor:
     """A tensor's raw bits as int32 words in memory order (64-bit elements give two words,
     narrower ones are widened)."""
@@ -307,19 +354,33 @@ def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = No
     position, modulo 2**32 (int32 products wrap), and summed in int64: rows or tokens
     reordered within a batch change it, not only a different set of samples, and the value
     is the same on every device. Two kernels per tensor, on the batch's device.
-    ``workspace`` is accepted for symmetry with ``segment_sums`` (weights are cached by size).
+    Pass the same ``workspace`` every step to reuse its buffers (weights are cached by size).
     """
     tensors = list(_iter_tensors(batch))
     if not tensors:
         return None
-    total = None
+    if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
+        total = 0
+        for i, t in enumerate(tensors):
+            bits = _np_bits(t)
+            words = bits.view(np.int32) if bits.itemsize == 8 else bits if bits.dtype == np.int32 else bits.astype(np.int32)
+            products = workspace.get(("np", words.size)) if workspace is not None else None
+            if products is None:
+                products = np.empty(words.size, dtype=np.int32)
+                if workspace is not None:
+                    workspace[("np", words.size)] = products  # type: ignore[assignment]
+            np.multiply(words, _np_weights(words.size), out=products)  # int32 products wrap modulo 2**32
+            s = int(np.add.reduce(products, dtype=np.int32)) % 2**32
+            total += s * (2 * i + 1)
+        return torch.tensor(total, dtype=torch.int64)
+    acc = None
     with _no_fill():
         for i, t in enumerate(tensors):
             words = _words(t)
             s = (words * _position_weights(words.numel(), words.device)).sum(dtype=torch.int64) % 2**32
             s = s * (2 * i + 1)  # which input of the batch it is
-            total = s if total is None else total + s.to(total.device)
-    return total
+            acc = s if acc is None else acc + s.to(acc.device)
+    return acc
 
 
 def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[str], torch.Tensor]:
