@@ -40,7 +40,7 @@ def cli() -> None:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Device for training (default cpu).")
 @click.option("--gpus", help="Docker backend: GPUs to request: all, a count, or ids like 0,1.")
 @click.option("--timeout", type=float, help="Seconds allowed per worker run (default 600).")
-@click.option("--jobs", "-j", type=int, help="Worker runs at once (default 1).")
+@click.option("--jobs", "-j", type=int, help="Worker runs at once (default: usable CPUs / --threads, at most 3).")
 @click.option("--results-dir", type=click.Path(path_type=Path), help="Where results go (default ./results).")
 @click.option("--goldens-dir", type=click.Path(path_type=Path), help="Where golden files live (default ./goldens).")
 @click.option("--update-golden", is_flag=True, default=None, help="Record goldens from this run if it passed its own checks.")

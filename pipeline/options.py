@@ -38,7 +38,7 @@ class RunOptions:
     device: str = "cpu"
     gpus: str | None = None  # docker: "all", a count, or comma-separated ids
     timeout: float = 600.0  # seconds per worker run
-    jobs: int = 1  # worker runs at once
+    jobs: int = 1  # worker runs at once (build() defaults it to default_jobs)
     results_dir: Path = Path("results")
     goldens_dir: Path = Path("goldens")
     update_golden: bool = False
@@ -83,6 +83,14 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
     return data, path
 
 
+def default_jobs(threads: int) -> int:
+    """Worker runs at once by default: as many as the usable CPUs hold at ``threads`` each,
+    at most 3 (A, B and another model's run). Concurrency never changes a result: each
+    run's thread count is pinned and recorded."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(3, usable // max(threads, 1)))
+
+
 def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOptions:
     """Merge CLI values (None = not given) over the config file over defaults, and check them."""
     env = os.environ if env is None else env
@@ -118,13 +126,15 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     threads = int(pick("threads", 1))
     if threads < 1:
         raise UsageError("--threads must be at least 1")
-    jobs = int(pick("jobs", 1))
+    jobs = int(pick("jobs", None) or default_jobs(threads))
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     timeout = float(pick("timeout", 600.0))
     if timeout <= 0:
         raise UsageError("--timeout must be positive")
     image = pick("image", None)
+    if image == "local":  # the name results and goldens give the local backend: accept it back
+        image = None
     device = pick("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -41,14 +44,11 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             ctx = RunContext(backend=backend, run_dir=run_dir, timeout=options.timeout, progress=progress)
             models: list[dict[str, Any]] = []
             environment: dict[str, Any] | None = None
-            for model in options.models:
-                if "determinism" not in options.stages:
-                    models.append(throughput.unchecked_entry(options, model))  # verdict NOT_CHECKED
-                    continue
-                entry = determinism.run_model(options, ctx, model, project_commit=commit, image=image)
-                models.append(entry)
-                if environment is None and entry.get("verdict") != verdicts.ERROR:
-                    environment = _environment_of(run_dir, entry)
+            if "determinism" in options.stages:
+                models = _determinism(options, ctx, project_commit=commit, image=image)
+                environment = next((_environment_of(run_dir, e) for e in models if e.get("verdict") != verdicts.ERROR), None)
+            else:
+                models = [throughput.unchecked_entry(options, model) for model in options.models]  # verdict NOT_CHECKED
             if "throughput" in options.stages:
                 for model, entry in zip(options.models, models):
                     throughput.attach(entry, throughput.run_model(options, ctx, model, project_commit=commit,
@@ -68,6 +68,28 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     except BaseException:
         results.discard(run_dir)
         raise
+
+
+def _determinism(options: RunOptions, ctx: RunContext, *, project_commit: str | None,
+                 image: dict[str, Any]) -> list[dict[str, Any]]:
+    """The determinism stage for every model, in the order given. With ``--jobs`` ≥ 2 the
+    models' runs overlap, at most ``jobs`` worker processes at once (a free slot goes to
+    whichever run is ready: B beside A, another model's A, a probe)."""
+    if options.jobs < 2 or len(options.models) < 2:
+        return [determinism.run_model(options, ctx, m, project_commit=project_commit, image=image)
+                for m in options.models]
+    shared = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
+    pool = ThreadPoolExecutor(max_workers=len(options.models), thread_name_prefix="reproci-model")
+    try:
+        futures = [pool.submit(determinism.run_model, options, shared, m, project_commit=project_commit, image=image)
+                   for m in options.models]
+        entries = [f.result() for f in futures]
+    except BaseException as e:
+        # On Ctrl-C, do not wait here for runs in flight: leaving the backend stops them.
+        pool.shutdown(wait=isinstance(e, Exception), cancel_futures=True)
+        raise
+    pool.shutdown()
+    return entries
 
 
 def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:

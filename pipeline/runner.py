@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +22,7 @@ class RunContext:
     run_dir: Path
     timeout: float
     progress: Progress = lambda msg: None
+    slots: threading.BoundedSemaphore | None = None  # at most --jobs worker processes at once, across models
 
 
 class WorkerFailed(RunError):
@@ -40,7 +43,10 @@ def execute(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     out = work / spec.output
     out.unlink(missing_ok=True)
     ctx.progress(f"{spec.model_name}: run {spec.role} started")
-    result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout)
+    with ctx.slots if ctx.slots is not None else contextlib.nullcontext():
+        if ctx.backend.closed:  # interrupted while this run waited for a slot
+            raise WorkerFailed(f"run {spec.role} not started: the run was interrupted", kind="interrupted")
+        result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout)
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:.0f} s; raise --timeout or use a smaller profile",
                            kind="timeout")

@@ -136,9 +136,11 @@ def test_usage_errors_have_their_exit_code_and_one_line(reproci):
     assert p.returncode == errors.EXIT_USAGE and "No such option" in p.stderr
 
 
-def test_ctrl_c_stops_workers_and_leaves_nothing_half_written(tmp_path):
+@pytest.mark.parametrize("models", [("-m", "conv"), ("-m", "conv", "-m", "embedding", "--jobs", "2")],
+                         ids=["one-model", "models-overlapping"])
+def test_ctrl_c_stops_workers_and_leaves_nothing_half_written(tmp_path, models):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "-m", "conv", "--steps", "400"],
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", *models, "--steps", "400"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((tmp_path / "results").glob("*/conv/spec-A.json")):

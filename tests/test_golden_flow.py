@@ -173,3 +173,19 @@ def test_dead_webhook_never_changes_the_verdict(workspace):
     assert "webhook alert not delivered after 3 attempt(s)" in p.stderr
     doc = workspace.latest()
     assert doc["alerts"]["webhook"]["ok"] is False and model_entry(doc, "conv")["verdict"] == "ENV_CHANGED"
+
+
+def test_the_new_notice_advice_runs_as_printed(reproci):
+    """The NEW notice tells a first-time user how to record a golden: that command must work."""
+    import re
+    import shlex
+
+    short = ("-m", "embedding", "--steps", "6", "--resume-at", "3")
+    p = reproci("run", *short)
+    assert p.returncode == 0, p.stderr
+    advice = re.search(r"`(reproci golden update[^`]*)`", p.stdout).group(1)
+    q = reproci(*shlex.split(advice)[1:], *short)
+    assert q.returncode == 0, q.stdout + q.stderr
+    assert (reproci.cwd / "goldens" / "local.yaml").is_file()
+    r = reproci("run", *short)
+    assert r.returncode == 0 and reproci.latest()["models"][0]["verdict"] == "PASS"

@@ -74,3 +74,8 @@ def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path):
     assert image_display_name("cpu-x", manifest) == "cpu-x"
     assert image_display_name("nvcr.io/nvidia/pytorch:24.05-py3", manifest) == "nvcr.io_nvidia_pytorch_24.05-py3"
     assert image_display_name("repo@sha256:" + "a" * 64, manifest) == "repo"
+
+
+def test_image_local_means_the_local_backend_as_every_hint_says():
+    o = build(cli(image="local"), env={})
+    assert o.backend == "local" and o.image is None and o.image_name == "local"

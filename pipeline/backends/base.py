@@ -25,11 +25,13 @@ class Backend(abc.ABC):
     before the interpreter starts."""
 
     name: str = "base"
+    closed: bool = False  # set once the backend is left: no new worker may start
 
     def __enter__(self) -> "Backend":
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.closed = True
         self.close()
 
     def close(self) -> None:

@@ -118,11 +118,16 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     }
     try:
         if options.jobs >= 2:
-            with ThreadPoolExecutor(max_workers=2) as pool:
+            pool = ThreadPoolExecutor(max_workers=2)
+            try:
                 fb = pool.submit(execute, ctx, specs["B"])
                 records["A"] = execute(ctx, specs["A"])
                 fc = pool.submit(execute, ctx, specs["C"])
                 records["B"], records["C"] = fb.result(), fc.result()
+            except BaseException as e:  # a failed run waits for its partner; Ctrl-C does not (the backend stops it)
+                pool.shutdown(wait=isinstance(e, Exception), cancel_futures=True)
+                raise
+            pool.shutdown()
         else:
             for role in ("A", "B", "C"):
                 records[role] = execute(ctx, specs[role])
