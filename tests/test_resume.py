@@ -90,13 +90,17 @@ def _run(reproci, *models: str, k: int = 6) -> dict:
 
 def test_hidden_state_is_resume_broken_and_exposed_twins_pass(reproci):
     v = _run(reproci, "dataset_rng_hidden", "dataset_rng_exposed", "drawing_sampler_hidden",
-             "drawing_sampler_exposed", "stream_hidden", "stream_exposed", "own_sampler")
+             "drawing_sampler_exposed", "stream_hidden", "stream_exposed", "own_sampler", "persistent_workers",
+             "worker_augmented")
     for buggy in ("dataset_rng_hidden", "drawing_sampler_hidden", "stream_hidden"):
         ev = v[buggy]["evidence"]
         assert v[buggy]["verdict"] == "RESUME_BROKEN", (buggy, v[buggy]["message"])
         assert ev["comparison"] == "A vs C" and ev["step"] == 7 and ev["cause"] == "data", (buggy, ev)
         assert "different batch (data order)" in v[buggy]["message"]
-    for fixed in ("dataset_rng_exposed", "drawing_sampler_exposed", "stream_exposed", "own_sampler"):
+    pw = v["persistent_workers"]  # worker RNG that carries across epochs: the cause is named
+    assert pw["verdict"] == "RESUME_BROKEN" and pw["evidence"]["cause"] == "data"
+    assert "persistent worker processes" in pw["message"] and "set persistent_workers=False" in pw["evidence"]["hint"]
+    for fixed in ("dataset_rng_exposed", "drawing_sampler_exposed", "stream_exposed", "own_sampler", "worker_augmented"):
         assert v[fixed]["verdict"] == "NEW" and v[fixed]["message"].startswith("A = B = C"), (fixed, v[fixed]["message"])
 
 

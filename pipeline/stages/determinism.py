@@ -151,6 +151,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
             verdict, pair = verdicts.PASS, None
     if evidence is not None and pair is not None and evidence.cause != "restore":
         measure(ctx, evidence, specs, pair[0], pair[1], records)
+    hint = known_cause(verdict, evidence, records["A"])
     switched = controls_switched_off(records)
     if switched and verdict == verdicts.PASS:
         # The runs agreed, but not under strict determinism: no guarantee on other hardware.
@@ -158,14 +159,14 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     a = records["A"]
     result.update(
         verdict=verdict,
-        message=describe(verdict, evidence, pair, switched),
+        message=describe(verdict, evidence, pair, switched) + (f"; {hint}" if hint else ""),
         final_sha256=a["final_sha256"],
         config=a.get("config", {}),
         config_sha256=config_sha256(a.get("config", {})),
         batch_size=a.get("batch_size"),
         attestation=a.get("attestation"),
         runs={r: _run_summary(rec) for r, rec in records.items()},
-        evidence=_evidence(evidence, pair, switched),
+        evidence=_evidence(evidence, pair, switched, hint),
         error=None,
         records={r: f"{model.name}/record-{r}.json" for r in records},
         seconds=round(time.monotonic() - t0, 3),
@@ -207,13 +208,26 @@ def _controls_sentence(switched: list[dict[str, Any]]) -> str:
     return "determinism controls switched off by the model: " + "; ".join(parts)
 
 
-def _evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]]) -> dict[str, Any] | None:
+def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -> str | None:
+    """A cause the harness can name from what the run recorded, beyond where it differs."""
+    loader = record_a.get("loader") or {}
+    if (verdict == verdicts.RESUME_BROKEN and ev is not None and ev.cause == "data"
+            and loader.get("persistent_workers") and loader.get("num_workers", 0) > 0):
+        return ("the DataLoader keeps persistent worker processes, whose RNG carries across epochs and cannot be "
+                "checkpointed: set persistent_workers=False")
+    return None
+
+
+def _evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
+              hint: str | None = None) -> dict[str, Any] | None:
     if ev is None and not switched:
         return None
     out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
         "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
     if switched:
         out["controls"] = switched
+    if hint:
+        out["hint"] = hint
     return out
 
 

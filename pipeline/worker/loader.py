@@ -163,3 +163,14 @@ def replay_epoch(setup: TrainSetup, epoch: int, consumed: int) -> tuple[Iterator
                 f"on resume the loader ended after {i} batches of epoch {epoch}, but the checkpoint was taken "
                 f"after {consumed}: the loader must yield the same batches in every run of an epoch")
     return it, "fetch"
+
+
+def describe(loader: Any) -> dict[str, Any]:
+    """What a record says of the loader: enough to name a known cause of a failed resume."""
+    return {
+        "type": type(loader).__name__,
+        "num_workers": getattr(loader, "num_workers", 0),
+        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+        "iterable_dataset": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
+        "set_epoch": len(epoch_hooks(loader)),
+    }

@@ -408,6 +408,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, ctx: ModelCo
         "attestations": attestations,
         "controls": {"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
         "replayed": pos.replayed,
+        "loader": loader.describe(setup.loader),
         "environment": envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
         "packages": envinfo.packages() if spec.role in ("A", "golden") else None,
         "config": setup.config,

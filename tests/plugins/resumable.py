@@ -271,3 +271,11 @@ def flags_off_in_forward(ctx: ModelContext) -> TrainSetup:
 
 def flags_untouched(ctx: ModelContext) -> TrainSetup:
     return _setup(ctx, _plain_loader(ctx))
+
+
+def persistent_workers(ctx: ModelContext) -> TrainSetup:
+    """Augmentation in 2 worker processes that live across epochs: their RNG carries over."""
+    loader = torch.utils.data.DataLoader(WorkerAugmented(ctx.seed), batch_size=BATCH, shuffle=True, num_workers=2,
+                                         persistent_workers=True, worker_init_fn=ctx.seed_worker,
+                                         generator=ctx.generator())
+    return _setup(ctx, loader)
