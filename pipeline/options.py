@@ -59,6 +59,45 @@ class RunOptions:
         return "local" if self.image is None else "docker"
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _is_names(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+# The keys a user may set in reproci.yaml (the flags of `reproci run`, with underscores), each
+# with what it takes: checked here, in one place, before any value is used.
+CONFIG_KEYS: dict[str, tuple[str, Any]] = {
+    "image": ("an image name (a string)", lambda v: isinstance(v, str)),
+    "image_name": ("a golden name (a string)", lambda v: isinstance(v, str)),
+    "models": ("a model name or a list of them", _is_names),
+    "model": ("a model name or a list of them", _is_names),
+    "stages": ("a stage name or a list of them", _is_names),
+    "profile": ("quick or full", lambda v: isinstance(v, str)),
+    "steps": ("an integer", _is_int),
+    "resume_at": ("an integer", _is_int),
+    "seed": ("an integer", _is_int),
+    "threads": ("an integer", _is_int),
+    "device": ("cpu or cuda", lambda v: isinstance(v, str)),
+    "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
+    "timeout": ("a number of seconds", _is_number),
+    "jobs": ("an integer", _is_int),
+    "results_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
+    "goldens_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
+    "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
+    "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
+    "repetitions": ("an integer", _is_int),
+    "slowdown_factor": ("a number", _is_number),
+    "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
 def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
     """The run section of reproci.yaml (explicit path, or ./reproci.yaml if present)."""
     if path is None:
@@ -76,10 +115,16 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of options at the top level")
-    known = {f.name for f in fields(RunOptions)} | {"model"}
-    unknown = sorted(set(data) - known - {"models"})
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
     if unknown:
-        raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(map(str, unknown))}; "
+                          f"known: {', '.join(sorted(CONFIG_KEYS))}")
+    for key, value in data.items():
+        expected, ok = CONFIG_KEYS[key]
+        if value is not None and not ok(value):
+            raise ConfigError(f"{path}: {key}: expected {expected}, got {value!r}; fix the file")
+    if "model" in data and "models" not in data:
+        data["models"] = data.pop("model")
     return data, path
 
 
@@ -151,7 +196,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         seed=int(pick("seed", 0)),
         threads=threads,
         device=device,
-        gpus=pick("gpus", None),
+        gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
         timeout=timeout,
         jobs=jobs,
         results_dir=Path(pick("results_dir", "results")),

@@ -79,3 +79,36 @@ def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path):
 def test_image_local_means_the_local_backend_as_every_hint_says():
     o = build(cli(image="local"), env={})
     assert o.backend == "local" and o.image is None and o.image_name == "local"
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("steps: ten\n", "steps: expected an integer, got 'ten'"),
+    ("threads: x\n", "threads: expected an integer, got 'x'"),
+    ("timeout: abc\n", "timeout: expected a number of seconds, got 'abc'"),
+    ("seed: foo\n", "seed: expected an integer, got 'foo'"),
+    ("steps: true\n", "steps: expected an integer, got True"),
+    ("models: [conv, 3]\n", "models: expected a model name or a list of them"),
+    ("keep_checkpoints: maybe\n", "keep_checkpoints: expected true or false"),
+])
+def test_wrong_value_types_in_the_config_name_file_key_and_type(tmp_path, monkeypatch, text, fragment):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text(text)
+    with pytest.raises(errors.ConfigError, match="reproci.yaml: " + fragment.replace("[", r"\[")) as e:
+        build(cli(), env={})
+    assert e.value.return_code == errors.EXIT_USAGE and "\n" not in str(e.value)
+
+
+def test_internal_and_test_only_keys_are_not_config_keys(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for key in ("fault: clock-seed", "project_root: /", "github_actions: true", "step_summary: x", "config_file: y"):
+        (tmp_path / "reproci.yaml").write_text(key + "\n")
+        with pytest.raises(errors.ConfigError, match="unknown option") as e:
+            build(cli(), env={})
+        known = str(e.value).split("known: ")[1]
+        assert not {"fault", "project_root", "github_actions", "step_summary", "config_file"} & set(known.split(", "))
+
+
+def test_model_key_is_a_synonym_of_models(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("model: embedding\n")
+    assert [m.name for m in build(cli(), env={}).models] == ["embedding"]
