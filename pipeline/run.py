@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import __version__, alerts, backends, golden, golden_check, results, verdicts
+from .errors import UsageError
 from .options import RunOptions
 from .runner import RunContext
 from .reports import history
@@ -35,7 +36,16 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     old_golden = golden.load(options.goldens_dir, options.image_name)  # a corrupt golden fails before any run
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
-    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+        probe = run_dir / ".writable"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        if run_dir.is_dir():
+            results.discard(run_dir)
+        raise UsageError(f"--results-dir {options.results_dir}: cannot write a run there "
+                         f"({e.strerror or e}); choose a writable directory") from e
     started = time.monotonic()
     commit = project_commit(options.project_root)
     try:

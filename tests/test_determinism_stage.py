@@ -155,3 +155,13 @@ def test_ctrl_c_stops_workers_and_leaves_nothing_half_written(tmp_path, models):
     time.sleep(0.5)
     ps = subprocess.run(["pgrep", "-f", "pipeline.worker"], capture_output=True, text=True)
     assert str(tmp_path) not in ps.stdout
+
+
+def test_unusable_results_dir_is_a_one_line_usage_error(reproci):
+    (reproci.cwd / "afile").write_text("")
+    for target in ("afile", "afile/sub", "/proc/reproci-results"):
+        p = reproci("run", "-m", "embedding", "--results-dir", target)
+        assert p.returncode == errors.EXIT_USAGE, (target, p.stderr)
+        assert f"--results-dir {target}: cannot write a run there" in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert (reproci.cwd / "afile").read_text() == ""
