@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .backends import Backend
-from .errors import RunError
+from .errors import InfrastructureError, RunError
 from .worker.spec import WorkerSpec
 
 Progress = Callable[[str], None]
@@ -59,6 +59,8 @@ def execute(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     if record is None:
         last = result.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         raise WorkerFailed(f"run {spec.role} died with exit code {result.returncode} and wrote no record: {last[0][:300]}")
+    if record.get("status") != "ok" and record.get("error_kind") == "no-device":
+        raise InfrastructureError(str(record.get("message")))  # no run of this invocation can work: stop it
     if record.get("status") != "ok":
         raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
     record["wall_s"] = result.seconds

@@ -165,3 +165,12 @@ def test_unusable_results_dir_is_a_one_line_usage_error(reproci):
         assert f"--results-dir {target}: cannot write a run there" in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
     assert (reproci.cwd / "afile").read_text() == ""
+
+
+def test_cuda_without_a_gpu_is_an_infrastructure_error(reproci):
+    """Here torch sees no GPU: asking for one is exit 5 with one line, not a plugin ERROR."""
+    p = reproci("run", "--device", "cuda", "-m", "embedding", "--steps", "4", "--resume-at", "2")
+    assert p.returncode == errors.EXIT_INFRA, p.stdout + p.stderr
+    assert "--device cuda" in p.stderr and "sees no GPU" in p.stderr and "use --device cpu" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not list((reproci.cwd / "results").glob("*/results.json"))

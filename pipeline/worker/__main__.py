@@ -1,7 +1,8 @@
 """``python -m pipeline.worker SPEC.json``: one fresh-process training run.
 
 Exit codes: 0 the record was written; 3 the model breaks the plugin contract;
-4 a determinism control did not take effect; 5 torch or numpy is missing;
+4 a determinism control did not take effect; 5 torch or numpy is missing, or the
+device asked for does not exist;
 1 any other failure. On failure an
 error record (status "error") is written in place of the run record.
 """
@@ -46,12 +47,14 @@ def main(argv: list[str]) -> int:
             kind, code = "contract", EXIT_CONTRACT
         elif type(e).__name__ == "AttestationError":
             kind, code = "attestation", EXIT_ATTESTATION
+        elif type(e).__name__ == "DeviceUnavailable":
+            kind, code = "no-device", EXIT_MISSING
         elif isinstance(e, ModuleNotFoundError) and e.name in ("torch", "numpy"):
             kind, code = "missing-dependency", EXIT_MISSING
         elif isinstance(e, KeyboardInterrupt):
             kind, code = "interrupted", 130
         message = (f"breaks the plugin contract: {e}" if kind == "contract"
-                   else str(e) if kind == "attestation" else f"{type(e).__name__}: {e}").strip()
+                   else str(e) if kind in ("attestation", "no-device") else f"{type(e).__name__}: {e}").strip()
         _write(out, {
             "schema": "reproci.run", "version": 1, "status": "error", "error_kind": kind,
             "message": message.splitlines()[0][:500] if message else type(e).__name__,

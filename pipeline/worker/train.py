@@ -29,6 +29,10 @@ class AttestationError(Exception):
     """A determinism control did not take effect in this process."""
 
 
+class DeviceUnavailable(Exception):
+    """The device the spec asks for does not exist in this process (an infrastructure fault)."""
+
+
 def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=False)
@@ -263,7 +267,9 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
 
     device = torch.device(spec.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ContractError("device cuda was asked for but torch sees no GPU in this process")
+        raise DeviceUnavailable(
+            f"--device cuda: torch {torch.__version__} in this process sees no GPU (torch.cuda.is_available() is "
+            "False); run where a GPU and a CUDA build of torch are, or use --device cpu")
     ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed)
     plugin_paths = [str(resolve(spec_file, p)) for p in spec.plugin_paths]
     pos = LoopPosition()
