@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from . import __version__, errors
 from .errors import ReprociError
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         cli.main(args=argv, prog_name="reproci", standalone_mode=False)
         return 0
     except ReprociError as e:
-        err_console.print(f"[bold red]error:[/] {e}")
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}")  # a message is text, not markup: [report] stays
         return e.return_code
     except click.exceptions.Abort:
         err_console.print("[bold red]interrupted[/]: nothing was recorded")

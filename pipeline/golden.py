@@ -29,7 +29,7 @@ from typing import Any, Iterator
 import numpy as np
 import yaml
 
-from . import __version__
+from . import __version__, results
 from .errors import GoldenError, InfrastructureError
 
 FORMAT_VERSION = 1
@@ -174,7 +174,7 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # committed files: readable like any other
+        os.chmod(tmp, 0o666 & ~results.umask())  # committed files: readable like any other
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -184,12 +184,6 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:

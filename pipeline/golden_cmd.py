@@ -11,7 +11,7 @@ from rich.table import Table
 
 from . import drift, golden
 from .compare import first_divergence, tensor_magnitude
-from .errors import GoldenError
+from .errors import UsageError
 
 GOLDENS_DIR = click.option("--goldens-dir", type=click.Path(path_type=Path), default=Path("goldens"), show_default=True,
                            help="Where golden files live.")
@@ -40,7 +40,7 @@ def _require(goldens_dir: Path, name: str) -> golden.Golden:
     if g is None:
         known = sorted(p.stem for p in goldens_dir.glob("*.yaml")) if goldens_dir.is_dir() else []
         hint = f"known: {', '.join(known)}" if known else f"record one with `reproci golden update --image {name}`"
-        raise GoldenError(f"no golden for image {name!r} in {goldens_dir}/ ({hint})")
+        raise UsageError(f"no golden for image {name!r} in {goldens_dir}/ ({hint})")
     return g
 
 

@@ -28,6 +28,20 @@ def new_run_id(image_name: str) -> str:
     return f"{stamp}-{image_name}-{os.getpid()}"
 
 
+def umask() -> int:
+    """This process's umask, read without changing it where the system says it (threads may
+    be creating files meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same directory and rename: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,6 +51,7 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())  # results and reports are shared: readable like any other file
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)

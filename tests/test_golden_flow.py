@@ -117,7 +117,7 @@ def test_show_and_diff(workspace):
     assert "differs" in conv_line and "step 1" in conv_line
     assert "identical" in next(l for l in p.stdout.splitlines() if l.startswith("│ embedding"))
     p = workspace("golden", "show", "nope")
-    assert p.returncode == errors.EXIT_GOLDEN and "known: local, two-threads" in p.stderr
+    assert p.returncode == errors.EXIT_USAGE and "known: local, two-threads" in p.stderr  # a wrong name, not a corrupt file
 
 
 class Hook(http.server.BaseHTTPRequestHandler):

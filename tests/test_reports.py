@@ -140,3 +140,24 @@ def test_missing_results_fail_with_one_line(reproci: Cli):
     r = reproci("report", "--format", "md")
     assert r.returncode == 2
     assert "run `reproci run` first" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_reports_are_readable_by_others_as_shared_files_are(two_runs, tmp_path: Path):
+    cli, _ = two_runs
+    out = tmp_path / "report.md"
+    r = cli("report", "--format", "md", "--output", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert (cli.cwd / "results" / "latest.json").stat().st_mode & 0o044  # group and others can read
+
+
+def _umask() -> int:
+    from pipeline.results import umask
+
+    return umask()
+
+
+def test_error_messages_keep_square_brackets(cli):
+    """A message is plain text, not markup: `pip install 'reproci[report]'` keeps its extra."""
+    code, _, err = cli("run", "-m", "models[report].py:build")
+    assert code == 2 and "models[report].py" in err
