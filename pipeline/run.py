@@ -6,7 +6,6 @@ import dataclasses
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -14,7 +13,7 @@ from typing import Any, Callable
 from . import __version__, alerts, backends, golden, golden_check, results, verdicts
 from .errors import UsageError
 from .options import RunOptions
-from .runner import RunContext
+from .runner import RunContext, background, settle
 from .reports import history
 from .stages import determinism, throughput
 
@@ -89,17 +88,10 @@ def _determinism(options: RunOptions, ctx: RunContext, *, project_commit: str | 
         return [determinism.run_model(options, ctx, m, project_commit=project_commit, image=image)
                 for m in options.models]
     shared = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
-    pool = ThreadPoolExecutor(max_workers=len(options.models), thread_name_prefix="reproci-model")
-    try:
-        futures = [pool.submit(determinism.run_model, options, shared, m, project_commit=project_commit, image=image)
-                   for m in options.models]
-        entries = [f.result() for f in futures]
-    except BaseException as e:
-        # On Ctrl-C, do not wait here for runs in flight: leaving the backend stops them.
-        pool.shutdown(wait=isinstance(e, Exception), cancel_futures=True)
-        raise
-    pool.shutdown()
-    return entries
+    futures = [background(determinism.run_model, options, shared, m, project_commit=project_commit, image=image)
+               for m in options.models]
+    settle(*futures)  # a failure of one model waits for the others' runs to end, so none runs on
+    return [f.result() for f in futures]
 
 
 def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:

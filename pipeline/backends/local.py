@@ -61,6 +61,9 @@ class LocalBackend(Backend):
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
+        except BaseException:  # Ctrl-C or SIGTERM while waiting: the run must not outlive this process
+            _kill_group(proc)
+            raise
         finally:
             reader.join(timeout=5)
             with self._lock:

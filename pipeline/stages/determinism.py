@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from .. import verdicts
 from ..compare import Divergence, first_divergence, step_rows, tensor_magnitude
 from ..models import ModelRef
 from ..options import RunOptions
-from ..runner import RunContext, WorkerFailed, execute
+from ..runner import RunContext, WorkerFailed, background, execute, settle
 from ..worker.spec import WorkerSpec
 
 
@@ -117,17 +116,20 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         "fault": options.fault,
     }
     try:
-        if options.jobs >= 2:
-            pool = ThreadPoolExecutor(max_workers=2)
+        if options.jobs >= 2:  # B beside A; C as soon as A's checkpoint exists
+            fb = background(execute, ctx, specs["B"])
             try:
-                fb = pool.submit(execute, ctx, specs["B"])
                 records["A"] = execute(ctx, specs["A"])
-                fc = pool.submit(execute, ctx, specs["C"])
-                records["B"], records["C"] = fb.result(), fc.result()
-            except BaseException as e:  # a failed run waits for its partner; Ctrl-C does not (the backend stops it)
-                pool.shutdown(wait=isinstance(e, Exception), cancel_futures=True)
+            except Exception:
+                settle(fb)
                 raise
-            pool.shutdown()
+            fc = background(execute, ctx, specs["C"])
+            try:
+                records["B"] = fb.result()
+            except Exception:
+                settle(fc)
+                raise
+            records["C"] = fc.result()
         else:
             for role in ("A", "B", "C"):
                 records[role] = execute(ctx, specs[role])
