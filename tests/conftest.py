@@ -58,3 +58,12 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
         captured = capsys.readouterr()
         return code, captured.out, " ".join(captured.err.split())
     return call
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a CLI that a test will interrupt: Ctrl-C as at a terminal, even when
+    the test run itself was started in the background (which ignores SIGINT, and children
+    inherit that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import errors
 
-from .conftest import PLUGINS, ROOT, model_entry
+from .conftest import PLUGINS, ROOT, interruptible, model_entry
 
 pytestmark = pytest.mark.slow
 FAULTY = PLUGINS / "faulty.py"
@@ -141,6 +141,7 @@ def test_usage_errors_have_their_exit_code_and_one_line(reproci):
 def test_ctrl_c_stops_workers_and_leaves_nothing_half_written(tmp_path, models):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", *models, "--steps", "400"],
+                            preexec_fn=interruptible,
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((tmp_path / "results").glob("*/conv/spec-A.json")):

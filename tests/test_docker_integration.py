@@ -24,7 +24,7 @@ import pytest
 
 from pipeline import errors
 
-from .conftest import PLUGINS, ROOT, model_entry
+from .conftest import PLUGINS, ROOT, interruptible, model_entry
 
 pytestmark = pytest.mark.docker
 IMAGE = "reproci/cpu-torch2.13:1"
@@ -184,7 +184,7 @@ def test_a_hanging_run_times_out_and_its_container_is_removed(engine, tmp_path):
 
 
 def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_path):
-    proc = start(tmp_path, "run", "--image", IMAGE, "-m", "conv", "--steps", "400")
+    proc = start(tmp_path, "run", "--image", IMAGE, "-m", "conv", "--steps", "400", preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         running = [c for c in containers_of(engine, proc.pid)
