@@ -48,6 +48,8 @@ def _strict_off(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> boo
     return False
 
 
+MAX_EVENTS = 100  # calls recorded per run
+
 # torch._C setter -> the control it sets, as attest() names it.
 WATCHED = {
     "_set_deterministic_algorithms": "deterministic_algorithms",
@@ -94,7 +96,7 @@ class ControlWatch:
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def setter(*args: Any, **kwargs: Any) -> Any:
             where = _caller()
-            if where is not None:
+            if where is not None and len(self.events) < MAX_EVENTS:  # a setter called every step: the first ones tell
                 self.events.append({
                     "control": WATCHED[name], "setter": name.lstrip("_"), "value": repr(args[-1] if args else None),
                     "off": _strict_off(name, args, kwargs), "file": where[0], "line": where[1],
