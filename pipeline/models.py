@@ -52,9 +52,11 @@ def resolve(text: str) -> ModelRef:
     try:
         spec = importlib.util.find_spec(target)
     except (ImportError, ValueError) as e:
-        raise ModelError(f"cannot find model module {target!r} (from --model {text}): {e}") from e
+        raise ModelError(f"cannot find model module {target!r} (from --model {text}): {e}; install its package, "
+                         "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory") from e
     if spec is None or spec.origin is None:
-        raise ModelError(f"cannot find model module {target!r} (from --model {text}); is it on PYTHONPATH?")
+        raise ModelError(f"cannot find model module {target!r} (from --model {text}); install its package, "
+                         "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory")
     return ModelRef(name=f"{target.rpartition('.')[2]}.{factory}" if factory != "build" else target.rpartition(".")[2],
                     ref=text, source=Path(spec.origin), plugin=True, description=f"plugin {text}")
 

@@ -180,6 +180,9 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     image = pick("image", None)
     if image == "local":  # the name results and goldens give the local backend: accept it back
         image = None
+    if image is None and pick("gpus", None) is not None:
+        raise UsageError("--gpus chooses GPUs for a container (--image); the local backend uses the GPUs torch "
+                         "sees: set CUDA_VISIBLE_DEVICES instead")
     device = pick("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda")

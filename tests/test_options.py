@@ -112,3 +112,13 @@ def test_model_key_is_a_synonym_of_models(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reproci.yaml").write_text("model: embedding\n")
     assert [m.name for m in build(cli(), env={}).models] == ["embedding"]
+
+
+def test_gpus_without_an_image_is_a_usage_error_that_names_the_alternative():
+    with pytest.raises(errors.UsageError, match="set CUDA_VISIBLE_DEVICES instead"):
+        build(cli(gpus="2"), env={})
+
+
+def test_a_missing_model_module_says_what_to_do():
+    with pytest.raises(errors.ModelError, match="add its folder to PYTHONPATH, or give the file as path/to/file.py"):
+        build(cli(models=("nosuchmodule.sub:build",)), env={})
