@@ -39,9 +39,11 @@ def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
         problems.append("the determinism stage did not run (add --stage determinism)")
     if not doc.get("models"):
         problems.append("no models ran")
-    refused = (doc.get("golden") or {}).get("refused") if isinstance(doc.get("golden"), dict) else None
-    if refused:
-        problems.append(f"the golden was not recorded: {refused}")
+    golden = doc.get("golden") if isinstance(doc.get("golden"), dict) else {}
+    if golden.get("refused"):
+        problems.append(f"the golden was not recorded: {golden['refused']}")
+    elif not golden.get("updated"):
+        problems.append("the golden was not recorded: this run had no --update-golden")
     for m in doc.get("models", []):
         name = m.get("model")
         if m.get("verdict") in UNREPRODUCIBLE:

@@ -102,6 +102,7 @@ def test_an_upgrade_carries_digests_packages_evidence_and_slowdown(files: dict[s
     ("tampered", "did not all finish with one final hash"),
     ("throughput-only", "determinism stage did not run"),
     ("refused", "the golden was not recorded: runs disagree"),
+    ("not-recorded", "the golden was not recorded: this run had no --update-golden"),
 ])
 def test_an_unreproducible_run_is_refused(files: dict[str, Path], cli, tmp_path: Path, change: str,
                                           reason: str) -> None:
@@ -113,6 +114,8 @@ def test_an_unreproducible_run_is_refused(files: dict[str, Path], cli, tmp_path:
             doc["models"][0]["runs"]["C"]["final_sha256"] = "f" * 64
         elif change == "throughput-only":
             doc["options"]["stages"] = ["throughput"]
+        elif change == "not-recorded":
+            doc["golden"] = {"file": "goldens/cpu-torch2.13.yaml", "updated": False}
         else:
             doc["golden"] = {"file": "goldens/cpu-torch2.13.yaml", "updated": False, "refused": "runs disagree"}
         path = write_shard(tmp_path, change, doc)
