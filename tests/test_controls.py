@@ -2,7 +2,7 @@
 
 import torch
 
-from pipeline.worker.controls import ControlWatch, where
+from pipeline.worker.controls import ControlWatch
 from pipeline.worker.determinism import deterministic_mode
 
 
@@ -20,7 +20,7 @@ def test_watch_records_the_callers_line_and_restores_torch():
     off = watch.switched_off()
     assert [e["control"] for e in off] == ["deterministic_algorithms", "cudnn_benchmark"]
     line = _library_call.__code__.co_firstlineno + 1
-    assert where(off[0]) == f"test_controls.py:{line}" and off[0]["function"] == "_library_call"
+    assert off[0]["where"] == f"test_controls.py:{line}" and off[0]["function"] == "_library_call"
     assert off[0]["step"] == 3
     assert len(watch.events) == 3 and not watch.events[-1]["off"]  # switching back is recorded, not "off"
 

@@ -40,16 +40,22 @@ def test_final_hash_covers_buffers_and_optimizer_state():
     assert final_hash(model, opt)[1]["optim:0.weight.exp_avg_sq"] != per["optim:0.weight.exp_avg_sq"]
 
 
-def test_step_fingerprints_rows_follow_training():
+def _trained(make_optimizer, steps: int):
+    """A small linear model trained ``steps`` steps, its fingerprints recorded after each."""
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    opt = make_optimizer(model.parameters())
     fps = StepFingerprints(model, opt)
-    for _ in range(3):
+    for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         model(torch.randn(4, 3)).sum().backward()
         opt.step()
         fps.record()
+    return model, opt, fps
+
+
+def test_step_fingerprints_rows_follow_training():
+    _, _, fps = _trained(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), steps=3)
     rows = fps.to_lists()
     assert len(rows) == 3 and len(rows[0]) == len(fps.names)
     assert fps.names[:2] == ["param:weight", "param:bias"]
@@ -159,17 +165,9 @@ def test_initial_row_sees_an_unseeded_initialisation():
 
 def test_fingerprints_of_state_on_several_devices_are_grouped_per_device():
     """Adam's ``step`` is a CPU scalar beside the parameters. On a GPU that is two devices;
-    here both are the CPU, so this proves the grouping keeps rows in name order and exact
-    (tests/gpu/ runs the same on CUDA)."""
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.Adam(model.parameters())
-    fps = StepFingerprints(model, opt)
-    for _ in range(2):
-        opt.zero_grad(set_to_none=True)
-        model(torch.randn(4, 3)).sum().backward()
-        opt.step()
-        fps.record()
+    here both are the CPU (no GPU on this machine), so this proves only that the grouping
+    keeps rows in name order and exact; the CUDA case is unproven until run on a GPU."""
+    model, opt, fps = _trained(torch.optim.Adam, steps=2)
     rows = fps.to_lists()
     tensors = {**{f"param:{n}": p for n, p in model.named_parameters()},
                **{f"grad:{n}": p.grad for n, p in model.named_parameters()}}

@@ -186,7 +186,7 @@ def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, 
     for role, rec in records.items():
         for e in (rec.get("controls") or {}).get("switched_off", []):
             key = (e["control"], e["file"], e["line"])
-            found.setdefault(key, {**e, "where": f"{Path(e['file']).name}:{e['line']}", "runs": []})["runs"].append(role)
+            found.setdefault(key, {**e, "runs": []})["runs"].append(role)
         for when, att in (rec.get("attestations") or {}).items():
             if when == "start" or att.get("ok", True):
                 continue

@@ -100,7 +100,7 @@ class ControlWatch:
                 self.events.append({
                     "control": WATCHED[name], "setter": name.lstrip("_"), "value": repr(args[-1] if args else None),
                     "off": _strict_off(name, args, kwargs), "file": where[0], "line": where[1],
-                    "function": where[2], "step": self.step(),
+                    "function": where[2], "step": self.step(), "where": f"{Path(where[0]).name}:{where[1]}",
                 })
             return original(*args, **kwargs)
         return setter
@@ -130,7 +130,3 @@ class ControlWatch:
     def switched_off(self) -> list[dict[str, Any]]:
         return [e for e in self.events if e["off"]]
 
-
-def where(event: dict[str, Any]) -> str:
-    """``model.py:52``: the short place of a recorded call."""
-    return f"{Path(event['file']).name}:{event['line']}"
