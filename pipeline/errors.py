@@ -71,6 +71,21 @@ class GoldenError(ReprociError):
     return_code = EXIT_GOLDEN
 
 
+class WorkerFailed(RunError):
+    """One worker run failed; carries its error kind (crash, timeout, contract, ...) for the
+    verdict's evidence. Caught by the stages, which turn it into an ERROR verdict."""
+
+    def __init__(self, message: str, kind: str = "crash") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class NotReproducibleError(ReprociError):
+    """The run a golden would come from did not reproduce itself (``pr-body --require-reproducible``)."""
+
+    return_code = EXIT_REPRO_FAILURE
+
+
 class ResultsError(ReprociError):
     """A results file is unreadable or of another format version."""
 

@@ -1,9 +1,13 @@
-"""The pinned toolchain images of ``docker/manifest.yaml``, and ``reproci images build|list``.
+"""The pinned toolchain images of ``docker/manifest.yaml``: reading, resolving, building, listing.
 
 An image NAME (a key of the manifest's ``images:``) stands for its local tag wherever
 ``--image`` is accepted. Building is ``docker/build-image.sh NAME`` (after
 ``docker/make-base.sh`` for a base made on this machine): the scripts own the build,
-this module only picks them and reports.
+this module only picks them and reports. The click commands are in ``commands/images.py``
+and ``commands/matrix.py``.
+
+This module needs only PyYAML (the engine only for ``listing``), so the CI planning job
+that runs ``reproci matrix`` needs no torch.
 """
 
 from __future__ import annotations
@@ -16,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
+import yaml
 
 from .backends.base import CODE_ROOT
 from .errors import ConfigError, InfrastructureError, UsageError
-from .matrix import load_manifest
 
-DOCKER_DIR = CODE_ROOT / "docker"
-MANIFEST = DOCKER_DIR / "manifest.yaml"
+MANIFEST = Path("docker", "manifest.yaml")  # in a project checkout: under the working directory, else the code root
+MANIFEST_VERSION = 1
 # Packages whose versions identify a toolchain, with their short names in listings.
 KEY_PACKAGES = {"torch": "torch", "numpy": "numpy", "nvidia-cudnn-cu12": "cudnn", "nvidia-nccl-cu12": "nccl"}
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
@@ -54,8 +57,41 @@ class ImageEntry:
         return {short: pins[name] for name, short in KEY_PACKAGES.items() if name in pins}
 
 
-def entries(manifest: Path = MANIFEST) -> dict[str, ImageEntry]:
+def default_manifest() -> Path:
+    """The manifest read when none is named: ``docker/manifest.yaml`` under the working
+    directory (CI runs from the checkout), else the one beside this code."""
+    for candidate in (Path.cwd() / MANIFEST, CODE_ROOT / MANIFEST):
+        if candidate.is_file():
+            return candidate
+    return MANIFEST  # names itself in the "does not exist" message
+
+
+def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """The ``images`` mapping of a manifest (NAME -> entry), checked for its format version."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"image manifest {path} does not exist; pass --manifest or run from the project root") from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the manifest") from e
+    if not isinstance(data, dict) or not isinstance(data.get("images"), dict):
+        raise ConfigError(f"{path}: expected a mapping with an `images:` mapping of NAME -> entry")
+    if data.get("version") != MANIFEST_VERSION:
+        raise ConfigError(f"{path}: manifest format version {data.get('version')!r}, this reproci reads "
+                          f"{MANIFEST_VERSION}; upgrade reproci or fix `version:`")
+    images: dict[str, dict[str, Any]] = {}
+    for name, entry in data["images"].items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: image {name!r} must be a mapping (dockerfile, base, tag, gpu, ...)")
+        images[str(name)] = entry
+    return images
+
+
+def entries(manifest: Path | None = None) -> dict[str, ImageEntry]:
     """Every image of the manifest, in its order."""
+    manifest = manifest or default_manifest()
     out: dict[str, ImageEntry] = {}
     for name, raw in load_manifest(manifest).items():
         try:
@@ -65,17 +101,22 @@ def entries(manifest: Path = MANIFEST) -> dict[str, ImageEntry]:
                 base_image=str(base["image"]), base_digest=base.get("digest") or None,
                 base_recipe=base.get("recipe") or None, python=str(raw.get("python", "")),
                 requirements=manifest.parent / str(raw["requirements"]), gpu=bool(raw.get("gpu", False)))
-        except (KeyError, TypeError) as e:
+        except KeyError as e:
             raise ConfigError(f"{manifest}: image {name!r} lacks the field {e}; see the comments at the top") from e
+        except TypeError as e:
+            raise ConfigError(f"{manifest}: image {name!r}: `base:` must be a mapping with `image:` "
+                              f"(and `digest:`); see the comments at the top") from e
     return out
 
 
-def resolve(image: str, manifest: Path = MANIFEST) -> tuple[str, ImageEntry | None]:
+def resolve(image: str, manifest: Path | None = None) -> tuple[str, ImageEntry | None]:
     """``--image`` as an engine reference, and its manifest entry when it has one.
 
     A manifest NAME becomes its tag; any other reference (``repo:tag``,
     ``repo@sha256:...``) is used as given, matched to an entry by tag if one has it.
+    Without a manifest every reference is used as given.
     """
+    manifest = manifest or default_manifest()
     if not manifest.is_file():
         return image, None
     known = entries(manifest)
@@ -84,8 +125,9 @@ def resolve(image: str, manifest: Path = MANIFEST) -> tuple[str, ImageEntry | No
     return image, next((e for e in known.values() if e.tag == image), None)
 
 
-def build(names: tuple[str, ...], *, manifest: Path = MANIFEST, force: bool = False) -> list[str]:
+def build(names: tuple[str, ...], *, manifest: Path | None = None, force: bool = False) -> list[str]:
     """Build the named images (all when none are named) with the scripts in docker/; return their tags."""
+    manifest = manifest or default_manifest()
     known = entries(manifest)
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -110,51 +152,36 @@ def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None
         raise InfrastructureError(f"{what} failed ({path.name} exited {code}; its output is above)")
 
 
-def listing(manifest: Path = MANIFEST) -> tuple[list[dict[str, Any]], str | None]:
+def listing(manifest: Path | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """One row per manifest image, with its local digest when the engine has it, and a note if the engine is down."""
-    from .backends import docker_backend
+    from .backends.docker_engine import Engine, image_digest
 
-    rows: list[dict[str, Any]] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python, "packages": e.key_packages(),
-             "digest": None, "built": None} for e in entries(manifest).values()]
+    rows: list[dict[str, Any]] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python,
+                                   "packages": e.key_packages(), "digest": None, "built": None}
+                                  for e in entries(manifest).values()]
     try:
-        client = docker_backend.connect()
+        engine = Engine.connect()
     except InfrastructureError as err:
         return rows, str(err)
-    for row in rows:
-        attrs = docker_backend.inspect_image(client, row["reference"])
-        if attrs is not None:
-            row["digest"] = docker_backend.image_digest(attrs, row["reference"])
-            row["built"] = str(attrs.get("Created", ""))[:19].replace("T", " ")
+    try:
+        for row in rows:
+            attrs = engine.inspect_image(row["reference"])
+            if attrs is not None:
+                row["digest"] = image_digest(attrs, row["reference"])
+                row["built"] = str(attrs.get("Created", ""))[:19].replace("T", " ")
+    finally:
+        engine.close()
     return rows, None
 
 
-@click.group("images")
-def images_group() -> None:
-    """Build and list the pinned toolchain images of docker/manifest.yaml."""
-
-
-@images_group.command("build")
-@click.argument("names", nargs=-1)
-@click.option("--force", is_flag=True, help="Build again even when the image is up to date.")
-@click.option("--manifest", type=click.Path(path_type=Path), default=MANIFEST, show_default=True)
-def build_cmd(names: tuple[str, ...], force: bool, manifest: Path) -> None:
-    """Build the named images (default: all of the manifest); up-to-date images are skipped."""
-    for tag in build(names, manifest=manifest, force=force):
-        click.echo(f"ready: {tag}")
-
-
-@images_group.command("list")
-@click.option("--manifest", type=click.Path(path_type=Path), default=MANIFEST, show_default=True)
-def list_cmd(manifest: Path) -> None:
-    """Show each image's name, reference, local digest and key package versions."""
-    rows, note = listing(manifest)
+def listing_lines(rows: list[dict[str, Any]], *, engine_down: bool) -> list[str]:
+    """``reproci images list`` as text: name, reference and digest, then the key package versions."""
     wide = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("name", "reference")}
-    click.echo(f"{'name':{wide['name']}}  {'reference':{wide['reference']}}  digest")
+    lines = [f"{'name':{wide['name']}}  {'reference':{wide['reference']}}  digest"]
     for r in rows:
-        digest = r["digest"][:19] if r["digest"] else ("?" if note else "not built")
-        click.echo(f"{r['name']:{wide['name']}}  {r['reference']:{wide['reference']}}  {digest}"
-                   + ("  (GPU)" if r["gpu"] else ""))
+        digest = r["digest"][:19] if r["digest"] else ("?" if engine_down else "not built")
+        lines.append(f"{r['name']:{wide['name']}}  {r['reference']:{wide['reference']}}  {digest}"
+                     + ("  (GPU)" if r["gpu"] else ""))
         packages = ", ".join([f"python {r['python']}"] + [f"{k} {v}" for k, v in r["packages"].items()])
-        click.echo(f"{'':{wide['name']}}  {packages}")
-    if note:
-        click.echo(f"note: digests unknown: {note}", err=True)
+        lines.append(f"{'':{wide['name']}}  {packages}")
+    return lines

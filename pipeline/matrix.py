@@ -1,14 +1,14 @@
-"""``reproci matrix``: the GitHub Actions job matrix, generated from the image manifest.
+"""The GitHub Actions job matrix, generated from the image manifest (``reproci matrix``).
 
-The workflows never copy image names by hand: a planning job runs this command and
-feeds its output to ``strategy.matrix``, one job per image of ``docker/manifest.yaml``::
+The workflows never copy image names by hand: a planning job runs ``reproci matrix``
+and feeds its output to ``strategy.matrix``, one job per image of ``docker/manifest.yaml``::
 
     {"include": [{"image": "cuda12.6-torch2.7", "tag": "reproci/cuda12.6-torch2.7:1",
                   "gpu": true, "device": "cuda", "gpus": "all", "profile": "full",
                   "runs_on": ["self-hosted", "linux", "x64", "gpu"]}, ...]}
 
-This module needs only PyYAML and click, so the planning job can run on a small hosted
-runner without torch.
+This module needs only PyYAML (through ``pipeline.images``), so the planning job can run
+on a small hosted runner without torch. The click command is in ``commands/matrix.py``.
 """
 
 from __future__ import annotations
@@ -17,37 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import click
-import yaml
+from .errors import UsageError
+from .images import load_manifest
 
-from .errors import ConfigError, UsageError
-
-MANIFEST = Path("docker/manifest.yaml")
-MANIFEST_VERSION = 1
 DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
-
-
-def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The ``images`` mapping of a manifest (NAME -> entry), checked for its format version."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"image manifest {path} does not exist; pass --manifest or run from the project root") from e
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the manifest") from e
-    if not isinstance(data, dict) or not isinstance(data.get("images"), dict):
-        raise ConfigError(f"{path}: expected a mapping with an `images:` mapping of NAME -> entry")
-    if data.get("version") != MANIFEST_VERSION:
-        raise ConfigError(f"{path}: manifest format version {data.get('version')!r}, this reproci reads "
-                          f"{MANIFEST_VERSION}; upgrade reproci or fix `version:`")
-    images: dict[str, dict[str, Any]] = {}
-    for name, entry in data["images"].items():
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{path}: image {name!r} must be a mapping (dockerfile, base, tag, gpu, ...)")
-        images[str(name)] = entry
-    return images
 
 
 def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> dict[str, Any]:
@@ -82,18 +55,11 @@ def build(manifest: Path, *, gpu_only: bool = False, names: tuple[str, ...] = ()
     return {"include": rows}
 
 
-def _labels(value: str) -> tuple[str, ...]:
-    return tuple(label.strip() for label in value.split(",") if label.strip())
+def parse_labels(text: str) -> tuple[str, ...]:
+    """Comma-separated runner labels, blanks dropped."""
+    return tuple(label.strip() for label in text.split(",") if label.strip())
 
 
-@click.command("matrix")
-@click.option("--manifest", type=click.Path(path_type=Path), default=MANIFEST, show_default=True,
-              help="Image manifest to read.")
-@click.option("--gpu-only", is_flag=True, help="Only images marked `gpu: true`.")
-@click.option("--image", "names", multiple=True, help="Only this image (repeatable); unknown names are refused.")
-@click.option("--runner-labels", default=",".join(DEFAULT_RUNNER_LABELS), show_default=True,
-              help="Comma-separated runner labels each job runs on (its `runs_on`).")
-def matrix_cmd(manifest: Path, gpu_only: bool, names: tuple[str, ...], runner_labels: str) -> None:
-    """Print the GitHub Actions job matrix (one job per manifest image) as one line of JSON."""
-    click.echo(json.dumps(build(manifest, gpu_only=gpu_only, names=names, runner_labels=_labels(runner_labels)),
-                          separators=(",", ":")))
+def to_json(matrix: dict[str, list[dict[str, Any]]]) -> str:
+    """One line, so a workflow can write it to $GITHUB_OUTPUT."""
+    return json.dumps(matrix, separators=(",", ":"))

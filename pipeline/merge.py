@@ -1,4 +1,4 @@
-"""``reproci merge``: the per-image shards of a CI matrix, merged into one verdict.
+"""The per-image shards of a CI matrix, merged into one verdict.
 
 Each matrix job runs ``reproci run --image NAME`` and uploads its results directory.
 The final job downloads them all and runs::
@@ -15,14 +15,11 @@ infrastructure failure (exit 5).
 from __future__ import annotations
 
 import json
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-import click
-
-from . import __version__, errors, results, verdicts
+from . import __version__, atomic, errors, results, verdicts
 from .errors import ResultsError, UsageError
 
 SCHEMA = "reproci.merged"
@@ -31,11 +28,6 @@ VERSION = 1
 # Exit codes from least to most serious. Verdict codes first (pass < drift < reproducibility
 # failure < run error), then the codes of a shard that produced no verdicts at all.
 SEVERITY = [*verdicts.SEVERITY, errors.EXIT_USAGE, errors.EXIT_GOLDEN, errors.EXIT_INFRA]
-FAILING = {verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN, verdicts.ERROR}
-DRIFTING = {verdicts.UPGRADE_CHANGED, verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH}
-ICON = {verdicts.PASS: "✅", verdicts.NEW: "🆕", verdicts.MODEL_CHANGED: "🔁", verdicts.NONDETERMINISTIC: "❌",
-        verdicts.RESUME_BROKEN: "❌", verdicts.ERROR: "💥", verdicts.UPGRADE_CHANGED: "⚠️",
-        verdicts.ENV_CHANGED: "⚠️", verdicts.GOLDEN_MISMATCH: "⚠️"}
 
 
 def most_serious(codes: Iterable[int]) -> int:
@@ -97,10 +89,8 @@ def expected_images(matrix: str | None) -> list[dict[str, Any]]:
 # --- the merged document ----------------------------------------------------------------------
 
 def shard_exit_code(doc: dict[str, Any]) -> int:
-    code = (doc.get("summary") or {}).get("exit_code")
-    if isinstance(code, int):
-        return code
-    return verdicts.exit_code([m.get("verdict", verdicts.ERROR) for m in doc.get("models", [])])
+    """A shard's exit code, recomputed from its verdicts and options as ``run`` computed it."""
+    return verdicts.document_exit_code(doc)
 
 
 def _environment(env: dict[str, Any] | None) -> dict[str, Any]:
@@ -127,7 +117,8 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
         for m in doc.get("models", []):
             row = {"image": name, "model": m.get("model"), "verdict": m.get("verdict", verdicts.ERROR),
                    "message": m.get("message"), "final_sha256": m.get("final_sha256"),
-                   "evidence": m.get("evidence"), "seconds": m.get("seconds")}
+                   "evidence": m.get("evidence"), "seconds": m.get("seconds"),
+                   "ci": bool((doc.get("options") or {}).get("ci"))}
             for optional in ("golden", "throughput", "error"):
                 if m.get(optional) is not None:
                     row[optional] = m[optional]
@@ -165,145 +156,19 @@ def load_merged(path: Path) -> dict[str, Any]:
     return data
 
 
-# --- text shared by the summary, the annotations and the pull-request body -------------------
+def merge_files(shards: tuple[Path, ...], output: Path, *, matrix: str | None = None,
+                summary: Path | None = None) -> tuple[dict[str, Any], list[str]]:
+    """``reproci merge``: read the shards, write the merged document (and append the step
+    summary); return it with notes on superseded shards."""
+    from .reports import github
 
-def evidence_of(m: dict[str, Any]) -> dict[str, Any] | None:
-    """The evidence behind a verdict: the run comparison's, else the golden comparison's."""
-    golden = m.get("golden") if isinstance(m.get("golden"), dict) else {}
-    if m.get("verdict") in DRIFTING and golden.get("evidence"):
-        return golden["evidence"]
-    return m.get("evidence") or golden.get("evidence")
-
-
-def where(m: dict[str, Any]) -> str:
-    """'step 15, buffer:bn.running_mean, |Δ| 4.66e-10 (1 ULP)' or '-'."""
-    return verdicts.first_difference(evidence_of(m), code=lambda s: f"`{s}`")
-
-
-def slowdown(m: dict[str, Any]) -> str:
-    """'1.23× [1.20, 1.26]' from the throughput stage, '-' when it did not run."""
-    sd = ((m.get("throughput") or {}).get("slowdown") or {})
-    if sd.get("median") is None:
-        return "-"
-    text = f"{sd['median']:.2f}×"
-    if sd.get("ci_low") is not None and sd.get("ci_high") is not None:
-        text += f" [{sd['ci_low']:.2f}, {sd['ci_high']:.2f}]"
-    return text + (" (noisy)" if sd.get("noisy") else "")
-
-
-def cell(value: Any) -> str:
-    """Table-safe Markdown text."""
-    return str(value if value is not None else "-").replace("|", "\\|").replace("\n", " ")
-
-
-# --- outputs ----------------------------------------------------------------------------------
-
-def summary_markdown(merged: dict[str, Any]) -> str:
-    s = merged["summary"]
-    code = s["exit_code"]
-    counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
-    status = {errors.EXIT_PASS: "✅ reproducible", errors.EXIT_DRIFT: "⚠️ golden drift",
-              errors.EXIT_REPRO_FAILURE: "❌ not reproducible", errors.EXIT_RUN_ERROR: "💥 runs failed"}
-    lines = [f"## reproci: {status.get(code, '💥 infrastructure failure')} (exit {code})", "",
-             f"{s['images']} image(s), {s['models']} model(s): {counts}.", ""]
-    if merged["missing"]:
-        lines += [f"**No results from:** {', '.join(f'`{n}`' for n in merged['missing'])} "
-                  "(see those jobs' logs).", ""]
-    lines += ["| image | model | verdict | first difference | final sha256 | strict slowdown |",
-              "|---|---|---|---|---|---|"]
-    for m in merged["models"]:
-        v = m["verdict"]
-        lines.append(f"| `{cell(m['image'])}` | {cell(m['model'])} | {ICON.get(v, '')} {v} | {cell(where(m))} "
-                     f"| `{(m.get('final_sha256') or '-')[:12]}` | {cell(slowdown(m))} |")
-    notable = [m for m in merged["models"] if m["verdict"] != verdicts.PASS]
-    if notable:
-        lines += ["", "### Details", ""]
-        for m in notable:
-            lines.append(f"- **{m['model']}** on `{m['image']}`: {m['verdict']}: {cell(m.get('message'))}")
-            golden = m.get("golden") if isinstance(m.get("golden"), dict) else {}
-            changed = golden.get("package_diff") or {}
-            if changed:
-                shown = ", ".join(f"{p} {old or '∅'} → {new or '∅'}" for p, (old, new) in sorted(changed.items())[:10])
-                more = f" and {len(changed) - 10} more" if len(changed) > 10 else ""
-                lines.append(f"  - packages: {shown}{more}")
-    lines += ["", "### Images", "", "| image | digest | torch | CUDA | cuDNN | GPU | driver | exit |",
-              "|---|---|---|---|---|---|---|---|"]
-    for sh in merged["shards"]:
-        img, env = sh["image"] or {}, sh["environment"]
-        gpus = ", ".join(env.get("gpu_names") or []) or "-"
-        lines.append(f"| `{cell(img.get('name'))}` | `{cell((img.get('digest') or '-')[:19])}` | {cell(env.get('torch'))} "
-                     f"| {cell(env.get('cuda'))} | {cell(env.get('cudnn'))} | {cell(gpus)} | {cell(env.get('driver'))} "
-                     f"| {sh['exit_code']} |")
-    return "\n".join(lines) + "\n"
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def annotations(merged: dict[str, Any]) -> list[str]:
-    """GitHub workflow commands: ::error for failures, ::warning for drift, ::notice for new goldens."""
-    out: list[str] = []
-    for name in merged["missing"]:
-        out.append(f"::error title={_escape_property(f'reproci {name}')}::"
-                   f"{_escape_data(f'no results from image {name}: its job failed before writing results.json')}")
-    for m in merged["models"]:
-        v = m["verdict"]
-        if v in FAILING:
-            level = "error"
-        elif v in DRIFTING:
-            level = "warning"
-        elif v != verdicts.PASS:
-            level = "notice"
-        else:
-            continue
-        title = _escape_property(f"reproci {m['model']} on {m['image']}: {v}")
-        detail = where(m)
-        text = f"{v}: {m.get('message') or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
-        out.append(f"::{level} title={title}::{_escape_data(text)}")
-    return out
-
-
-def write_summary(path: Path, markdown: str) -> None:
-    """Append to the summary file (GitHub's step summary is appended to), atomically."""
-    existing = path.read_text() if path.is_file() else ""
-    results.atomic_write_text(path, existing + ("\n" if existing and not existing.endswith("\n") else "") + markdown)
-
-
-@click.command("merge")
-@click.argument("shards", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--output", "-o", type=click.Path(path_type=Path), required=True, help="Merged results file to write.")
-@click.option("--summary", type=click.Path(path_type=Path), envvar="GITHUB_STEP_SUMMARY",
-              help="Markdown summary to append to (default: $GITHUB_STEP_SUMMARY when set).")
-@click.option("--matrix", help="The `reproci matrix` JSON (or a file): images it lists without results exit 5.")
-@click.option("--annotations/--no-annotations", "annotate", default=False, envvar="GITHUB_ACTIONS",
-              help="Print GitHub annotations (default: on inside GitHub Actions).")
-def merge_cmd(shards: tuple[Path, ...], output: Path, summary: Path | None, matrix: str | None,
-              annotate: bool) -> None:
-    """Merge per-image results (SHARD: a results.json or a directory holding some) into one verdict."""
     expected = expected_images(matrix)
     loaded, notes = load_shards(shards)
     if not loaded and not expected:
         raise ResultsError(f"no results.json under {', '.join(map(str, shards))}; did the shards' `reproci run` "
                            "finish? (pass --matrix to report the missing images instead)")
     merged = merge(loaded, expected)
-    results.atomic_write_text(output, json.dumps(merged, indent=2) + "\n")
+    atomic.write_text(output, json.dumps(merged, indent=2) + "\n")
     if summary is not None:
-        write_summary(summary, summary_markdown(merged))
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
-    if annotate:
-        for line in annotations(merged):
-            click.echo(line)
-    s = merged["summary"]
-    counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
-    missing = f", no results from {', '.join(merged['missing'])}" if merged["missing"] else ""
-    click.echo(f"merged {s['images']} image(s), {s['models']} model(s): {counts}{missing}; "
-               f"exit {s['exit_code']}; {output}")
-    sys.stdout.flush()
-    if s["exit_code"]:
-        raise SystemExit(s["exit_code"])
+        atomic.append_text(summary, github.merged_summary_markdown(merged))
+    return merged, notes

@@ -7,14 +7,15 @@ os.environ or the config file.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
 from reference_models import REGISTRY
 
+from . import images
 from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
 from .worker.spec import FAULTS
@@ -28,7 +29,9 @@ CONFIG_FILE = "reproci.yaml"
 class RunOptions:
     models: tuple[ModelRef, ...]
     stages: tuple[str, ...] = ("determinism",)
-    image: str | None = None  # None: the local backend, recorded as image "local"
+    image: str | None = None  # --image as given (a manifest NAME or a reference); None: the local backend
+    image_reference: str | None = None  # what the engine runs: the manifest tag of a NAME, else --image itself
+    image_entry: images.ImageEntry | None = None  # the manifest's entry for --image (by name or tag), if it has one
     image_name: str = "local"  # the golden file name for this image
     profile: str = "quick"
     steps: int = PROFILES["quick"]
@@ -147,6 +150,40 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
             return v
         return config.get(name, default)
 
+    shape = _run_shape(pick, config)
+    resources = _resources(pick)
+    image = _image(pick)
+    model_texts = pick("models", tuple(REGISTRY))
+    if isinstance(model_texts, str):
+        model_texts = (model_texts,)
+    update_golden = bool(pick("update_golden", False))
+    if update_golden and "determinism" not in shape["stages"]:
+        raise UsageError("--update-golden records the determinism stage's hashes: add --stage determinism")
+    ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
+    return RunOptions(
+        models=resolve_all(tuple(model_texts)),
+        **shape,
+        **resources,
+        **image,
+        seed=int(pick("seed", 0)),
+        gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
+        results_dir=Path(pick("results_dir", "results")),
+        goldens_dir=Path(pick("goldens_dir", "goldens")),
+        update_golden=update_golden,
+        ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
+        webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
+        keep_checkpoints=bool(pick("keep_checkpoints", False)),
+        repetitions=int(pick("repetitions", 5)),
+        slowdown_factor=float(pick("slowdown_factor", 1.25)),
+        slowdown_fails=bool(pick("slowdown_fails", False)),
+        config_file=config_path,
+        github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
+        step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
+    )
+
+
+def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """Profile, steps, resume point, stages and the test-only fault: what the runs do."""
     profile = pick("profile", "quick")
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
@@ -162,68 +199,46 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     for s in stages:
         if s not in STAGES:
             raise UsageError(f"unknown stage {s!r}; use one of {', '.join(STAGES)}")
-    model_texts = pick("models", tuple(REGISTRY))
-    if isinstance(model_texts, str):
-        model_texts = (model_texts,)
     fault = pick("fault", None)
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
+    return {"profile": profile, "steps": steps, "resume_at": resume_at, "stages": stages, "fault": fault}
+
+
+def _resources(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
+    """Threads, parallel runs, the per-run timeout and the device: what the runs get."""
     threads = int(pick("threads", 1))
     if threads < 1:
         raise UsageError("--threads must be at least 1")
-    jobs = int(pick("jobs", None) or default_jobs(threads))
+    jobs = pick("jobs", None)
+    jobs = default_jobs(threads) if jobs is None else int(jobs)
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     timeout = float(pick("timeout", 600.0))
     if timeout <= 0:
         raise UsageError("--timeout must be positive")
+    device = pick("device", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"unknown device {device!r}; use cpu or cuda")
+    return {"threads": threads, "jobs": jobs, "timeout": timeout, "device": device}
+
+
+def _image(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
+    """The RunOptions fields that name the image: ``--image`` looked up in the manifest, once."""
     image = pick("image", None)
     if image == "local":  # the name results and goldens give the local backend: accept it back
         image = None
     if image is None and pick("gpus", None) is not None:
         raise UsageError("--gpus chooses GPUs for a container (--image); the local backend uses the GPUs torch "
                          "sees: set CUDA_VISIBLE_DEVICES instead")
-    device = pick("device", "cpu")
-    if device not in ("cpu", "cuda"):
-        raise UsageError(f"unknown device {device!r}; use cpu or cuda")
-    image_name = pick("image_name", None) or (image_display_name(image) if image else "local")
-    ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
-    return RunOptions(
-        models=resolve_all(tuple(model_texts)),
-        stages=stages,
-        image=image,
-        image_name=image_name,
-        profile=profile,
-        steps=steps,
-        resume_at=resume_at,
-        seed=int(pick("seed", 0)),
-        threads=threads,
-        device=device,
-        gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
-        timeout=timeout,
-        jobs=jobs,
-        results_dir=Path(pick("results_dir", "results")),
-        goldens_dir=Path(pick("goldens_dir", "goldens")),
-        update_golden=bool(pick("update_golden", False)),
-        ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
-        webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
-        keep_checkpoints=bool(pick("keep_checkpoints", False)),
-        fault=fault,
-        repetitions=int(pick("repetitions", 5)),
-        slowdown_factor=float(pick("slowdown_factor", 1.25)),
-        slowdown_fails=bool(pick("slowdown_fails", False)),
-        config_file=config_path,
-        github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
-        step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
-    )
+    reference, entry = images.resolve(image) if image else (None, None)
+    return {"image": image, "image_reference": reference, "image_entry": entry,
+            "image_name": pick("image_name", None) or (golden_name(image, entry) if image else "local")}
 
 
-def image_display_name(image: str, manifest: Path | None = None) -> str:
+def golden_name(image: str, entry: images.ImageEntry | None) -> str:
     """The golden name for an image: its manifest name when the manifest knows the image
-    (by name or tag), else a file-safe form of the reference (repo:tag -> repo_tag)."""
-    from . import images
-
-    _, entry = images.resolve(image, manifest or images.MANIFEST)
+    (``entry``, by name or tag), else a file-safe form of the reference (repo:tag -> repo_tag)."""
     if entry is not None:
         return entry.name
     name = image.split("@", 1)[0]

@@ -1,6 +1,6 @@
 """The results file: the versioned contract that goldens and reports build on.
 
-Layout of one invocation's output, under ``results/`` (see README "Results format"):
+Layout of one invocation's output, under ``results/`` (see docs/results-format.md):
 
     results/<run_id>/results.json     written last and atomically: present = complete
     results/<run_id>/<model>/spec-*.json, record-*.json   per-run specs and records
@@ -12,15 +12,72 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from .errors import InfrastructureError, ResultsError
+from . import atomic
+from .errors import ResultsError
 
 SCHEMA = "reproci.results"
-VERSION = 1
+VERSION = 1  # the one place the results format version is set; ``load`` refuses others
+
+
+class Summary(TypedDict, total=False):
+    verdicts: dict[str, int]  # verdict -> models
+    exit_code: int | None  # verdicts.document_exit_code, set once every verdict is in
+    seconds: float
+
+
+class GoldenOutcome(TypedDict, total=False):
+    file: str  # the image's golden file
+    existed: bool
+    updated: bool  # this run recorded it (--update-golden)
+    refused: str  # why it was not recorded
+
+
+class ModelEntry(TypedDict, total=False):
+    """One model's result: written by the stages, completed by the golden check."""
+
+    model: str
+    ref: str
+    plugin: bool
+    verdict: str  # one of verdicts.ALL
+    message: str
+    final_sha256: str | None
+    evidence: dict[str, Any] | None  # where runs differ (pipeline.golden.compare.Divergence, plus probes)
+    golden: dict[str, Any]  # the comparison with the image's golden (pipeline.golden.drift.compare)
+    throughput: dict[str, Any]  # the throughput stage's result
+    throughput_regression: str
+    runs: dict[str, Any]  # role -> summary of that run
+    records: dict[str, str]  # role -> record file, relative to the run directory
+    error: dict[str, Any] | None
+    seconds: float
+
+
+class ResultsDocument(TypedDict, total=False):
+    """``results.json``: what every later command (goldens, reports, merge) reads."""
+
+    schema: str
+    version: int
+    complete: bool
+    run_id: str
+    reproci_version: str
+    created: str
+    project_commit: str | None
+    image: dict[str, Any]  # name, reference, digest, backend
+    options: dict[str, Any]  # the options that shape results (stages, steps, seed, device, ci, ...)
+    environment: dict[str, Any] | None  # the worker's environment fingerprint
+    packages: dict[str, str] | None
+    models: list[ModelEntry]
+    golden: GoldenOutcome
+    alerts: dict[str, Any]
+    summary: Summary
+
+
+def new_document(**fields: Any) -> ResultsDocument:
+    """A results document of the current schema and version."""
+    return ResultsDocument(schema=SCHEMA, version=VERSION, complete=True, **fields)  # type: ignore[typeddict-item]
 
 
 def new_run_id(image_name: str) -> str:
@@ -28,50 +85,15 @@ def new_run_id(image_name: str) -> str:
     return f"{stamp}-{image_name}-{os.getpid()}"
 
 
-def umask() -> int:
-    """This process's umask, read without changing it where the system says it (threads may
-    be creating files meanwhile)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~umask())  # results and reports are shared: readable like any other file
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        if e.errno == 28:  # ENOSPC
-            raise InfrastructureError(f"disk full while writing {path}; free space and run again") from e
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write(run_dir: Path, document: dict[str, Any]) -> Path:
+def write(run_dir: Path, document: ResultsDocument) -> Path:
     text = json.dumps(document, indent=2, sort_keys=False, default=str) + "\n"
     path = run_dir / "results.json"
-    atomic_write_text(path, text)
-    atomic_write_text(run_dir.parent / "latest.json", text)
+    atomic.write_text(path, text)
+    atomic.write_text(run_dir.parent / "latest.json", text)
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> ResultsDocument:
     if path.is_dir():
         path = path / "results.json"
     try:

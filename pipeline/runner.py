@@ -1,4 +1,5 @@
-"""Launching one worker spec through a backend and reading back its record."""
+"""Launching one worker spec through a backend and reading back its record (``run_worker``);
+the stages call it, ``orchestrate.run_all`` runs the stages."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .backends import Backend
-from .errors import InfrastructureError, RunError
+from .errors import InfrastructureError, WorkerFailed
 from .worker.spec import WorkerSpec
 
 Progress = Callable[[str], None]
@@ -49,23 +50,13 @@ def settle(*futures: Future[Any]) -> None:
     wait(futures)
 
 
-class WorkerFailed(RunError):
-    """One worker run failed; carries its error kind for the verdict's evidence."""
-
-    def __init__(self, message: str, kind: str = "crash") -> None:
-        super().__init__(message)
-        self.kind = kind
+def _from(spec: WorkerSpec) -> str:
+    return f", resuming from {Path(spec.resume_from).name}" if spec.resume_from else ""
 
 
-def _refuse_if_closed(ctx: RunContext, spec: WorkerSpec) -> None:
-    """After Ctrl-C the backend is left and the run directory removed: start nothing, write nothing."""
-    if ctx.backend.closed:
-        raise WorkerFailed(f"run {spec.role} not started: the run was interrupted", kind="interrupted")
-
-
-def execute(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
+def run_worker(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     """Write the spec, launch it in a fresh process, return the record (or raise WorkerFailed)."""
-    _refuse_if_closed(ctx, spec)
+    ctx.backend.refuse_if_closed(spec)
     work = ctx.run_dir / spec.model_name
     work.mkdir(parents=True, exist_ok=True)
     spec = ctx.backend.prepare_spec(spec, ctx.run_dir)
@@ -73,9 +64,9 @@ def execute(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     spec.write(spec_file)
     out = work / spec.output
     out.unlink(missing_ok=True)
-    ctx.progress(f"{spec.model_name}: run {spec.role} started")
+    ctx.progress(f"{spec.model_name}: run {spec.role} started ({spec.steps} steps{_from(spec)})")
     with ctx.slots if ctx.slots is not None else contextlib.nullcontext():
-        _refuse_if_closed(ctx, spec)  # interrupted while this run waited for a slot
+        ctx.backend.refuse_if_closed(spec)  # interrupted while this run waited for a slot
         result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout)
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:.0f} s; raise --timeout or use a smaller profile",
@@ -94,5 +85,9 @@ def execute(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     if record.get("status") != "ok":
         raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
     record["wall_s"] = result.seconds
-    ctx.progress(f"{spec.model_name}: run {spec.role} done in {result.seconds:.1f} s")
+    done = len(record.get("losses") or [])
+    train_s = (record.get("timings") or {}).get("train_s")
+    rate = record.get("steps_per_s") or (done / train_s if done and train_s else None)
+    ctx.progress(f"{spec.model_name}: run {spec.role} done: {done} steps, "
+                 f"{f'{rate:.1f} steps/s, ' if rate else ''}{result.seconds:.1f} s")
     return record

@@ -1,8 +1,14 @@
-"""Verdicts: few and distinct, each mapped to an exit code."""
+"""Verdicts: few and distinct, each mapped to an exit code.
+
+The one vocabulary of verdicts: which fail a run, which are drift, which are notices,
+their order and icons in every table, the level of their GitHub annotation, the exit code
+of a results document, and the sentences that say where runs first differ. Terminal
+tables, Markdown, HTML, annotations, the webhook, ``merge`` and ``pr-body`` all read it
+from here."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from . import errors
 
@@ -36,6 +42,18 @@ EXIT_CODES = {
 # When several models disagree, the exit code is the most serious one.
 SEVERITY = [errors.EXIT_PASS, errors.EXIT_DRIFT, errors.EXIT_REPRO_FAILURE, errors.EXIT_RUN_ERROR]
 
+# The runs themselves are broken: not reproducible, or they did not complete.
+FAILING = frozenset({NONDETERMINISTIC, RESUME_BROKEN, ERROR})
+# The runs agree with each other but not with the golden.
+DRIFTING = frozenset({UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH})
+# Worth saying, not failing (outside CI): a first golden to record, a model to re-record.
+NOTICES = frozenset({NEW, MODEL_CHANGED})
+# Most serious first: the order of rows wherever verdicts are listed.
+ORDER = (ERROR, NONDETERMINISTIC, RESUME_BROKEN, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, NEW, MODEL_CHANGED,
+         PASS, NOT_CHECKED)
+ICON = {PASS: "✅", NEW: "🆕", MODEL_CHANGED: "🔁", NONDETERMINISTIC: "❌", RESUME_BROKEN: "❌", ERROR: "💥",
+        UPGRADE_CHANGED: "⚠️", ENV_CHANGED: "⚠️", GOLDEN_MISMATCH: "⚠️", NOT_CHECKED: "·"}
+
 STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: "bold red",
          RESUME_BROKEN: "bold red", UPGRADE_CHANGED: "bold magenta", ENV_CHANGED: "magenta",
          GOLDEN_MISMATCH: "bold magenta", ERROR: "bold red", NOT_CHECKED: "dim"}
@@ -43,8 +61,87 @@ STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: 
 
 def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
     """The most serious exit code; in CI mode a missing golden (NEW) is drift."""
-    codes = [errors.EXIT_DRIFT if (v == NEW and ci) else EXIT_CODES[v] for v in verdicts] or [errors.EXIT_PASS]
-    return max(codes, key=SEVERITY.index)
+    codes = [errors.EXIT_DRIFT if (v == NEW and ci) else EXIT_CODES.get(v, errors.EXIT_RUN_ERROR) for v in verdicts]
+    return max(codes or [errors.EXIT_PASS], key=SEVERITY.index)
+
+
+def document_exit_code(document: dict[str, Any]) -> int:
+    """The exit code of a results document, from its verdicts and options alone (``run``
+    computes it once, ``merge`` recomputes it from each shard the same way).
+
+    When this run recorded the golden, drift against the previous one is the evidence of
+    the update, not a failure of it. A throughput regression fails only with
+    ``--slowdown-fails``, and only a run that passed otherwise.
+    """
+    opts = document.get("options") or {}
+    models = document.get("models") or []
+    vs = [str(m.get("verdict", ERROR)) for m in models]
+    ci = bool(opts.get("ci"))
+    if (document.get("golden") or {}).get("updated"):
+        vs = [PASS if v in DRIFTING | NOTICES else v for v in vs]
+        return exit_code(vs)
+    code = exit_code(vs, ci=ci)
+    if code == errors.EXIT_PASS and opts.get("slowdown_fails") and any(m.get("throughput_regression") for m in models):
+        return errors.EXIT_DRIFT
+    return code
+
+
+def summarize(document: dict[str, Any]) -> None:
+    """Set the document's verdict counts and exit code from its models."""
+    vs = [str(m.get("verdict")) for m in document.get("models") or []]
+    summary = document.setdefault("summary", {})
+    summary["verdicts"] = {v: vs.count(v) for v in sorted(set(vs))}
+    summary["exit_code"] = document_exit_code(document)
+
+
+def annotation_level(verdict: str, *, ci: bool = False) -> str | None:
+    """The GitHub annotation of a verdict: ``error`` when the runs are broken, ``warning``
+    for drift (and NEW in CI, which fails as drift), ``notice`` for NEW and MODEL_CHANGED,
+    none for PASS."""
+    if verdict in FAILING:
+        return "error"
+    if verdict in DRIFTING or (verdict == NEW and ci):
+        return "warning"
+    if verdict in NOTICES:
+        return "notice"
+    return None
+
+
+def by_severity(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Model entries, most serious verdict first (stable within a verdict)."""
+    rank = {v: i for i, v in enumerate(ORDER)}
+    return sorted(models, key=lambda m: rank.get(m.get("verdict"), -1))
+
+
+def evidence_of(m: dict[str, Any]) -> dict[str, Any] | None:
+    """The evidence behind a model's verdict: the golden comparison's for drift, else the
+    run comparison's (A, B, C), else the golden comparison's."""
+    golden = m.get("golden") if isinstance(m.get("golden"), dict) else {}
+    if m.get("verdict") in DRIFTING and golden.get("evidence"):
+        return golden["evidence"]
+    return m.get("evidence") or golden.get("evidence")
+
+
+def where_text(ev: dict[str, Any] | None) -> str:
+    """Where two runs first differ, for a sentence: 'from step 15, first at buffer:bn.running_mean',
+    'before the first step, first at param:fc.weight', 'from the final state'."""
+    ev = ev or {}
+    if ev.get("cause") == "init":
+        where = "before the first step"
+    elif ev.get("cause") == "restore":
+        where = f"at the resume point (step {ev.get('step')}), before any resumed step"
+    else:
+        where = f"from step {ev['step']}" if ev.get("step") is not None else "from the final state"
+    return f"{where}, first at {ev['tensor']}" if ev.get("tensor") else where
+
+
+def magnitude_text(ev: dict[str, Any] | None) -> str:
+    """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured."""
+    ev = ev or {}
+    if ev.get("max_abs") is None:
+        return ""
+    ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
+    return f"max |Δ| {ev['max_abs']:.3g}{ulp}"
 
 
 def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> str:

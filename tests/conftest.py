@@ -1,31 +1,12 @@
+"""Fixtures; the helpers they use, and that test modules import, are in tests/helpers.py."""
+
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PLUGINS = ROOT / "tests" / "plugins"
-
-
-class Cli:
-    """Drives the real ``reproci`` command in a subprocess, in a scratch directory."""
-
-    def __init__(self, cwd: Path) -> None:
-        self.cwd = cwd
-
-    def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
-        full_env.update({"CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})})
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=self.cwd, env=full_env,
-                              capture_output=True, text=True, timeout=timeout)
-
-    def latest(self) -> dict:
-        return json.loads((self.cwd / "results" / "latest.json").read_text())
+from tests.helpers import Cli, real_results
 
 
 @pytest.fixture
@@ -33,15 +14,9 @@ def reproci(tmp_path: Path) -> Cli:
     return Cli(tmp_path)
 
 
-def model_entry(doc: dict, name: str) -> dict:
-    return next(m for m in doc["models"] if m["model"] == name)
-
-
 @pytest.fixture(scope="session")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Real results files (two real runs, a golden, edited copies), made once per session."""
-    from tests.test_merge import real_results
-
     return real_results(tmp_path_factory)
 
 
@@ -60,10 +35,12 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     return call
 
 
-def interruptible() -> None:
-    """``preexec_fn`` for a CLI that a test will interrupt: Ctrl-C as at a terminal, even when
-    the test run itself was started in the background (which ignores SIGINT, and children
-    inherit that)."""
-    import signal
+SLOW_FIXTURES = {"files", "reproci", "workspace", "real_reproci"}  # each starts real training runs
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a fixture making real training runs is slow, marked or not, so that
+    ``pytest -m "not slow and not docker"`` stays a quick check."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

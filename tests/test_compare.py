@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from pipeline.compare import first_divergence, tensor_magnitude, ulp_distance
+from pipeline.golden.compare import first_divergence, tensor_magnitude, ulp_distance
 
 
 def record(rows, *, start=0, batches=None, losses=None, final="f", names=("param:w", "grad:w", "buffer:b", "optim:w.m")):

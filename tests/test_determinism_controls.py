@@ -1,5 +1,3 @@
-import os
-
 import torch
 
 from pipeline.worker.determinism import attest, deterministic_mode, launch_environment

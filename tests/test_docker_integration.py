@@ -24,7 +24,7 @@ import pytest
 
 from pipeline import errors
 
-from .conftest import PLUGINS, ROOT, interruptible, model_entry
+from .helpers import PLUGINS, ROOT, interruptible, model_entry
 
 pytestmark = pytest.mark.docker
 IMAGE = "reproci/cpu-torch2.13:1"

@@ -1,6 +1,9 @@
 import torch
 
-from pipeline.worker.fingerprint import StepFingerprints, batch_checksum, bit_checksum, final_hash
+from pipeline.worker.batchsum import batch_checksum
+from pipeline.worker.bits import flat_int
+from pipeline.worker.fingerprint import StepFingerprints, bit_checksum, initial_row, segment_sums
+from pipeline.worker.state import final_hash
 
 
 def test_checksum_is_exact_and_order_independent():
@@ -71,12 +74,10 @@ def test_batch_checksum_sees_swapped_inputs():
 
 
 def test_segment_sums_equal_per_tensor_checksums():
-    from pipeline.worker.fingerprint import _flat_int, segment_sums
-
     g = torch.Generator().manual_seed(0)
     ts = [torch.randn(5, 3, generator=g), torch.tensor(2.5), torch.empty(0), torch.arange(7),
           torch.randn(4, generator=g).double(), torch.tensor([True, False, True]), torch.randn(9, generator=g)]
-    got = segment_sums([_flat_int(t) for t in ts]).tolist()
+    got = segment_sums([flat_int(t) for t in ts]).tolist()
     assert got == [bit_checksum(t).item() if t.numel() else 0 for t in ts]
 
 
@@ -114,12 +115,10 @@ def test_fingerprints_follow_in_place_updates_of_non_contiguous_buffers():
 
 
 def test_checksums_wrap_exactly_on_overflow():
-    from pipeline.worker.fingerprint import _flat_int, segment_sums
-
     big = torch.full((1001,), 2**31 - 1, dtype=torch.int32)
     expected = (1001 * (2**31 - 1) + 2**31) % 2**32 - 2**31
     assert bit_checksum(big).item() == expected
-    assert segment_sums([_flat_int(torch.ones(3)), _flat_int(big)]).tolist()[1] == expected
+    assert segment_sums([flat_int(torch.ones(3)), flat_int(big)]).tolist()[1] == expected
     huge = torch.full((5,), 2**62, dtype=torch.int64)
     assert bit_checksum(huge).item() == segment_sums([huge]).item()
 
@@ -150,8 +149,6 @@ def test_batch_checksum_sees_one_ulp_and_handles_every_dtype():
 
 
 def test_initial_row_sees_an_unseeded_initialisation():
-    from pipeline.worker.fingerprint import initial_row
-
     def build(seed):
         torch.manual_seed(seed)
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))

@@ -11,10 +11,11 @@ import pytest
 import torch
 import yaml
 
-from pipeline import golden
+from pipeline import atomic
+from pipeline.golden import store as golden
 from pipeline.errors import GoldenError
 
-from .conftest import ROOT
+from .helpers import ROOT
 
 
 def fake_run(seed: int = 0, torch_version: str = "2.13.0+cpu"):
@@ -100,16 +101,16 @@ def test_tampered_or_missing_sidecar_is_refused(tmp_path):
 def test_interrupted_update_leaves_the_old_golden_intact(tmp_path, monkeypatch):
     golden.write(tmp_path, "img", *fake_run(1))
     before = golden.load(tmp_path, "img").models["m"].entry["final_sha256"]
-    real = golden._atomic_bytes
+    real = atomic.write_bytes
     calls = []
 
-    def interrupted(path, data):
+    def interrupted(path, data, **kwargs):
         calls.append(path)
         if path.suffix == ".yaml":
             raise KeyboardInterrupt  # Ctrl-C after the new sidecar, before the YAML
-        real(path, data)
+        real(path, data, **kwargs)
 
-    monkeypatch.setattr(golden, "_atomic_bytes", interrupted)
+    monkeypatch.setattr(atomic, "write_bytes", interrupted)
     with pytest.raises(KeyboardInterrupt):
         golden.write(tmp_path, "img", *fake_run(2))
     monkeypatch.undo()
@@ -123,13 +124,15 @@ WRITER = """
 import sys, itertools
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from pipeline import golden
+from pipeline import atomic
+from pipeline.golden import store as golden
 from tests.test_golden import fake_run
 for i in itertools.count(int(sys.argv[2])):
     golden.write(Path(sys.argv[1]), sys.argv[4], *fake_run(i % 50))
 """
 
 
+@pytest.mark.slow
 def test_killed_writers_never_leave_a_broken_golden(tmp_path):
     """SIGKILL at random moments of real writer processes; every survivor state loads."""
     golden.write(tmp_path, "img", *fake_run(0))
@@ -147,6 +150,7 @@ def test_killed_writers_never_leave_a_broken_golden(tmp_path):
         assert g is not None and len(g.models["m"].entry["final_sha256"]) == 64
 
 
+@pytest.mark.slow
 def test_concurrent_updates_of_different_images_do_not_clobber(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "0", str(ROOT), name], cwd=ROOT)
              for name in ("img-a", "img-b")]

@@ -11,7 +11,7 @@ import yaml
 
 from pipeline import errors
 
-from .conftest import Cli, model_entry
+from .helpers import Cli, model_entry
 
 pytestmark = pytest.mark.slow
 SHORT = ("--steps", "8", "--resume-at", "4", "--jobs", "2")
@@ -84,7 +84,7 @@ def test_changed_seed_is_model_changed_not_an_alert(workspace):
 def test_ci_mode_fails_on_a_missing_golden_and_names_the_fix(workspace):
     p = workspace("run", "-m", "embedding", "--image-name", "brand-new", *SHORT, env={"CI": "true"})
     assert p.returncode == errors.EXIT_DRIFT
-    assert "reproci golden update --image brand-new" in p.stdout
+    assert "reproci golden update --image brand-new" in p.stderr  # a notice (here an error): stderr
     p = workspace("run", "-m", "embedding", "--image-name", "brand-new", *SHORT)
     assert p.returncode == 0 and model_entry(workspace.latest(), "embedding")["verdict"] == "NEW"
 
@@ -158,9 +158,9 @@ def test_drift_alerts_reach_webhook_annotations_and_step_summary(workspace, hook
     assert len(Hook.received) == 1
     msg = Hook.received[0]
     assert "ENV_CHANGED" in msg["text"] and "conv" in msg["text"] and msg["blocks"]
-    assert "::error title=reproci local conv ENV_CHANGED::" in p.stdout
+    assert "::warning title=reproci conv on local%3A ENV_CHANGED::ENV_CHANGED: differs from the golden" in p.stdout
     md = summary.read_text()
-    assert "| conv | **ENV_CHANGED** |" in md and "step 1" in md
+    assert "| conv | ⚠️ **ENV_CHANGED** |" in md and "step 1" in md
     assert workspace.latest()["alerts"]["webhook"] == {"ok": True, "attempts": 2, "status": 200, "error": None}
 
 
@@ -183,7 +183,7 @@ def test_the_new_notice_advice_runs_as_printed(reproci):
     short = ("-m", "embedding", "--steps", "6", "--resume-at", "3")
     p = reproci("run", *short)
     assert p.returncode == 0, p.stderr
-    advice = re.search(r"`(reproci golden update[^`]*)`", p.stdout).group(1)
+    advice = re.search(r"`(reproci golden update[^`]*)`", p.stderr).group(1)  # a notice: stderr
     q = reproci(*shlex.split(advice)[1:], *short)
     assert q.returncode == 0, q.stdout + q.stderr
     assert (reproci.cwd / "goldens" / "local.yaml").is_file()

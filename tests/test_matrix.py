@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pipeline.cli import main
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 MANIFEST = ROOT / "docker" / "manifest.yaml"
 

@@ -7,113 +7,15 @@ that drifted or failed (those need a GPU image to happen for real).
 
 from __future__ import annotations
 
-import copy
 import json
-import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pipeline import errors, merge, results, verdicts
-from tests.conftest import Cli
-from tests.test_workflows import run_step, step_named, load as load_workflow
-
-RUN = ("run", "-m", "embedding", "--steps", "8", "--resume-at", "4", "--image-name", "cpu-torch2.13")
-_CACHE: dict[str, dict[str, Path]] = {}
-
-
-def real_results(factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Real results files, made once per test session (shared with tests/test_prbody.py).
-
-    recorded: a run that recorded the golden (--update-golden); compared: a later run of the
-    same image compared against that golden; drifted / failed: copies edited to stand for a
-    CUDA image whose golden changed and one whose runs disagreed.
-    """
-    if "files" in _CACHE:
-        return _CACHE["files"]
-    work = factory.mktemp("real-results")
-    cli = Cli(work)
-    first = cli(*RUN, "--results-dir", "recorded", "--goldens-dir", "goldens", "--update-golden")
-    assert first.returncode == 0, first.stderr
-    second = cli(*RUN, "--results-dir", "compared", "--goldens-dir", "goldens")
-    assert second.returncode == 0, second.stderr
-    recorded = next((work / "recorded").glob("*/results.json"))
-    compared = next((work / "compared").glob("*/results.json"))
-    base = json.loads(compared.read_text())
-
-    drifted = edit(base, image={"name": "cuda12.6-torch2.7", "reference": "reproci/cuda12.6-torch2.7:1",
-                                "digest": "sha256:" + "b" * 64, "backend": "docker"})
-    model = drifted["models"][0]
-    model["verdict"] = verdicts.UPGRADE_CHANGED
-    model["message"] = "runs agree, golden differs: torch 2.7.0 -> 2.7.1"
-    model["golden"] = {
-        "verdict": verdicts.UPGRADE_CHANGED, "message": "final hash differs from the golden; torch changed",
-        "file": "goldens/cuda12.6-torch2.7.yaml", "golden_final_sha256": "c" * 64,
-        "golden_image": {"name": "cuda12.6-torch2.7", "reference": "reproci/cuda12.6-torch2.7:0",
-                         "digest": "sha256:" + "a" * 64},
-        "package_diff": {"torch": ["2.7.0", "2.7.1"], "nvidia-cudnn-cu12": ["9.5.1.17", "9.7.0.66"],
-                         "triton": [None, "3.3.1"]},
-        "env_diff": {"gpu.driver": ["550.54", "570.86"]},
-        "evidence": {"step": 3, "tensor": "param:tables.0.weight", "kind": "param", "max_abs": 2.384e-07,
-                     "max_ulp": 2, "losses_agree_digits": 6},
-    }
-    model["throughput"] = {
-        "modes": {"strict": {"steps_per_s": 41.5}, "default": {"steps_per_s": 51.2}},
-        "slowdown": {"median": 1.234, "ci_low": 1.2, "ci_high": 1.26, "noisy": False},
-        "top_ops": [{"op": "aten::index_add_", "strict_ms": 3.1, "default_ms": 1.2, "share": 0.61}],
-    }
-    summarise(drifted)
-
-    failed = edit(base, image={"name": "cuda12.4-torch2.5", "reference": "reproci/cuda12.4-torch2.5:1",
-                               "digest": "sha256:" + "d" * 64, "backend": "docker"})
-    model = failed["models"][0]
-    model["verdict"] = verdicts.NONDETERMINISTIC
-    model["message"] = "A ≠ B from step 2, first at grad:mlp.0.weight\nmax |Δ| 1.19e-07: 100% sure"
-    model["evidence"] = {"comparison": "A vs B", "step": 2, "tensor": "grad:mlp.0.weight", "kind": "grad",
-                         "cause": "compute", "max_abs": 1.19e-07, "max_ulp": 1}
-    model["runs"]["B"]["final_sha256"] = "e" * 64
-    model.pop("golden", None)
-    summarise(failed)
-
-    files = {"recorded": recorded, "compared": compared,
-             "drifted": write_shard(work / "edited", "cuda12.6-torch2.7", drifted),
-             "failed": write_shard(work / "edited", "cuda12.4-torch2.5", failed)}
-    _CACHE["files"] = files
-    return files
-
-
-def edit(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    out = copy.deepcopy(doc)
-    out.update(changes)
-    out["run_id"] = f"{out['run_id']}-{changes.get('image', {}).get('name', 'edited')}"
-    return out
-
-
-def summarise(doc: dict[str, Any]) -> None:
-    vs = [m["verdict"] for m in doc["models"]]
-    doc["summary"] = {**doc["summary"], "verdicts": {v: vs.count(v) for v in sorted(set(vs))},
-                      "exit_code": verdicts.exit_code(vs)}
-
-
-def write_shard(root: Path, name: str, doc: dict[str, Any]) -> Path:
-    path = root / name / doc["run_id"] / "results.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(doc, indent=2))
-    return path
-
-
-def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
-    """Lay shards out as actions/download-artifact does: shards/<artifact>/<run_id>/results.json."""
-    for name in names:
-        src = files[name]
-        doc = json.loads(src.read_text())
-        target = dest / f"reproci-shard-{doc['image']['name']}" / src.parent.name
-        shutil.copytree(src.parent, target)
-        shutil.copy(src, target.parent / "latest.json")
-    return dest
-
+from tests.helpers import artifact_layout, run_step, step_named, write_shard
+from tests.helpers import load as load_workflow
 
 def test_the_fixture_runs_are_real_and_compared_to_a_real_golden(files: dict[str, Path]) -> None:
     recorded, compared = (results.load(files[k]) for k in ("recorded", "compared"))
@@ -158,7 +60,7 @@ def test_most_serious_shard_wins_with_annotations_and_a_summary(files, cli, tmp_
     assert "## reproci: ❌ not reproducible (exit 1)" in text
     assert "| `cuda12.6-torch2.7` | embedding | ⚠️ UPGRADE_CHANGED | step 3, `param:tables.0.weight`, |Δ| 2.38e-07 (2 ULP)" \
         .replace("|Δ|", "\\|Δ\\|") in text
-    assert "1.23× [1.20, 1.26]" in text
+    assert "1.234× [1.200, 1.260]" in text
     assert "torch 2.7.0 → 2.7.1" in text and "triton ∅ → 3.3.1" in text
 
 

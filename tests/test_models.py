@@ -3,7 +3,7 @@ import pytest
 from pipeline.errors import ModelError
 from pipeline.models import resolve, resolve_all
 
-from .conftest import PLUGINS
+from .helpers import PLUGINS
 
 
 def test_reference_models_resolve_to_their_source_files():

@@ -28,6 +28,10 @@ def test_ci_mode_comes_from_the_environment():
     (dict(models=("nowhere/x.py:build",)), "does not exist"),
     (dict(threads=0), "--threads"),
     (dict(fault="gremlins"), "unknown fault"),
+    (dict(stages=("throughput",), update_golden=True), "add --stage determinism"),
+    (dict(jobs=0), "--jobs"),
+    (dict(timeout=-1), "--timeout must be positive"),
+    (dict(device="tpu"), "unknown device"),
 ])
 def test_bad_values_are_usage_errors(kw, fragment):
     with pytest.raises(errors.ReprociError) as e:
@@ -64,16 +68,47 @@ def test_options_are_frozen():
         o.steps = 3  # type: ignore[misc]
 
 
-def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path):
-    from pipeline.options import image_display_name
+CPU_X = ("version: 1\nimages:\n  cpu-x:\n    tag: reproci/cpu-x:1\n    base: {image: base:1}\n"
+         "    requirements: requirements/cpu-x.txt\n")
 
-    manifest = tmp_path / "manifest.yaml"
-    manifest.write_text("version: 1\nimages:\n  cpu-x:\n    tag: reproci/cpu-x:1\n    base: {image: base:1}\n"
-                        "    requirements: requirements/cpu-x.txt\n")
-    assert image_display_name("reproci/cpu-x:1", manifest) == "cpu-x"
-    assert image_display_name("cpu-x", manifest) == "cpu-x"
-    assert image_display_name("nvcr.io/nvidia/pytorch:24.05-py3", manifest) == "nvcr.io_nvidia_pytorch_24.05-py3"
-    assert image_display_name("repo@sha256:" + "a" * 64, manifest) == "repo"
+
+def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path, monkeypatch):
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "manifest.yaml").write_text(CPU_X)
+    monkeypatch.chdir(tmp_path)
+    assert build(cli(image="reproci/cpu-x:1"), env={}).image_name == "cpu-x"
+    assert build(cli(image="cpu-x"), env={}).image_name == "cpu-x"
+    assert build(cli(image="cpu-x", image_name="mine"), env={}).image_name == "mine"
+    assert build(cli(image="nvcr.io/nvidia/pytorch:24.05-py3"), env={}).image_name == "nvcr.io_nvidia_pytorch_24.05-py3"
+    assert build(cli(image="repo@sha256:" + "a" * 64), env={}).image_name == "repo"
+
+
+def test_golden_name_without_a_manifest_entry_is_a_file_safe_reference():
+    from pipeline.options import golden_name
+
+    assert golden_name("ghcr.io/team/img:2", None) == "ghcr.io_team_img_2"
+    assert golden_name("repo@sha256:" + "a" * 64, None) == "repo"
+
+
+def test_the_image_is_resolved_once_into_a_reference_and_its_entry(tmp_path, monkeypatch):
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "manifest.yaml").write_text(CPU_X)
+    monkeypatch.chdir(tmp_path)
+    o = build(cli(image="cpu-x"), env={})
+    assert o.backend == "docker" and o.image == "cpu-x" and o.image_reference == "reproci/cpu-x:1"
+    assert o.image_entry is not None and o.image_entry.name == "cpu-x" and o.image_entry.gpu is False
+    other = build(cli(image="team/img:1"), env={})
+    assert other.image_reference == "team/img:1" and other.image_entry is None
+    local = build(cli(), env={})
+    assert local.image_reference is None and local.image_entry is None
+
+
+def test_a_malformed_manifest_fails_when_the_options_are_made(tmp_path, monkeypatch):
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "manifest.yaml").write_text("version: 1\nimages: [cpu-x\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(errors.ConfigError, match=r"manifest.yaml line \d+: malformed YAML"):
+        build(cli(image="cpu-x", image_name="given"), env={})  # even with --image-name: the backend needs it
 
 
 def test_image_local_means_the_local_backend_as_every_hint_says():

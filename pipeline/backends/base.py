@@ -5,11 +5,45 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from ..errors import WorkerFailed
 from ..worker.spec import WorkerSpec
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
+
+
+class ManifestImage(Protocol):
+    """What a backend reads of a manifest entry (pipeline.images.ImageEntry)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def gpu(self) -> bool: ...
+
+
+class BackendOptions(Protocol):
+    """What a backend reads of the run options (pipeline.options.RunOptions, where the
+    image is resolved against the manifest once)."""
+
+    @property
+    def backend(self) -> str: ...  # "local" or "docker"
+
+    @property
+    def image_name(self) -> str: ...  # the golden name, recorded as the image's name
+
+    @property
+    def image_reference(self) -> str | None: ...  # what the engine runs; None on the local backend
+
+    @property
+    def image_entry(self) -> ManifestImage | None: ...  # the manifest's entry for the image, if it has one
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def gpus(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -37,6 +71,11 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Release everything (processes, containers). Safe to call twice."""
 
+    def refuse_if_closed(self, spec: WorkerSpec) -> None:
+        """After the backend is left (Ctrl-C) no worker may start: start nothing, write nothing."""
+        if self.closed:
+            raise WorkerFailed(f"run {spec.role} not started: the run was interrupted", kind="interrupted")
+
     @abc.abstractmethod
     def image_info(self) -> dict[str, Any]:
         """{"name", "reference", "digest", "backend"} of what the workers run in."""
@@ -47,4 +86,5 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float) -> LaunchResult:
-        """Run ``python -m pipeline.worker spec_file`` to completion or timeout."""
+        """Run ``python -m pipeline.worker spec_file`` to completion or timeout; refused (see
+        ``refuse_if_closed``) once the backend is left, even while the run was starting."""

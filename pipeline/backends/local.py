@@ -14,18 +14,17 @@ from typing import Any
 
 from ..worker.launch import launch_environment
 from ..worker.spec import WorkerSpec
-from .base import CODE_ROOT, Backend, LaunchResult
+from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult
 
 # Names of the variables the launcher owns; inherited values are dropped first.
 _OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
           "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED")
 
 
-
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, options: Any) -> None:
+    def __init__(self, options: BackendOptions) -> None:
         self.options = options
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
@@ -40,6 +39,7 @@ class LocalBackend(Backend):
         return env
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float) -> LaunchResult:
+        self.refuse_if_closed(spec)
         t0 = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.worker", str(spec_file)],
@@ -51,7 +51,12 @@ class LocalBackend(Backend):
             start_new_session=True,  # its own process group: a timeout kills loader workers too
         )
         with self._lock:
-            self._procs.add(proc)
+            refused = self.closed  # left while this run started: close() will not see it, so stop it here
+            if not refused:
+                self._procs.add(proc)
+        if refused:
+            _kill_group(proc)
+            self.refuse_if_closed(spec)
         tail: deque[str] = deque(maxlen=40)
         reader = threading.Thread(target=_drain, args=(proc, tail), daemon=True)
         reader.start()

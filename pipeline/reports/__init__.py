@@ -1,9 +1,3 @@
-"""Reports of a results document: Markdown, HTML with charts, JSON, and the run history."""
-
-from __future__ import annotations
-
-from . import history, jsonexport, markdown
-
-FORMATS = ("md", "html", "json")
-
-__all__ = ["FORMATS", "history", "jsonexport", "markdown"]
+"""Everything reproci writes for people: the terminal tables, reports (Markdown, HTML with
+charts, JSON) and the run history, GitHub annotations and step summaries, the
+pull-request body of a golden update, and the webhook alert."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ResultsError
-from ..results import atomic_write_text
+from .. import atomic
 from ..stages.throughput import throughput_summary
 
 SCHEMA = "reproci.history"
@@ -51,7 +51,7 @@ def file_name(document: dict[str, Any]) -> str:
 def record(results_dir: Path, document: dict[str, Any]) -> Path:
     """Add this run to ``results_dir/history/`` (atomically); return the file."""
     path = results_dir / DIRNAME / file_name(document)
-    atomic_write_text(path, json.dumps(entry_of(document), indent=1, default=str) + "\n")
+    atomic.write_text(path, json.dumps(entry_of(document), indent=1, default=str) + "\n")
     return path
 
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
+from .mdtable import cell, table
 from .rows import op_text, slowdown_text, throughput_rows
 
 
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ") if value is not None else "-"
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return lines
+    return table(header, [[cell(c) for c in r] for r in rows])
 
 
 def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
@@ -60,7 +55,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
     for r in rows:
         extra = [f"{mode}: {slowdown_text(sd)}" for mode, sd in r["slowdowns"].items() if mode != "strict"]
         if r["error"]:
-            lines.append(f"- **{r['model']}**: the measurement failed: {_cell(r['error'])}")
+            lines.append(f"- **{r['model']}**: the measurement failed: {cell(r['error'])}")
             continue
         if r["top_ops"]:
             lines.append(f"- **{r['model']}**, where strict mode spends the extra time: "
@@ -70,7 +65,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
         if extra:
             lines.append(f"  - other modes against default: {', '.join(extra)}")
         if r["regression"]:
-            lines.append(f"  - ⚠️ {_cell(r['regression'])}")
+            lines.append(f"  - ⚠️ {cell(r['regression'])}")
     return lines + [""]
 
 

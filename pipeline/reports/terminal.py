@@ -1,16 +1,61 @@
-"""The throughput table printed after ``reproci run --stage throughput``."""
+"""What ``reproci run`` prints: the verdict table, verdicts first, then the throughput table."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from .. import verdicts
 from .rows import op_text, throughput_rows
 
 
-def table(document: dict[str, Any]) -> Table | None:
+def _where(m: dict[str, Any]) -> str:
+    return verdicts.first_difference(verdicts.evidence_of(m))
+
+
+def verdict_table(document: dict[str, Any]) -> Table:
+    image = document.get("image", {})
+    title = f"reproci · {image.get('name')} ({image.get('backend')})"
+    if image.get("digest"):
+        title += f" · {image['digest'][:19]}"
+    t = Table(title=title, title_justify="left")
+    t.add_column("model", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    t.add_column("final sha256")
+    t.add_column("first difference", overflow="fold")
+    t.add_column("seconds", justify="right")
+    for m in verdicts.by_severity(document.get("models", [])):
+        v = m.get("verdict", "?")
+        t.add_row(m["model"], f"[{verdicts.STYLE.get(v, '')}]{v}[/]", (m.get("final_sha256") or "-")[:12],
+                  _where(m) if v != verdicts.ERROR else "see below", f"{m.get('seconds', 0):.1f}")
+    return t
+
+
+def print_report(document: dict[str, Any], console: Console, results_path: str | None = None,
+                 err: Console | None = None) -> None:
+    """The verdict table and each model's verdict message on ``console`` (the results); the
+    NEW notice on ``err`` (see ``pipeline.console``)."""
+    err = err or console
+    console.print(verdict_table(document))
+    for m in verdicts.by_severity(document.get("models", [])):
+        if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
+            console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(str(m.get('message')))}", highlight=False)
+    new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
+    if new and not (document.get("golden") or {}).get("updated"):
+        image = (document.get("image") or {}).get("name")
+        ci = (document.get("options") or {}).get("ci")
+        lead = "[bold red]error[/]" if ci else "notice"
+        err.print(f"{lead}: no golden for image {image} yet ({', '.join(new)}); runs are reproducible by "
+                  f"themselves. Record with `reproci golden update --image {image}`" + (" (CI mode: this fails)" if ci else ""),
+                  highlight=False)
+    if results_path:
+        console.print(f"results: {results_path}", highlight=False, markup=False)
+
+
+def throughput_table(document: dict[str, Any]) -> Table | None:
     rows = throughput_rows(document)
     if not rows:
         return None
@@ -18,7 +63,7 @@ def table(document: dict[str, Any]) -> Table | None:
               title_justify="left")
     for name, justify in (("model", "left"), ("strict steps/s", "right"), ("default steps/s", "right"),
                           ("slowdown", "left"), ("peak mem strict / default", "right"), ("ops that grew most", "left")):
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in rows:
         sd = r["slowdown_text"] if not r["error"] else "[bold red]failed[/]"
         if r["slowdown"].get("noisy"):
@@ -28,17 +73,19 @@ def table(document: dict[str, Any]) -> Table | None:
     return t
 
 
-def print_throughput(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
+def print_throughput(document: dict[str, Any], console: Console, results_path: str | None = None,
+                     err: Console | None = None) -> None:
     """The throughput table and its failures; with ``results_path``, a run without the
     determinism stage, which therefore makes no reproducibility claim."""
-    t = table(document)
+    err = err or console
+    t = throughput_table(document)
     if t is not None:
         console.print(t)
     for r in throughput_rows(document):
         if r["error"]:
-            console.print(f"[bold]{r['model']}[/]: throughput failed: {r['error']}", highlight=False)
+            console.print(f"[bold]{r['model']}[/]: throughput failed: {escape(str(r['error']))}", highlight=False)
         if r["regression"]:
-            console.print(f"[bold yellow]warning[/]: {r['model']}: {r['regression']}", highlight=False)
+            err.print(f"[bold yellow]warning[/]: {r['model']}: {escape(r['regression'])}", highlight=False)
     if results_path:
         console.print("determinism not checked (throughput stage only; add --stage determinism)", highlight=False)
         console.print(f"results: {results_path}", highlight=False)

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
-from ..compare import Divergence, first_divergence, step_rows, tensor_magnitude
+from ..golden.compare import Divergence, first_divergence, step_rows, tensor_magnitude
 from ..models import ModelRef
 from ..options import RunOptions
-from ..runner import RunContext, WorkerFailed, background, execute, settle
+from ..errors import WorkerFailed
+from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
 
 
@@ -73,7 +74,7 @@ def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, dict[str
     probe = dataclasses.replace(spec, role=f"probe-{spec.role}", output=f"record-probe-{spec.role}.json",
                                 checkpoint_at=None, checkpoint_path=None, final_dump_path=None, dump_at=step,
                                 dump_path=f"dump-{spec.role}-{step}.pt")
-    record = execute(ctx, probe)
+    record = run_worker(ctx, probe)
     return ctx.run_dir / spec.model_name / f"dump-{spec.role}-{step}.pt", record
 
 
@@ -116,23 +117,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         "fault": options.fault,
     }
     try:
-        if options.jobs >= 2:  # B beside A; C as soon as A's checkpoint exists
-            fb = background(execute, ctx, specs["B"])
-            try:
-                records["A"] = execute(ctx, specs["A"])
-            except Exception:
-                settle(fb)
-                raise
-            fc = background(execute, ctx, specs["C"])
-            try:
-                records["B"] = fb.result()
-            except Exception:
-                settle(fc)
-                raise
-            records["C"] = fc.result()
-        else:
-            for role in ("A", "B", "C"):
-                records[role] = execute(ctx, specs[role])
+        _run_all(options, ctx, specs, records)
     except WorkerFailed as e:
         result.update(verdict=verdicts.ERROR, message=str(e), error={"kind": e.kind, "message": str(e)},
                       runs={r: _run_summary(rec) for r, rec in records.items()}, seconds=time.monotonic() - t0,
@@ -140,17 +125,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
                       records={r: f"{model.name}/record-{r}.json" for r in records})
         return result
 
-    evidence = None
-    ab = first_divergence(records["A"], records["B"])
-    if ab is not None:
-        verdict, pair = verdicts.NONDETERMINISTIC, ("A", "B")
-        evidence = ab
-    else:
-        ac = first_divergence(records["A"], records["C"])
-        if ac is not None:
-            verdict, pair, evidence = verdicts.RESUME_BROKEN, ("A", "C"), ac
-        else:
-            verdict, pair = verdicts.PASS, None
+    verdict, pair, evidence = _decide(records)
     if evidence is not None and pair is not None and evidence.cause != "restore":
         measure(ctx, evidence, specs, pair[0], pair[1], records)
     hint = known_cause(verdict, evidence, records["A"])
@@ -177,6 +152,40 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         for p in (ctx.run_dir / model.name).glob("ckpt-*.pt"):
             p.unlink(missing_ok=True)
     return result
+
+
+def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
+             records: dict[str, dict[str, Any]]) -> None:
+    """Runs A, B and C into ``records``. With ``--jobs`` ≥ 2, B runs beside A and C starts as
+    soon as A's checkpoint exists; a failure waits for the partner run in flight."""
+    if options.jobs < 2:
+        for role in ("A", "B", "C"):
+            records[role] = run_worker(ctx, specs[role])
+        return
+    fb = background(run_worker, ctx, specs["B"])
+    try:
+        records["A"] = run_worker(ctx, specs["A"])
+    except Exception:
+        settle(fb)
+        raise
+    fc = background(run_worker, ctx, specs["C"])
+    try:
+        records["B"] = fb.result()
+    except Exception:
+        settle(fc)
+        raise
+    records["C"] = fc.result()
+
+
+def _decide(records: dict[str, dict[str, Any]]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
+    """A ≠ B is NONDETERMINISTIC; A = B ≠ C is RESUME_BROKEN; else PASS."""
+    ab = first_divergence(records["A"], records["B"])
+    if ab is not None:
+        return verdicts.NONDETERMINISTIC, ("A", "B"), ab
+    ac = first_divergence(records["A"], records["C"])
+    if ac is not None:
+        return verdicts.RESUME_BROKEN, ("A", "C"), ac
+    return verdicts.PASS, None, None
 
 
 def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -240,19 +249,15 @@ def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
         if controls:
             return f"A = B = C here, but not under strict determinism: {controls}"
         return "A = B = C: bitwise reproducible, resume exact"
+    d = ev.to_dict()
+    text = f"{pair[0]} ≠ {pair[1]} {verdicts.where_text(d)}"
     if ev.cause == "init":
-        text = (f"{pair[0]} ≠ {pair[1]} before the first step: the initial parameters/buffers are not seeded "
-                f"(first tensor: {ev.tensor}, {ev.differing_tensors} differ)")
+        text += f" ({ev.differing_tensors} differ): the initial parameters/buffers are not seeded"
     elif ev.cause == "restore":
-        text = (f"{pair[0]} ≠ {pair[1]} at the resume point (step {ev.step}), before any resumed step: "
-                f"the checkpoint does not restore {ev.tensor} ({ev.differing_tensors} tensors differ)")
+        text += f" ({ev.differing_tensors} tensors differ): the checkpoint does not restore it"
     else:
-        where = f"step {ev.step}" if ev.step is not None else "the final state"
-        what = f"{ev.tensor}" if ev.tensor else "a tensor"
-        mag = ""
-        if ev.max_abs is not None:
-            mag = f", max |Δ| {ev.max_abs:.3g} ({ev.max_ulp} ULP)"
+        mag = verdicts.magnitude_text(d)
         cause = {"data": "; different batch (data order)", "compute": "; same batch, different result"}.get(ev.cause, "")
         loss = "; losses still equal" if ev.losses_equal else ""
-        text = f"{pair[0]} ≠ {pair[1]} from {where}, first at {what}{mag}{cause}{loss}"
+        text += f"{', ' + mag if mag else ''}{cause}{loss}"
     return f"{text}; {controls}" if controls else text

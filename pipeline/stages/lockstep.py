@@ -4,7 +4,7 @@ Each run of a pair is its own process with its own mode, started together; after
 each waits for a turn before every step and reports the step's end, so the modes alternate
 step by step (order flipped every round: A B, B A, A B, ...). Whatever the neighbours on a
 shared machine do, they do it to both modes alike, at the time scale of one step. On a CPU
-the workers also move to the same CPUs for their turns (pipeline.worker.train._Turns):
+the workers also move to the same CPUs for their turns (pipeline.worker.turns.Turns):
 on different CPUs each would keep its own neighbours for the whole run.
 
 A turn is one byte through a FIFO in the model's run folder (``<name>.go``, answered on
@@ -20,7 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..runner import RunContext, WorkerFailed, execute
+from ..errors import WorkerFailed
+from ..runner import RunContext, run_worker
 from ..worker.spec import WorkerSpec
 
 POLL_S = 0.5  # how often a wait for a turn's end checks that the worker is still alive
@@ -86,7 +87,7 @@ def run_together(ctx: RunContext, specs: list[WorkerSpec], rounds: int) -> list[
     errors: list[WorkerFailed] = []
     try:
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
-            futures = [pool.submit(execute, ctx, s) for s in specs]
+            futures = [pool.submit(run_worker, ctx, s) for s in specs]
             try:
                 for r in range(rounds):
                     order = range(len(specs)) if r % 2 == 0 else range(len(specs) - 1, -1, -1)

@@ -25,7 +25,8 @@ import numpy as np
 from .. import verdicts
 from ..models import ModelRef
 from ..options import RunOptions
-from ..runner import RunContext, WorkerFailed, execute
+from ..errors import WorkerFailed
+from ..runner import RunContext, run_worker
 from ..worker.spec import PROFILE_STEPS, WorkerSpec
 from . import lockstep
 
@@ -163,7 +164,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
             if paired:
                 records = lockstep.run_together(ctx, group, rounds=group[0].steps - group[0].warmup_steps)
             else:
-                records = [execute(ctx, spec) for spec in group]
+                records = [run_worker(ctx, spec) for spec in group]
             for spec, record in zip(group, records):
                 if not record.get("steps_per_s"):
                     raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")

@@ -1,11 +1,6 @@
-"""``python -m pipeline.worker SPEC.json``: one fresh-process training run.
-
-Exit codes: 0 the record was written; 3 the model breaks the plugin contract;
-4 a determinism control did not take effect; 5 torch or numpy is missing, or the
-device asked for does not exist;
-1 any other failure. On failure an
-error record (status "error") is written in place of the run record.
-"""
+"""``python -m pipeline.worker SPEC.json``: one fresh-process training run. Its exit codes
+are in ``exitcodes.py``; on failure an error record (status "error") is written in place
+of the run record, and its ``error_kind`` is what the orchestrator reads."""
 
 from __future__ import annotations
 
@@ -15,7 +10,8 @@ import sys
 import traceback
 from pathlib import Path
 
-EXIT_OK, EXIT_CRASH, EXIT_CONTRACT, EXIT_ATTESTATION, EXIT_MISSING = 0, 1, 3, 4, 5
+from .exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
+                        EXIT_MISSING_DEPENDENCY, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE)
 
 
 def _write(path: Path, record: dict) -> None:
@@ -24,10 +20,27 @@ def _write(path: Path, record: dict) -> None:
     os.replace(tmp, path)
 
 
+def _classify(e: BaseException) -> tuple[str, int]:
+    """(error_kind, exit code) of a failure. By class name: when torch is missing, the
+    modules that define these classes cannot be imported."""
+    name = type(e).__name__
+    if name == "ContractError":
+        return "contract", EXIT_CONTRACT
+    if name == "AttestationError":
+        return "attestation", EXIT_ATTESTATION
+    if name == "DeviceUnavailable":
+        return "no-device", EXIT_NO_DEVICE
+    if isinstance(e, ModuleNotFoundError) and e.name in ("torch", "numpy"):
+        return "missing-dependency", EXIT_MISSING_DEPENDENCY
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted", EXIT_INTERRUPTED
+    return "crash", EXIT_CRASH
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m pipeline.worker SPEC.json", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     spec_file = Path(argv[0]).resolve()
     from .spec import WorkerSpec, resolve
 
@@ -35,24 +48,13 @@ def main(argv: list[str]) -> int:
     out = resolve(spec_file, spec.output)
     assert out is not None
     try:
-        from .contract import ContractError
-        from .train import AttestationError, run
+        from .train import run
 
         record = run(spec, spec_file)
         _write(out, record)
         return EXIT_OK
     except BaseException as e:  # noqa: BLE001 - every failure becomes an error record
-        kind, code = "crash", EXIT_CRASH
-        if type(e).__name__ == "ContractError":
-            kind, code = "contract", EXIT_CONTRACT
-        elif type(e).__name__ == "AttestationError":
-            kind, code = "attestation", EXIT_ATTESTATION
-        elif type(e).__name__ == "DeviceUnavailable":
-            kind, code = "no-device", EXIT_MISSING
-        elif isinstance(e, ModuleNotFoundError) and e.name in ("torch", "numpy"):
-            kind, code = "missing-dependency", EXIT_MISSING
-        elif isinstance(e, KeyboardInterrupt):
-            kind, code = "interrupted", 130
+        kind, code = _classify(e)
         message = (f"breaks the plugin contract: {e}" if kind == "contract"
                    else str(e) if kind in ("attestation", "no-device") else f"{type(e).__name__}: {e}").strip()
         _write(out, {

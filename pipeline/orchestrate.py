@@ -1,20 +1,25 @@
-"""``reproci run``: plan, launch, compare, report."""
+"""``reproci run`` end to end: every stage for every model through one backend, the golden
+comparison, alerts, and the results file. The click command is in ``commands/run.py``;
+one worker run is launched by ``runner.run_worker``."""
 
 from __future__ import annotations
 
 import dataclasses
 import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from . import __version__, alerts, backends, golden, golden_check, results, verdicts
-from .errors import UsageError
+from . import __version__, backends, results, verdicts
+from .errors import GoldenError, UsageError
 from .options import RunOptions
+from .golden import check as golden_check
+from .golden import store as golden_store
+from .reports import github, history, webhook
 from .runner import RunContext, background, settle
-from .reports import history
 from .stages import determinism, throughput
 
 
@@ -27,12 +32,12 @@ def project_commit(root: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: None) -> tuple[dict[str, Any], Path]:
+def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: None) -> tuple[results.ResultsDocument, Path]:
     """Run every stage for every model; return the results document and its path.
 
     The run directory is removed if this is interrupted, so no partial results stay.
     """
-    old_golden = golden.load(options.goldens_dir, options.image_name)  # a corrupt golden fails before any run
+    old_golden = _old_golden(options)
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
     try:
@@ -67,6 +72,7 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
             if "determinism" in options.stages:  # goldens hold determinism results
                 golden_check.apply(options, document, run_dir, old_golden)
+            verdicts.summarize(document)  # counts and the exit code, once every verdict is in
             alerts_out = _alert(options, document)
             if alerts_out:
                 document["alerts"] = alerts_out
@@ -77,6 +83,17 @@ def execute(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     except BaseException:
         results.discard(run_dir)
         raise
+
+
+def _old_golden(options: RunOptions) -> golden_store.Golden | None:
+    """The image's golden. A corrupt one fails before any run, unless this run re-records it."""
+    try:
+        return golden_store.load(options.goldens_dir, options.image_name)
+    except GoldenError as e:
+        if not options.update_golden:
+            raise
+        print(f"warning: {e}; it is replaced by this run's golden if the run is reproducible", file=sys.stderr)
+        return None
 
 
 def _determinism(options: RunOptions, ctx: RunContext, *, project_commit: str | None,
@@ -105,49 +122,40 @@ def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | No
 
 
 def _document(options: RunOptions, run_id: str, image: dict[str, Any], environment: dict[str, Any] | None,
-              models: list[dict[str, Any]], commit: str | None, seconds: float) -> dict[str, Any]:
-    vs = [m["verdict"] for m in models]
-    return {
-        "schema": results.SCHEMA,
-        "version": results.VERSION,
-        "complete": True,
-        "run_id": run_id,
-        "reproci_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "project_commit": commit,
-        "image": image,
-        "options": {
+              models: list[dict[str, Any]], commit: str | None, seconds: float) -> results.ResultsDocument:
+    return results.new_document(
+        run_id=run_id,
+        reproci_version=__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        project_commit=commit,
+        image=image,
+        options={
             "stages": list(options.stages), "profile": options.profile, "steps": options.steps,
             "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads,
             "device": options.device, "fault": options.fault, "ci": options.ci,
+            "slowdown_fails": options.slowdown_fails,
         },
-        "environment": (environment or {}).get("fingerprint"),
-        "packages": (environment or {}).get("packages"),
-        "models": models,
-        "summary": {
-            "verdicts": {v: vs.count(v) for v in sorted(set(vs))},
-            "exit_code": verdicts.exit_code(vs),  # NOT_CHECKED claims nothing and fails nothing
-            "seconds": round(seconds, 3),
-        },
-    }
+        environment=(environment or {}).get("fingerprint"),
+        packages=(environment or {}).get("packages"),
+        models=models,
+        summary={"verdicts": {}, "exit_code": None, "seconds": round(seconds, 3)},  # verdicts.summarize
+    )
 
 
 def _alert(options: RunOptions, document: dict[str, Any]) -> dict[str, Any]:
     """Annotations, the step summary and the webhook; failures here never change the verdict."""
-    import sys
-
     out: dict[str, Any] = {}
     if options.github_actions:
-        for line in alerts.annotations(document):
+        for line in github.annotations(document):
             print(line, flush=True)
     if options.step_summary is not None:
         try:
-            alerts.write_step_summary(document, options.step_summary)
+            github.write_step_summary(document, options.step_summary)
             out["step_summary"] = str(options.step_summary)
         except OSError as e:
             print(f"warning: could not append to the step summary {options.step_summary}: {e.strerror}", file=sys.stderr)
-    if options.webhook and alerts.needs_alert(document):
-        r = alerts.post_webhook(options.webhook, alerts.slack_message(document))
+    if options.webhook and webhook.needs_alert(document):
+        r = webhook.post(options.webhook, webhook.slack_message(document))
         out["webhook"] = {"ok": r.ok, "attempts": r.attempts, "status": r.status, "error": r.error}
         if not r.ok:
             print(f"warning: webhook alert not delivered after {r.attempts} attempt(s) ({r.error}); "

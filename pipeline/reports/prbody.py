@@ -1,4 +1,4 @@
-"""``reproci pr-body``: the evidence for a golden update, as a pull-request description.
+"""The evidence for a golden update, as a pull-request description (``reproci pr-body``).
 
 The golden-update workflow runs ``reproci run --image NAME --update-golden`` and then::
 
@@ -13,23 +13,14 @@ golden is only worth recording from runs that agree with each other.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import click
-
-from . import errors, results, verdicts
-from .errors import ReprociError
-from .merge import cell, evidence_of, slowdown
+from .. import verdicts
+from ..errors import NotReproducibleError
+from .mdtable import cell, code, table
+from .rows import slowdown_text
 
 MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
-UNREPRODUCIBLE = {verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN, verdicts.ERROR}
-
-
-class NotReproducibleError(ReprociError):
-    """The run a golden would come from did not reproduce itself."""
-
-    return_code = errors.EXIT_REPRO_FAILURE
 
 
 def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
@@ -46,7 +37,7 @@ def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
         problems.append("the golden was not recorded: this run had no --update-golden")
     for m in doc.get("models", []):
         name = m.get("model")
-        if m.get("verdict") in UNREPRODUCIBLE:
+        if m.get("verdict") in verdicts.FAILING:
             problems.append(f"{name}: {m.get('verdict')}: {m.get('message')}")
             continue
         runs = m.get("runs") or {}
@@ -56,20 +47,24 @@ def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
     return problems
 
 
+def require_reproducible(doc: dict[str, Any], source: object) -> None:
+    """Refuse a results document that must not become a golden, saying every reason."""
+    problems = reproducibility_problems(doc)
+    if problems:
+        raise NotReproducibleError(f"{source}: not recording a golden from a run that did not reproduce "
+                                   f"itself: {'; '.join(problems)}; fix the nondeterminism first")
+
+
 def _golden(m: dict[str, Any]) -> dict[str, Any]:
     return m["golden"] if isinstance(m.get("golden"), dict) else {}
 
 
 def _short(sha: str | None, n: int = 12) -> str:
-    return f"`{sha[:n]}`" if sha else "-"
+    return code(sha[:n]) if sha else "-"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows[:MAX_ROWS]]
-    if len(rows) > MAX_ROWS:
-        out.append(f"\n… {len(rows) - MAX_ROWS} more rows in the results artifact.")
-    return out
+    return table(header, rows, max_rows=MAX_ROWS)
 
 
 def _diff_rows(diffs: list[dict[str, Any]]) -> list[list[str]]:
@@ -79,47 +74,55 @@ def _diff_rows(diffs: list[dict[str, Any]]) -> list[list[str]]:
         for key, pair in (diff or {}).items():
             old, new = (list(pair) + [None, None])[:2] if isinstance(pair, (list, tuple)) else (None, pair)
             merged[str(key)] = (old, new)
-    return [[f"`{cell(k)}`", cell(old if old is not None else "(absent)"), cell(new if new is not None else "(absent)")]
+    return [[code(k), cell(old if old is not None else "(absent)"), cell(new if new is not None else "(absent)")]
             for k, (old, new) in sorted(merged.items())]
 
 
 def render(doc: dict[str, Any]) -> str:
     """The pull-request body for a results document (renders whatever stages and goldens are present)."""
-    image = doc.get("image") or {}
-    name = image.get("name") or "local"
     models = doc.get("models", [])
+    has_old = any(_golden(m).get("golden_final_sha256") for m in models)
+    lines = [*_verdict_lines(doc), *_image_lines(doc, has_old), *_diff_lines(models, has_old), *_model_lines(models),
+             *_throughput_lines(models), *_environment_lines(doc)]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_lines(doc: dict[str, Any]) -> list[str]:
+    name = (doc.get("image") or {}).get("name") or "local"
     problems = reproducibility_problems(doc)
-    lines = [f"## Golden update for `{name}`", ""]
-    lines.append(f"From `reproci run` {doc.get('run_id')} (reproci {doc.get('reproci_version')}, "
-                 f"project commit {_short(doc.get('project_commit'), 10)}, {doc.get('created')}).")
-    lines.append("")
+    lines = [f"## Golden update for `{name}`", "",
+             f"From `reproci run` {doc.get('run_id')} (reproci {doc.get('reproci_version')}, "
+             f"project commit {_short(doc.get('project_commit'), 10)}, {doc.get('created')}).", ""]
     if problems:
         lines += ["**⚠️ This run was not reproducible; it must not become a golden:**", ""]
         lines += [f"- {cell(p)}" for p in problems]
     else:
-        lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(models)} model(s)).")
-    lines.append("")
+        lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(doc.get('models', []))} model(s)).")
+    return lines + [""]
 
-    # Image identity: the golden's against this run's.
-    old_images = [_golden(m).get("golden_image") for m in models if _golden(m).get("golden_image")]
-    old = old_images[0] if old_images else {}
-    lines += ["### Image", ""]
+
+def _image_lines(doc: dict[str, Any], has_old: bool) -> list[str]:
+    """The golden's image identity against this run's."""
+    image = doc.get("image") or {}
+    name = image.get("name") or "local"
+    old = next((_golden(m)["golden_image"] for m in doc.get("models", []) if _golden(m).get("golden_image")), {})
+    lines = ["### Image", ""]
     lines += _table(["", "current golden", "this run"], [
         ["reference", cell(old.get("reference") or old.get("name")), cell(image.get("reference") or name)],
-        ["digest", f"`{cell(old.get('digest'))}`" if old.get("digest") else "-",
-         f"`{cell(image.get('digest'))}`" if image.get("digest") else "-"],
+        ["digest", code(old.get("digest")), code(image.get("digest"))],
     ])
-    has_old = any(_golden(m).get("golden_final_sha256") for m in models)
     if not has_old:
         lines += ["", "No earlier golden for this image: this is its first."]
     recorded = doc.get("golden") if isinstance(doc.get("golden"), dict) else {}
     if recorded.get("file"):
         state = "written by this run" if recorded.get("updated") else "not written by this run"
-        lines += ["", f"Golden file: `{cell(recorded['file'])}` ({state})."]
-    lines.append("")
+        lines += ["", f"Golden file: {code(recorded['file'])} ({state})."]
+    return lines + [""]
 
+
+def _diff_lines(models: list[dict[str, Any]], has_old: bool) -> list[str]:
     package_rows = _diff_rows([_golden(m).get("package_diff") for m in models])
-    lines += ["### Package changes", ""]
+    lines = ["### Package changes", ""]
     if package_rows:
         lines += _table(["package", "golden", "this run"], package_rows)
     else:
@@ -128,54 +131,58 @@ def render(doc: dict[str, Any]) -> str:
     env_rows = _diff_rows([_golden(m).get("env_diff") for m in models])
     if env_rows:
         lines += ["### Environment changes", ""] + _table(["key", "golden", "this run"], env_rows) + [""]
+    return lines
 
-    lines += ["### Models", ""]
+
+def _model_lines(models: list[dict[str, Any]]) -> list[str]:
     rows = []
     for m in models:
-        g, ev = _golden(m), evidence_of(m) or {}
-        verdict = m.get("verdict", "?")
-        golden_verdict = g.get("verdict")
+        g, ev = _golden(m), verdicts.evidence_of(m) or {}
+        verdict, golden_verdict = m.get("verdict", "?"), g.get("verdict")
         rows.append([
             cell(m.get("model")),
             cell(verdict if not golden_verdict or golden_verdict == verdict else f"{verdict} (golden: {golden_verdict})"),
             f"{_short(g.get('golden_final_sha256'))} → {_short(m.get('final_sha256'))}",
-            cell(ev.get("step")), f"`{cell(ev['tensor'])}`" if ev.get("tensor") else "-",
+            cell(ev.get("step")), code(ev.get("tensor")),
             f"{ev['max_abs']:.3g}" if ev.get("max_abs") is not None else "-",
             cell(ev.get("max_ulp")), cell(ev.get("losses_agree_digits")),
         ])
+    lines = ["### Models", ""]
     lines += _table(["model", "verdict", "final sha256 (golden → new)", "first differing step", "first tensor",
                      "max abs diff", "max ULP", "loss agrees to (digits)"], rows)
     messages = [f"- **{cell(m.get('model'))}**: {cell(_golden(m).get('message') or m.get('message'))}" for m in models]
-    lines += ["", *messages, ""]
+    return lines + ["", *messages, ""]
 
+
+def _throughput_lines(models: list[dict[str, Any]]) -> list[str]:
     with_throughput = [m for m in models if isinstance(m.get("throughput"), dict)]
-    lines += ["### Cost of strict determinism", ""]
-    if with_throughput:
-        rows = []
-        for m in with_throughput:
-            modes = m["throughput"].get("modes") or {}
-            strict, default = (modes.get("strict") or {}), (modes.get("default") or {})
-            top = (m["throughput"].get("top_ops") or [{}])[0]
-            top_text = (f"`{cell(top.get('op'))}` {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
-                        if top.get("op") else "-")
-            rows.append([cell(m.get("model")), _rate(strict), _rate(default), cell(slowdown(m)), top_text])
-        lines += _table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])",
-                         "most slowed op"], rows)
-    else:
-        lines.append("The throughput stage did not run (`--stage throughput`).")
-    lines.append("")
+    lines = ["### Cost of strict determinism", ""]
+    if not with_throughput:
+        return lines + ["The throughput stage did not run (`--stage throughput`).", ""]
+    rows = []
+    for m in with_throughput:
+        modes = m["throughput"].get("modes") or {}
+        strict, default = (modes.get("strict") or {}), (modes.get("default") or {})
+        top = (m["throughput"].get("top_ops") or [{}])[0]
+        top_text = (f"{code(top.get('op'))} {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
+                    if top.get("op") else "-")
+        rows.append([cell(m.get("model")), _rate(strict), _rate(default),
+                     cell(slowdown_text(m["throughput"].get("slowdown"))), top_text])
+    lines += _table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])", "most slowed op"], rows)
+    return lines + [""]
 
+
+def _environment_lines(doc: dict[str, Any]) -> list[str]:
     env = doc.get("environment") or {}
     gpu = env.get("gpu") or {}
-    lines += ["### Environment of this run", "",
-              f"torch {cell(env.get('torch'))}, CUDA {cell(env.get('cuda'))}, cuDNN {cell(env.get('cudnn'))}, "
-              f"NCCL {cell(env.get('nccl'))}; GPU {cell(', '.join(gpu.get('names') or []) or 'none')} "
-              f"(driver {cell(gpu.get('driver'))}); device {cell(env.get('device'))}, "
-              f"threads {cell((env.get('threads') or {}).get('intra_op'))}.", "",
-              "---",
-              "Approve this like any code change: the golden file in this pull request is what every later run "
-              "of this image is compared against."]
-    return "\n".join(lines) + "\n"
+    return ["### Environment of this run", "",
+            f"torch {cell(env.get('torch'))}, CUDA {cell(env.get('cuda'))}, cuDNN {cell(env.get('cudnn'))}, "
+            f"NCCL {cell(env.get('nccl'))}; GPU {cell(', '.join(gpu.get('names') or []) or 'none')} "
+            f"(driver {cell(gpu.get('driver'))}); device {cell(env.get('device'))}, "
+            f"threads {cell((env.get('threads') or {}).get('intra_op'))}.", "",
+            "---",
+            "Approve this like any code change: the golden file in this pull request is what every later run "
+            "of this image is compared against."]
 
 
 def _ms(value: Any) -> str:
@@ -185,23 +192,3 @@ def _ms(value: Any) -> str:
 def _rate(mode: dict[str, Any]) -> str:
     rate = mode.get("steps_per_s")
     return f"{rate:.2f}" if isinstance(rate, (int, float)) else "-"
-
-
-@click.command("pr-body")
-@click.argument("results_path", metavar="RESULTS", type=click.Path(path_type=Path))
-@click.option("--output", "-o", type=click.Path(path_type=Path), help="File to write (default: stdout).")
-@click.option("--require-reproducible", is_flag=True,
-              help="Refuse (exit 1) unless every model's runs A, B and C agreed.")
-def pr_body_cmd(results_path: Path, output: Path | None, require_reproducible: bool) -> None:
-    """Render a golden update's evidence (RESULTS: results.json or its run directory) as Markdown."""
-    doc = results.load(results_path)
-    problems = reproducibility_problems(doc)
-    if require_reproducible and problems:
-        raise NotReproducibleError(f"{results_path}: not recording a golden from a run that did not reproduce "
-                                   f"itself: {'; '.join(problems)}; fix the nondeterminism first")
-    body = render(doc)
-    if output is None:
-        click.echo(body, nl=False)
-    else:
-        results.atomic_write_text(output, body)
-        click.echo(f"pull-request body: {output}")

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import drift, golden, verdicts
-from .golden import Golden
-from .options import RunOptions
+from .. import verdicts
+from ..options import RunOptions
+from . import drift, store
+from .store import Golden
 
-OWN_FAILURES = (verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN, verdicts.ERROR)
+OWN_FAILURES = verdicts.FAILING
 
 
 def _record(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
@@ -27,7 +28,8 @@ def _final_state(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Golden | None) -> None:
-    """Fill in each model's ``golden`` section and combined verdict; update goldens if asked."""
+    """Fill in each model's ``golden`` section and combined verdict; update goldens if asked.
+    The document's exit code is computed after this, once (``verdicts.document_exit_code``)."""
     for entry in document["models"]:
         if entry.get("verdict") in OWN_FAILURES or "A" not in (entry.get("records") or {}):
             continue  # not reproducible by itself, or the strict stage did not run: nothing to compare
@@ -40,14 +42,9 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
             entry["message"] = f"{entry['message']}; {section['message']}"  # own checks passed: say so too
         else:
             entry["message"] = section["message"]
-    regressions = _throughput_regressions(options, document, old)
-    document["golden"] = {"file": str(golden.path_for(options.goldens_dir, options.image_name)),
+    _throughput_regressions(options, document, old)
+    document["golden"] = {"file": str(store.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
-    vs = [m["verdict"] for m in document["models"]]
-    document["summary"]["verdicts"] = {v: vs.count(v) for v in sorted(set(vs))}
-    document["summary"]["exit_code"] = verdicts.exit_code(vs, ci=options.ci)
-    if regressions and options.slowdown_fails and document["summary"]["exit_code"] == 0:
-        document["summary"]["exit_code"] = verdicts.errors.EXIT_DRIFT
     if options.update_golden:
         update(options, document, run_dir)
 
@@ -64,13 +61,8 @@ def update(options: RunOptions, document: dict[str, Any], run_dir: Path) -> None
         return
     records = {m["model"]: _record(run_dir, m) for m in document["models"]}
     states = {m["model"]: _final_state(run_dir, m) or {} for m in document["models"]}
-    path = golden.write(options.goldens_dir, options.image_name, document, records, states)
-    document["golden"].update(updated=True, file=str(path))
-    # Drift against the previous golden is the evidence of this update, not a failure of it.
-    vs = [verdicts.PASS if m["verdict"] in (verdicts.UPGRADE_CHANGED, verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH,
-                                           verdicts.NEW, verdicts.MODEL_CHANGED) else m["verdict"]
-          for m in document["models"]]
-    document["summary"]["exit_code"] = verdicts.exit_code(vs)
+    path = store.write(options.goldens_dir, options.image_name, document, records, states)
+    document["golden"].update(updated=True, file=str(path))  # drift is now this update's evidence (verdicts.document_exit_code)
 
 
 def cleanup(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> None:
@@ -80,13 +72,12 @@ def cleanup(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> Non
         (run_dir / entry["model"] / "final-A.pt").unlink(missing_ok=True)
 
 
-def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: Golden | None) -> list[str]:
+def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: Golden | None) -> None:
     """Warn (or fail, with --slowdown-fails) when strict mode got slower than the golden's run."""
     if old is None:
-        return []
-    from .stages.throughput import check_regression, throughput_summary
+        return
+    from ..stages.throughput import check_regression, throughput_summary
 
-    out = []
     for entry in document["models"]:
         g = old.models.get(entry["model"])
         current = throughput_summary(entry)
@@ -96,5 +87,3 @@ def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: 
         if msg:
             entry["throughput_regression"] = msg
             entry["throughput"]["regression"] = msg
-            out.append(f"{entry['model']}: {msg}")
-    return out

@@ -19,8 +19,6 @@ import contextlib
 import fcntl
 import hashlib
 import io
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,11 +27,13 @@ from typing import Any, Iterator
 import numpy as np
 import yaml
 
-from . import __version__, results
-from .errors import GoldenError, InfrastructureError
+from .. import __version__, atomic
+from ..errors import GoldenError
+from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
 
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
+INTACT = "; the previous golden is intact"
 IDENTITY_KEYS = ("code_sha256", "config_sha256", "steps", "seed", "profile", "device")
 
 
@@ -167,25 +167,6 @@ def locked(goldens_dir: Path, image_name: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~results.umask())  # committed files: readable like any other
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        if e.errno == 28:
-            raise InfrastructureError(f"disk full while writing {path}; free space, the old golden is intact") from e
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
     import torch
 
@@ -212,82 +193,90 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
     """
     path = path_for(goldens_dir, image_name)
     with locked(goldens_dir, image_name):
-        old = load(goldens_dir, image_name)
-        kept: dict[str, ModelGolden] = {}
-        if old is not None and not replace_models:
-            from .drift import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
-
-            same_env = (old.data.get("packages") == document.get("packages")
-                        and (old.data.get("image") or {}).get("digest") == (document.get("image") or {}).get("digest")
-                        and not diff_keys(old.data.get("environment"), document.get("environment"),
-                                          TOOLCHAIN_KEYS + HOST_KEYS))
-            others = {n: g for n, g in old.models.items() if n not in records}
-            if others and not same_env:
-                raise GoldenError(
-                    f"{path}: the image or packages changed since {', '.join(sorted(others))} were recorded; "
-                    f"re-record every model together (run with all of {', '.join(sorted(set(old.models) | set(records)))})")
-            kept = others
-        by_name = {m["model"]: m for m in document["models"]}
+        try:
+            old = load(goldens_dir, image_name)
+        except GoldenError:
+            old = None  # corrupt: replaced whole; its sidecars are orphans, removed below
+        kept = {} if old is None or replace_models else _kept_models(old, records, document)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         arrays: dict[str, np.ndarray] = {}
         models_yaml: dict[str, Any] = {}
         for name, g in sorted(kept.items()):
             models_yaml[name] = g.entry
             _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256)
+        by_name = {m["model"]: m for m in document["models"]}
         for name, rec in sorted(records.items()):
-            m = by_name[name]
-            models_yaml[name] = {
-                "ref": m.get("ref"),
-                "code_sha256": m.get("code_sha256"),
-                "config_sha256": m.get("config_sha256"),
-                "config": m.get("config"),
-                "profile": document["options"]["profile"],
-                "device": document["options"]["device"],
-                "steps": m.get("steps"),
-                "resume_at": m.get("resume_at"),
-                "seed": m.get("seed"),
-                "threads": document["options"]["threads"],
-                "final_sha256": rec["final_sha256"],
-                "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
-                "run_id": document.get("run_id"),
-                "recorded_at": now,
-            }
-            if m.get("throughput"):
-                from .stages.throughput import throughput_summary
-
-                summary = throughput_summary(m)
-                if summary:
-                    models_yaml[name]["throughput"] = summary
+            models_yaml[name] = _model_entry(by_name[name], rec, document, now)
             fps = np.asarray(rec.get("fingerprints") or [], dtype=np.int64)
             batch = np.asarray(rec.get("batch_fingerprints") or [], dtype=np.int64)
             _add_arrays(arrays, name, rec.get("tensor_names") or [], fps, batch, _state_arrays(states.get(name) or {}),
                         rec.get("tensor_sha256") or {})
-        buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
-        side_bytes = buf.getvalue()
-        side_sha = hashlib.sha256(side_bytes).hexdigest()
-        side_name = f"{image_name}.{side_sha[:12]}.npz"
-        data = {
-            "version": FORMAT_VERSION,
-            "image": document.get("image"),
-            "recorded": {"at": now, "project_commit": document.get("project_commit"),
-                         "reproci_version": __version__, "run_id": document.get("run_id")},
-            "environment": document.get("environment"),
-            "packages": document.get("packages"),
-            "sidecar": {"file": side_name, "sha256": side_sha},
-            "models": models_yaml,
-        }
-        header = (f"# reproci golden hashes for image {image_name!r}. Reviewed like code: a change here means\n"
-                  f"# results changed. Re-record with `reproci golden update --image {image_name}`.\n")
-        text = header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
-        goldens_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_bytes(goldens_dir / side_name, side_bytes)  # 1. the new sidecar, under a new name
-        _atomic_bytes(path, text.encode())  # 2. the YAML now points at it
-        old_side = (old.data.get("sidecar") or {}).get("file") if old is not None else None
-        for stale in goldens_dir.glob(f"{image_name}.*.npz"):  # 3. sidecars nothing points at
-            if stale.name != side_name and (stale.name == old_side or _orphan(goldens_dir, image_name, stale)):
-                stale.unlink(missing_ok=True)
+        _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
     return path
+
+
+def _kept_models(old: Golden, records: dict[str, Any], document: dict[str, Any]) -> dict[str, ModelGolden]:
+    """The models of the old file that this update keeps: those not re-recorded, which may
+    only stay beside the new ones when image, packages and environment are the same."""
+    same_env = (old.data.get("packages") == document.get("packages")
+                and (old.data.get("image") or {}).get("digest") == (document.get("image") or {}).get("digest")
+                and not diff_keys(old.data.get("environment"), document.get("environment"), TOOLCHAIN_KEYS + HOST_KEYS))
+    others = {n: g for n, g in old.models.items() if n not in records}
+    if others and not same_env:
+        raise GoldenError(
+            f"{old.path}: the image or packages changed since {', '.join(sorted(others))} were recorded; "
+            f"re-record every model together (run with all of {', '.join(sorted(set(old.models) | set(records)))})")
+    return others
+
+
+def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any], now: str) -> dict[str, Any]:
+    """One model's YAML mapping: its identity, settings, final hash and loss trajectory."""
+    opts = document["options"]
+    entry = {
+        "ref": m.get("ref"), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
+        "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
+        "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
+        "final_sha256": rec["final_sha256"],
+        "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
+        "run_id": document.get("run_id"), "recorded_at": now,
+    }
+    if m.get("throughput"):
+        from ..stages.throughput import throughput_summary
+
+        summary = throughput_summary(m)
+        if summary:
+            entry["throughput"] = summary
+    return entry
+
+
+def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: dict[str, Any],
+            models_yaml: dict[str, Any], arrays: dict[str, np.ndarray], now: str) -> None:
+    """Write in the order that keeps the previous golden intact until the last rename."""
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    side_bytes = buf.getvalue()
+    side_sha = hashlib.sha256(side_bytes).hexdigest()
+    side_name = f"{image_name}.{side_sha[:12]}.npz"
+    data = {
+        "version": FORMAT_VERSION,
+        "image": document.get("image"),
+        "recorded": {"at": now, "project_commit": document.get("project_commit"),
+                     "reproci_version": __version__, "run_id": document.get("run_id")},
+        "environment": document.get("environment"),
+        "packages": document.get("packages"),
+        "sidecar": {"file": side_name, "sha256": side_sha},
+        "models": models_yaml,
+    }
+    header = (f"# reproci golden hashes for image {image_name!r}. Reviewed like code: a change here means\n"
+              f"# results changed. Re-record with `reproci golden update --image {image_name}`.\n")
+    text = header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)
+    goldens_dir.mkdir(parents=True, exist_ok=True)
+    atomic.write_bytes(goldens_dir / side_name, side_bytes, on_full=INTACT)  # 1. the new sidecar, under a new name
+    atomic.write_bytes(path_for(goldens_dir, image_name), text.encode(), on_full=INTACT)  # 2. the YAML points at it
+    old_side = (old.data.get("sidecar") or {}).get("file") if old is not None else None
+    for stale in goldens_dir.glob(f"{image_name}.*.npz"):  # 3. sidecars nothing points at
+        if stale.name != side_name and (stale.name == old_side or _orphan(goldens_dir, image_name, stale)):
+            stale.unlink(missing_ok=True)
 
 
 def _orphan(goldens_dir: Path, image_name: str, side: Path) -> bool:

@@ -1,0 +1,85 @@
+"""A container as a context manager, over the engine's verbs (no SDK here)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from ..errors import InfrastructureError
+from .docker_engine import Engine
+
+
+class Container:
+    """One container, created on enter and removed on exit, whatever happened in between.
+
+    Verbs: start, wait (with a timeout), kill, remove. Its output is streamed into
+    ``tail`` (the last lines) from the moment it starts. ``config`` holds the engine's
+    create keywords (labels, user, mounts as binds, environment, ...).
+    """
+
+    def __init__(self, engine: Engine, image: str, command: list[str], *, display: str,
+                 gpus: str | None = None, tail_lines: int = 40, **config: Any) -> None:
+        self.engine, self.image, self.command, self.config = engine, image, command, config
+        self.display, self.gpus = display, gpus  # how errors name the image, and the --gpus asked for
+        self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.id: str | None = None
+        self._reader: threading.Thread | None = None
+
+    def __enter__(self) -> Container:
+        self.id = self.engine.create(self.image, self.command, display=self.display, gpus=self.gpus,
+                                     config=self.config)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def start(self) -> None:
+        self.engine.start(self._id, display=self.display, gpus=self.gpus)
+        self._reader = threading.Thread(target=self._stream, daemon=True)
+        self._reader.start()
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit code, or None if the container was still running after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                code = self.engine.wait(self._id, max(1.0, min(left, 60.0)))
+            except InfrastructureError:
+                if time.monotonic() < deadline:
+                    raise
+                continue  # the engine went away as the time ran out: a timeout like any other
+            if code is not None:
+                break
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        self.engine.kill(self._id)
+
+    def remove(self) -> None:
+        if self.id is not None and self.engine.remove(self.id):
+            self.id = None  # else left for the label sweep in DockerBackend.close
+
+    @property
+    def _id(self) -> str:
+        if self.id is None:
+            raise RuntimeError("the container is not created (use it as a context manager) or already removed")
+        return self.id
+
+    def _stream(self) -> None:
+        pending = b""
+        try:
+            for chunk in self.engine.logs(self._id):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                self.tail.extend(line.decode("utf-8", "replace").rstrip() for line in lines)
+        except Exception:  # noqa: BLE001 - the container went away; the tail is what we have
+            pass
+        if pending:
+            self.tail.append(pending.decode("utf-8", "replace").rstrip())

@@ -1,0 +1,137 @@
+"""What a worker run looks like from inside a container: mounts, paths and environment.
+
+Pure translations, no engine needed. The image brings python3, torch and numpy (its
+digest identifies the toolchain alone); reproci brings the worker code, mounted
+read-only at run time. Inside a container:
+
+    /reproci/code/pipeline, /reproci/code/reference_models   read-only, on PYTHONPATH
+    /reproci/plugins/<id>                                      read-only: a plugin model's directory
+    /reproci/run                                               read-write: results/<run_id>
+    /tmp                                                       tmpfs, also HOME
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..worker.spec import WorkerSpec
+from .base import CODE_ROOT
+
+CODE = PurePosixPath("/reproci/code")
+RUN = PurePosixPath("/reproci/run")
+PLUGINS = PurePosixPath("/reproci/plugins")
+CODE_PACKAGES = ("pipeline", "reference_models")  # what the worker imports from the project
+PATH_FIELDS = ("output", "resume_from")  # spec fields holding paths besides *_path (relative: to the spec's directory)
+
+
+@dataclass(frozen=True)
+class Bind:
+    source: Path  # host directory
+    target: PurePosixPath  # where the container sees it
+    read_only: bool = True
+
+
+def code_binds(code_root: Path = CODE_ROOT) -> list[Bind]:
+    """The worker's packages, each mounted read-only under /reproci/code (nothing else of the checkout)."""
+    return [Bind(code_root / p, CODE / p) for p in CODE_PACKAGES]
+
+
+def plugin_target(host_dir: Path) -> PurePosixPath:
+    """A stable container directory for a host directory holding plugin code."""
+    return PLUGINS / hashlib.sha256(str(host_dir).encode()).hexdigest()[:12]
+
+
+def container_path(host: Path, run_dir: Path) -> PurePosixPath:
+    """Where a file under the run directory appears in the container."""
+    return RUN / PurePosixPath(host.resolve().relative_to(run_dir.resolve()).as_posix())
+
+
+def container_user(uid: int, gid: int, *, rootless: bool) -> str:
+    """The container user whose files on the host belong to the invoking user."""
+    return "0:0" if rootless else f"{uid}:{gid}"  # rootless engine: container root is the invoking user
+
+
+def environment(spec: WorkerSpec) -> dict[str, str]:
+    """The container's whole environment: determinism variables, PYTHONPATH and HOME."""
+    from ..worker.launch import launch_environment
+
+    env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict")
+    env["PYTHONPATH"] = str(CODE)
+    env["HOME"] = "/tmp"
+    return env
+
+
+def translate_spec(spec: WorkerSpec, run_dir: Path, *, registry: tuple[str, ...] = ()) -> tuple[WorkerSpec, list[Bind]]:
+    """The spec as the container sees it, and the read-only binds its plugin code needs.
+
+    Registry names and relative paths (they resolve against the spec file's directory,
+    which is mounted) stay as they are; absolute paths under the run directory move to
+    /reproci/run. A plugin file ``/abs/dir/f.py:factory`` becomes
+    ``/reproci/plugins/<id>/f.py:factory`` with ``/abs/dir`` mounted there. A plugin
+    module ``pkg.mod:factory`` that resolves on this host gets its top-level package
+    mounted and put on the worker's sys.path; one that does not is looked for in the image.
+    """
+    binds: dict[PurePosixPath, Bind] = {}
+    model_ref, extra_paths = _translate_model_ref(spec.model_ref, registry, binds)
+    plugin_paths: list[str] = []
+    for p in spec.plugin_paths:
+        if Path(p).is_absolute():
+            host = Path(p).resolve()
+            binds.setdefault(plugin_target(host), Bind(host, plugin_target(host)))
+            p = str(plugin_target(host))
+        plugin_paths.append(p)
+    plugin_paths += [p for p in extra_paths if p not in plugin_paths]
+    paths: dict[str, Any] = {name: _inside(getattr(spec, name), run_dir) for name in _path_fields(spec)}
+    return replace(spec, model_ref=model_ref, plugin_paths=tuple(plugin_paths), **paths), list(binds.values())
+
+
+def _translate_model_ref(model_ref: str, registry: tuple[str, ...],
+                         binds: dict[PurePosixPath, Bind]) -> tuple[str, list[str]]:
+    """A plugin reference as the container sees it (adding its binds), and paths the worker must import from."""
+    target, sep, factory = model_ref.rpartition(":")
+    if model_ref in registry or not sep or not target:
+        return model_ref, []
+    if target.endswith(".py"):
+        host = Path(target).expanduser().resolve()
+        where = plugin_target(host.parent)
+        binds.setdefault(where, Bind(host.parent, where))
+        return f"{where / host.name}:{factory}", []
+    top = target.split(".")[0]
+    root = None if top in CODE_PACKAGES else _module_root(top)
+    if root is None:
+        return model_ref, []
+    where = plugin_target(root) / root.name  # the package directory (or module file) alone
+    binds.setdefault(where, Bind(root, where))
+    return model_ref, [str(plugin_target(root))]
+
+
+def _module_root(module: str) -> Path | None:
+    """The host file or package directory of a top-level module, if it resolves here."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations))).resolve()
+    return Path(spec.origin).resolve() if spec.origin and spec.origin not in ("built-in", "frozen") else None
+
+
+def _path_fields(spec: WorkerSpec) -> list[str]:
+    return [f.name for f in dataclasses.fields(spec) if f.name in PATH_FIELDS or f.name.endswith("_path")]
+
+
+def _inside(p: str | None, run_dir: Path) -> str | None:
+    """A spec path as the container sees it: relative ones as they are, absolute ones under /reproci/run."""
+    if p is None or not Path(p).is_absolute():
+        return p
+    try:
+        return str(RUN / Path(p).resolve().relative_to(run_dir.resolve()))
+    except ValueError:
+        raise ValueError(f"spec path {p} is outside the run directory {run_dir}") from None

@@ -1,0 +1,76 @@
+"""``reproci run`` (and ``reproci golden update``, which takes the same options): the click
+code; ``orchestrate.run_all`` does the work."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from .. import console, options as options_mod, orchestrate
+from ..reports.progress import RunProgress
+from ..reports.terminal import print_report, print_throughput
+
+_OPTIONS = [
+    click.option("--image", help="Container image to run in (manifest name or any reference). Omit for the local backend."),
+    click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
+    click.option("--model", "-m", "models", multiple=True,
+                  help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. Default: all reference models."),
+    click.option("--stage", "-s", "stages", multiple=True, help="Stage: determinism (default) or throughput. Repeatable."),
+    click.option("--profile", type=click.Choice(["quick", "full"]), default=None, help="quick: CPU-sized (default); full: GPU-sized."),
+    click.option("--steps", type=int, help="Training steps N per run (default: 30 quick, 300 full)."),
+    click.option("--resume-at", type=int, help="Step k where run C resumes from run A's checkpoint (default N/2)."),
+    click.option("--seed", type=int, help="Run seed (default 0)."),
+    click.option("--threads", type=int, help="CPU intra-op threads, pinned and recorded (default 1)."),
+    click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Device for training (default cpu)."),
+    click.option("--gpus", help="Docker backend: GPUs to request: all, a count, or ids like 0,1."),
+    click.option("--timeout", type=float, help="Seconds allowed per worker run (default 600)."),
+    click.option("--jobs", "-j", type=int, help="Worker runs at once (default: usable CPUs / --threads, at most 3)."),
+    click.option("--results-dir", type=click.Path(path_type=Path), help="Where results go (default ./results)."),
+    click.option("--goldens-dir", type=click.Path(path_type=Path), help="Where golden files live (default ./goldens)."),
+    click.option("--update-golden", is_flag=True, default=None, help="Record goldens from this run if it passed its own checks."),
+    click.option("--webhook", help="Slack-compatible webhook URL for alerts (or REPROCI_WEBHOOK)."),
+    click.option("--keep-checkpoints", is_flag=True, default=None, help="Keep run A's checkpoint files."),
+    click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
+    click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI)."),
+    click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),
+    click.option("--slowdown-factor", type=float, help="Throughput regression threshold against the golden (default 1.25)."),
+    click.option("--slowdown-fails", is_flag=True, default=None, help="A throughput regression fails the run (exit 3) instead of warning."),
+    click.option("--fault", hidden=True, help="TEST ONLY: inject a fault to prove a verdict fires."),
+]
+
+
+def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Every option of ``reproci run``, for the commands that run the matrix."""
+    for option in reversed(_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def run_and_report(kwargs: dict[str, Any]) -> None:
+    """Build the options once, run every stage, print the tables, exit with the verdict's code."""
+    opts = options_mod.build(kwargs)
+    out, err = console.stdout(), console.stderr()
+    with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
+        document, path = orchestrate.run_all(opts, progress=progress)
+    if "determinism" in opts.stages:
+        print_report(document, out, str(path), err)
+    if "throughput" in opts.stages:
+        print_throughput(document, out, None if "determinism" in opts.stages else str(path), err)
+    g = document.get("golden") or {}
+    if g.get("updated"):
+        out.print(f"golden recorded: {g['file']} (review and commit it)")
+    elif g.get("refused"):
+        err.print(f"[bold red]error:[/] {g['refused']}")
+    code = document["summary"]["exit_code"]
+    if code:
+        raise SystemExit(code)
+
+
+@click.command("run")
+@run_options
+def run_cmd(**kwargs: Any) -> None:
+    """Run the reference matrix through the strict-determinism stage."""
+    run_and_report(kwargs)

@@ -1,0 +1,42 @@
+"""What differs between the goldens of two images (``reproci golden diff``): environment,
+packages, and per model the first differing step and tensor with its magnitude."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import drift
+from .compare import first_divergence, tensor_magnitude
+from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys, package_diff
+from .store import IDENTITY_KEYS, Golden
+
+
+def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
+    """What differs between two images' goldens: environment, packages, and per model."""
+    env_a, env_b = a.data.get("environment"), b.data.get("environment")
+    out: dict[str, Any] = {
+        "images": [a.image, b.image],
+        "env_diff": diff_keys(env_a, env_b, TOOLCHAIN_KEYS + HOST_KEYS),
+        "package_diff": package_diff(a.data.get("packages"), b.data.get("packages")),
+        "models": {},
+    }
+    for name in sorted(set(a.models) | set(b.models)):
+        ma, mb = a.models.get(name), b.models.get(name)
+        if ma is None or mb is None:
+            out["models"][name] = {"status": f"only in {a.path.stem if mb is None else b.path.stem}"}
+            continue
+        same_identity = all(ma.entry.get(k) == mb.entry.get(k) for k in IDENTITY_KEYS)
+        if ma.entry.get("final_sha256") == mb.entry.get("final_sha256"):
+            out["models"][name] = {"status": "identical"}
+            continue
+        entry: dict[str, Any] = {"status": "differs" if same_identity else "not comparable (model or settings differ)"}
+        div = first_divergence(ma.as_record(), mb.as_record()) if same_identity else None
+        if div is not None:
+            entry.update(step=div.step, tensor=div.tensor, losses_equal=div.losses_equal)
+            t = drift.state_name(div.tensor)
+            if t in ma.state and t in mb.state:
+                entry.update(tensor_magnitude(ma.state[t], mb.state[t]))
+        la, lb = ma.entry.get("losses") or [None], mb.entry.get("losses") or [None]
+        entry["losses_agree_digits"] = drift.agreeing_digits(la[-1], lb[-1])
+        out["models"][name] = entry
+    return out

@@ -1,0 +1,140 @@
+"""Comparing a run with the golden of its image: what changed, and why.
+
+Only runs that passed their own strict checks are compared. The verdict says why the
+hashes moved: the image or its packages changed (UPGRADE_CHANGED), the same image on
+different hardware or thread count (ENV_CHANGED), nothing recorded changed
+(GOLDEN_MISMATCH: nondeterminism across runs or hosts), or the model itself changed
+(MODEL_CHANGED: re-record, not an alert).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .. import verdicts
+from .compare import first_divergence, tensor_magnitude
+from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys, package_diff, split_packages
+from .store import IDENTITY_KEYS, Golden
+
+def state_name(tensor: str | None) -> str | None:
+    """The stored final-state tensor that shows a differing tensor's magnitude: a gradient
+    or optimizer state is shown through its parameter (goldens keep parameters and buffers)."""
+    if tensor is None:
+        return None
+    kind, _, name = tensor.partition(":")
+    if kind == "grad":
+        return f"param:{name}"
+    if kind == "optim":
+        return f"param:{name.rpartition('.')[0]}"
+    return tensor
+
+
+def agreeing_digits(a: Any, b: Any) -> int | None:
+    """Significant decimal digits on which two losses agree (None if not numbers)."""
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return None
+    if a == b:
+        return 17
+    scale = max(abs(a), abs(b))
+    if scale == 0 or not math.isfinite(scale):
+        return 0
+    return max(0, int(math.floor(-math.log10(abs(a - b) / scale))))
+
+
+def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[str, Any] | None,
+            document: dict[str, Any], golden: Golden | None, *, ci: bool, image_name: str) -> dict[str, Any]:
+    """The golden section of one model's entry: its verdict against the golden, the
+    evidence, and the message that says it."""
+    fix = f"`reproci golden update --image {image_name}`"
+    g = golden.models.get(entry["model"]) if golden else None
+    out: dict[str, Any] = {"file": str(golden.path) if golden else None, "golden_final_sha256": None,
+                           "golden_image": None, "package_diff": {}, "env_diff": {}, "evidence": None}
+    if golden is None or g is None:
+        where = "no golden file" if golden is None else "no golden for this model"
+        return {**out, "verdict": verdicts.NEW,
+                "message": f"{where} for image {image_name}; record one with {fix}" + (" (CI mode: this fails)" if ci else "")}
+    out.update(golden_final_sha256=g.entry.get("final_sha256"), recorded_at=g.entry.get("recorded_at"),
+               golden_image={k: golden.image.get(k) for k in ("name", "reference", "digest")})
+    identity = _identity_diff(g.entry, entry, document["options"])
+    if identity:
+        return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity,
+                "message": (f"the model or its run settings changed ({', '.join(identity)}); "
+                            f"not compared with the golden: re-record with {fix}")}
+    if g.entry.get("final_sha256") == record_a.get("final_sha256"):
+        return {**out, "verdict": verdicts.PASS, "message": "matches the golden"}
+    changes = _changes(golden, document)
+    evidence = _evidence(g, record_a, final_state)
+    verdict, why = _why(changes)
+    return {**out, "package_diff": changes["packages"], "env_diff": changes["env"], "evidence": evidence,
+            "verdict": verdict, "message": f"differs from the golden {verdicts.where_text(evidence)}"
+                                           f"{_magnitude(evidence)}{_losses(evidence)} ({why})"}
+
+
+def _identity_diff(golden_entry: dict[str, Any], entry: dict[str, Any], options: dict[str, Any]) -> dict[str, list[Any]]:
+    """What identifies the model and its run settings, where it differs from the golden's."""
+    current = {"code_sha256": entry.get("code_sha256"), "config_sha256": entry.get("config_sha256"),
+               "steps": entry.get("steps"), "seed": entry.get("seed"), "profile": options["profile"],
+               "device": options["device"]}
+    return {k: [golden_entry.get(k), current[k]] for k in IDENTITY_KEYS if golden_entry.get(k) != current[k]}
+
+
+def _changes(golden: Golden, document: dict[str, Any]) -> dict[str, Any]:
+    """What changed between the golden's environment and this run's."""
+    env_old, env_new = golden.data.get("environment"), document.get("environment")
+    old_digest, new_digest = golden.image.get("digest"), (document.get("image") or {}).get("digest")
+    out = {"packages": package_diff(golden.data.get("packages"), document.get("packages")),
+           "toolchain": diff_keys(env_old, env_new, TOOLCHAIN_KEYS), "host": diff_keys(env_old, env_new, HOST_KEYS),
+           "digest": [old_digest, new_digest] if old_digest and new_digest and old_digest != new_digest else None}
+    out["env"] = {**out["toolchain"], **out["host"], **({"image.digest": out["digest"]} if out["digest"] else {})}
+    return out
+
+
+def _why(changes: dict[str, Any]) -> tuple[str, str]:
+    """The drift verdict, and the changes that explain it, most telling first."""
+    toolchain, pkgs, host, digest = changes["toolchain"], changes["packages"], changes["host"], changes["digest"]
+    if digest or pkgs or toolchain:
+        said = [f"{k} {v[0]} → {v[1]}" for k, v in list(toolchain.items())[:3]]
+        relevant, other = split_packages(pkgs)
+        said += [f"{k} {v[0]} → {v[1]}" for k, v in [*relevant.items(), *other.items()]
+                 if f"{k} " not in " ".join(said)][:4]
+        if digest and not said:
+            said = [f"image digest {str(digest[0])[:19]} → {str(digest[1])[:19]}"]
+        return verdicts.UPGRADE_CHANGED, ", ".join(said[:5])
+    if host:
+        return verdicts.ENV_CHANGED, ", ".join(f"{k} {v[0]} → {v[1]}" for k, v in host.items())
+    return verdicts.GOLDEN_MISMATCH, "same image, packages and host: nondeterminism across runs or hosts"
+
+
+def _evidence(g: Any, record_a: dict[str, Any], final_state: dict[str, Any] | None) -> dict[str, Any]:
+    """Where the run first leaves the golden's trajectory, and by how much at the end (from
+    the golden's sidecar, which keeps the final parameters and buffers)."""
+    div = first_divergence(g.as_record(), record_a)
+    evidence: dict[str, Any] = {}
+    if div is not None:
+        evidence = {"step": div.step, "tensor": div.tensor, "kind": div.kind, "cause": div.cause,
+                    "differing_tensors": div.differing_tensors, "losses_equal": div.losses_equal}
+        name_t = state_name(div.tensor)
+        if final_state and name_t in g.state and name_t in final_state:
+            m = tensor_magnitude(g.state[name_t], final_state[name_t])
+            evidence.update(max_abs=m["max_abs"], max_ulp=m["max_ulp"], elements_differing=m["elements_differing"],
+                            magnitude_source=f"final state of {name_t}")
+    losses_old, losses_new = g.entry.get("losses") or [], record_a.get("losses") or []
+    evidence["losses_agree_digits"] = agreeing_digits(losses_old[-1] if losses_old else None,
+                                                      losses_new[-1] if losses_new else None)
+    return evidence
+
+
+def _magnitude(evidence: dict[str, Any]) -> str:
+    if evidence.get("max_abs") is None:
+        return ""
+    return f"; at the end {evidence['magnitude_source'].removeprefix('final state of ')} {verdicts.magnitude_text(evidence)}"
+
+
+def _losses(evidence: dict[str, Any]) -> str:
+    digits = evidence.get("losses_agree_digits")
+    if evidence.get("losses_equal"):
+        return "; losses identical"
+    if digits is not None and digits < 17:
+        return f"; final loss agrees to {digits} digits"
+    return "; final loss identical"

@@ -1,0 +1,62 @@
+"""A report's text from a results document and the run history (``reproci report``):
+Markdown, self-contained HTML with charts, or JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import results
+from ..errors import ReprociError, ResultsError, UsageError
+from . import history, jsonexport, markdown
+
+FORMATS = ("md", "html", "json")
+
+
+def locate(path: Path) -> tuple[dict[str, Any], Path | None]:
+    """The results document at ``path`` (a results.json, latest.json, run dir or results dir) and its run dir."""
+    if path.is_dir():
+        if (path / "results.json").is_file():
+            return results.load(path / "results.json"), path
+        if (path / "latest.json").is_file():
+            path = path / "latest.json"
+        else:
+            raise ResultsError(f"{path} holds no results.json or latest.json; run `reproci run` first "
+                               "or name a results.json")
+    doc = results.load(path)
+    run_dir = path.parent / str(doc.get("run_id")) if path.name == "latest.json" else path.parent
+    return doc, run_dir if run_dir.is_dir() else None
+
+
+def golden_losses(document: dict[str, Any]) -> dict[str, list[Any]]:
+    """Loss trajectories from the golden file the run was compared with (empty if unreadable)."""
+    from ..golden import store
+
+    file = (document.get("golden") or {}).get("file")
+    if not file or not Path(file).is_file():
+        return {}
+    try:
+        g = store.load(Path(file).parent, Path(file).stem)
+    except ReprociError:
+        return {}
+    return {name: m.entry.get("losses") or [] for name, m in (g.models if g else {}).items()}
+
+
+def render(results_path: Path | None, fmt: str, history_dir: Path | None) -> str:
+    """The report text. No RESULTS with --history: a trends-only report."""
+    document: dict[str, Any] | None = None
+    run_dir: Path | None = None
+    if results_path is not None or history_dir is None:
+        document, run_dir = locate(results_path or Path("results"))
+        if history_dir is None and run_dir is not None and (run_dir.parent / history.DIRNAME).is_dir():
+            history_dir = run_dir.parent / history.DIRNAME  # the history beside these results
+    trends = history.trends(history.load(history_dir)) if history_dir is not None else None
+    if fmt == "md":
+        return markdown.render(document, trends)
+    if fmt == "json":
+        return jsonexport.render(document, trends)
+    try:
+        from . import html
+    except ImportError as e:
+        raise UsageError(f"the HTML report needs matplotlib ({e.name} is missing): pip install 'reproci[report]'") from e
+    return html.render(document, trends, run_dir=run_dir, golden_losses=golden_losses(document) if document else None)

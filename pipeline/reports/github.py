@@ -1,0 +1,126 @@
+"""GitHub Actions output: workflow-command annotations and the step-summary Markdown, for
+one run's results (``reproci run`` in a job) and for a merged matrix (``reproci merge``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import atomic, errors, verdicts
+from .mdtable import cell, code, table
+from .rows import slowdown_text
+
+
+def escape_data(text: str) -> str:
+    """GitHub workflow-command escaping of a message."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """GitHub workflow-command escaping of a property value (a title)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(level: str, title: str, message: str) -> str:
+    return f"::{level} title={escape_property(title)}::{escape_data(message)}"
+
+
+def where(m: dict[str, Any]) -> str:
+    """'step 15, `buffer:bn.running_mean`, |Δ| 4.66e-10 (1 ULP)' or '-'."""
+    return verdicts.first_difference(verdicts.evidence_of(m), code=lambda s: f"`{s}`")
+
+
+def _model_annotation(m: dict[str, Any], title: str, *, ci: bool) -> str | None:
+    v = str(m.get("verdict"))
+    level = verdicts.annotation_level(v, ci=ci)
+    if level is None:
+        return None
+    detail = verdicts.first_difference(verdicts.evidence_of(m))
+    text = f"{v}: {m.get('message') or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
+    return annotation(level, title, text)
+
+
+def annotations(document: dict[str, Any]) -> list[str]:
+    """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``)."""
+    image = (document.get("image") or {}).get("name")
+    ci = bool((document.get("options") or {}).get("ci"))
+    lines = (_model_annotation(m, f"reproci {m['model']} on {image}: {m.get('verdict')}", ci=ci)
+             for m in verdicts.by_severity(document.get("models", [])))
+    return [line for line in lines if line]
+
+
+def merged_annotations(merged: dict[str, Any]) -> list[str]:
+    """Annotations of a merged matrix: a missing image is an error, then one per model."""
+    out = [annotation("error", f"reproci {name}", f"no results from image {name}: its job failed before "
+                      "writing results.json") for name in merged["missing"]]
+    for m in verdicts.by_severity(merged["models"]):
+        line = _model_annotation(m, f"reproci {m['model']} on {m['image']}: {m['verdict']}", ci=bool(m.get("ci")))
+        if line:
+            out.append(line)
+    return out
+
+
+def _status(code_: int, checked: bool) -> str:
+    return {errors.EXIT_PASS: "✅ reproducible" if checked else "throughput only",
+            errors.EXIT_DRIFT: "⚠️ golden drift", errors.EXIT_REPRO_FAILURE: "❌ not reproducible",
+            errors.EXIT_RUN_ERROR: "💥 runs failed"}.get(code_, "💥 infrastructure failure")
+
+
+def _package_lines(models: list[dict[str, Any]], limit: int = 30) -> list[str]:
+    diffs = [m["golden"]["package_diff"] for m in models if (m.get("golden") or {}).get("package_diff")]
+    if not diffs:
+        return []
+    changed = sorted(diffs[0].items())
+    more = [f"- and {len(changed) - limit} more"] if len(changed) > limit else []
+    return ["", "### Package changes against the golden", "",
+            *[f"- `{k}`: {old or '(absent)'} → {new or '(absent)'}" for k, (old, new) in changed[:limit]], *more]
+
+
+def summary_markdown(document: dict[str, Any]) -> str:
+    """The step summary of one run: what changed comes first."""
+    image = document.get("image") or {}
+    exit_ = (document.get("summary") or {}).get("exit_code", 0)
+    models = verdicts.by_severity(document.get("models", []))
+    checked = any(m.get("verdict") != verdicts.NOT_CHECKED for m in models)
+    lines = [f"## reproci · `{image.get('name')}` · {_status(exit_, checked)} (exit {exit_})", ""]
+    if image.get("digest"):
+        lines += [f"Image digest: `{image['digest']}`", ""]
+    lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
+        [cell(m["model"]), f"{verdicts.ICON.get(m.get('verdict'), '')} **{m.get('verdict')}**",
+         code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
+    return "\n".join(lines + _package_lines(models)) + "\n"
+
+
+def merged_summary_markdown(merged: dict[str, Any]) -> str:
+    """The step summary of a merged matrix: per image and model, then each image's toolchain."""
+    s = merged["summary"]
+    counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
+    lines = [f"## reproci: {_status(s['exit_code'], True)} (exit {s['exit_code']})", "",
+             f"{s['images']} image(s), {s['models']} model(s): {counts}.", ""]
+    if merged["missing"]:
+        lines += [f"**No results from:** {', '.join(f'`{n}`' for n in merged['missing'])} (see those jobs' logs).", ""]
+    models = verdicts.by_severity(merged["models"])
+    lines += table(["image", "model", "verdict", "first difference", "final sha256", "strict slowdown"], [
+        [code(m["image"]), cell(m["model"]), f"{verdicts.ICON.get(m['verdict'], '')} {m['verdict']}", cell(where(m)),
+         code((m.get("final_sha256") or "")[:12] or None), cell(slowdown_text((m.get("throughput") or {}).get("slowdown")))]
+        for m in models])
+    notable = [m for m in models if m["verdict"] != verdicts.PASS]
+    if notable:
+        lines += ["", "### Details", ""]
+        for m in notable:
+            lines.append(f"- **{m['model']}** on `{m['image']}`: {m['verdict']}: {cell(m.get('message'))}")
+            changed = ((m.get("golden") if isinstance(m.get("golden"), dict) else {}) or {}).get("package_diff") or {}
+            if changed:
+                shown = ", ".join(f"{p} {old or '∅'} → {new or '∅'}" for p, (old, new) in sorted(changed.items())[:10])
+                lines.append(f"  - packages: {shown}{f' and {len(changed) - 10} more' if len(changed) > 10 else ''}")
+    lines += ["", "### Images", ""]
+    lines += table(["image", "digest", "torch", "CUDA", "cuDNN", "GPU", "driver", "exit"], [
+        [code((sh["image"] or {}).get("name")), code(((sh["image"] or {}).get("digest") or "")[:19] or None),
+         cell(env.get("torch")), cell(env.get("cuda")), cell(env.get("cudnn")),
+         cell(", ".join(env.get("gpu_names") or []) or "-"), cell(env.get("driver")), str(sh["exit_code"])]
+        for sh in merged["shards"] for env in [sh["environment"]]])
+    return "\n".join(lines) + "\n"
+
+
+def write_step_summary(document: dict[str, Any], path: Path) -> None:
+    atomic.append_text(path, summary_markdown(document))

@@ -1,0 +1,73 @@
+"""``reproci golden show`` and ``golden diff`` as text: a golden's identity, environment and
+hashes per model; and what differs between two images' goldens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .. import verdicts
+from ..golden.environment import split_packages
+from ..golden.store import Golden
+
+OTHER_PACKAGES_SHOWN = 8
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    """'torch 2.13.0+cpu · Python 3.11.2 · threads 1 · no GPU': only what was recorded."""
+    gpu = env.get("gpu") or {}
+    parts = [f"{label} {env[key]}" for key, label in (("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"),
+                                                       ("nccl", "NCCL"), ("hip", "ROCm")) if env.get(key) is not None]
+    names = ", ".join(gpu.get("names") or [])
+    parts.append(f"GPU {names}" + (f" (driver {gpu['driver']})" if gpu.get("driver") else "") if names else "no GPU")
+    threads = (env.get("threads") or {}).get("intra_op")
+    if threads is not None:
+        parts.append(f"threads {threads}")
+    if env.get("python"):
+        parts.append(f"Python {env['python']}")
+    return " · ".join(parts)
+
+
+def print_golden(g: Golden, console: Console) -> None:
+    img, rec, env = g.image, g.data.get("recorded") or {}, g.data.get("environment") or {}
+    console.print(f"[bold]{escape(str(g.path))}[/]  image {img.get('name')} {img.get('reference') or ''} "
+                  f"{img.get('digest') or '(local)'}")
+    console.print(f"recorded {rec.get('at')} from commit {rec.get('project_commit') or '-'} "
+                  f"(reproci {rec.get('reproci_version')})")
+    console.print(environment_line(env))
+    t = Table()
+    for col in ("model", "final sha256", "steps", "seed", "final loss", "recorded"):
+        t.add_column(col, overflow="fold")
+    for m, mg in g.models.items():
+        e = mg.entry
+        losses = e.get("losses") or []
+        t.add_row(m, str(e.get("final_sha256"))[:16], str(e.get("steps")), str(e.get("seed")),
+                  f"{losses[-1]:.6g}" if losses and isinstance(losses[-1], float) else "-", str(e.get("recorded_at")))
+    console.print(t)
+
+
+def print_diff(name_a: str, name_b: str, d: dict[str, Any], console: Console) -> None:
+    """The environment and package changes (those that can change results in full, the
+    others by name), then one row per model."""
+    console.print(f"[bold]{escape(name_a)}[/] → [bold]{escape(name_b)}[/]")
+    for k, (x, y) in d["env_diff"].items():
+        console.print(f"  {k}: {x} → {y}", markup=False)
+    relevant, other = split_packages(d["package_diff"])
+    for k, (x, y) in relevant.items():
+        console.print(f"  package {k}: {x or '(absent)'} → {y or '(absent)'}", markup=False)
+    if other:
+        names = ", ".join(list(other)[:OTHER_PACKAGES_SHOWN]) + (", …" if len(other) > OTHER_PACKAGES_SHOWN else "")
+        console.print(f"  {len(other)} other package(s) changed (none of them computes results): {names}", markup=False)
+    if not d["env_diff"] and not d["package_diff"]:
+        console.print("  same environment and packages")
+    t = Table()
+    for col in ("model", "status", "first difference", "max |Δ| (final)", "ULP", "final loss digits"):
+        t.add_column(col, overflow="fold")
+    for m, e in d["models"].items():
+        where = verdicts.first_difference({"step": e.get("step"), "tensor": e["tensor"]}) if e.get("tensor") else "-"
+        t.add_row(m, e["status"], where, f"{e['max_abs']:.3g}" if e.get("max_abs") is not None else "-",
+                  str(e.get("max_ulp", "-")), str(e.get("losses_agree_digits", "-")))
+    console.print(t)

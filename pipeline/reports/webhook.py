@@ -1,0 +1,66 @@
+"""The Slack-compatible webhook alert.
+
+An alert never changes a verdict and never loses results: a dead webhook is reported
+(on stderr and in the results document) and the run's exit code stands.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import verdicts
+
+
+def needs_alert(document: dict[str, Any]) -> bool:
+    return (document.get("summary") or {}).get("exit_code", 0) != 0
+
+
+def slack_message(document: dict[str, Any]) -> dict[str, Any]:
+    image = (document.get("image") or {}).get("name")
+    bad = [m for m in verdicts.by_severity(document.get("models", []))
+           if m.get("verdict") in verdicts.FAILING | verdicts.DRIFTING]
+    head = f"reproci: {len(bad)} model(s) need attention on image {image}"
+    body = "\n".join(f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}" for m in bad[:20])
+    return {
+        "text": f"{head}\n{body}",
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": head[:150]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": body[:2900] or "-"}},
+            {"type": "context", "elements": [{"type": "mrkdwn",
+                                              "text": f"run {document.get('run_id')} · commit {document.get('project_commit') or '-'}"}]},
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class WebhookResult:
+    ok: bool
+    attempts: int
+    status: int | None = None
+    error: str | None = None
+
+
+def post(url: str, payload: dict[str, Any], *, attempts: int = 3, timeout: float = 5.0,
+         backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> WebhookResult:
+    """POST JSON with retries on connection errors and 5xx/429; never raises."""
+    import requests
+
+    last_error, status = None, None
+    for attempt in range(1, attempts + 1):
+        try:
+            r = requests.post(url, data=json.dumps(payload), headers={"Content-Type": "application/json"},
+                              timeout=timeout)
+            status = r.status_code
+            if 200 <= r.status_code < 300:
+                return WebhookResult(ok=True, attempts=attempt, status=status)
+            last_error = f"HTTP {r.status_code}"
+            if r.status_code < 500 and r.status_code != 429:
+                break  # a client error will not improve with retries
+        except requests.RequestException as e:
+            last_error = type(e).__name__
+        if attempt < attempts:
+            sleep(backoff * 2 ** (attempt - 1))
+    return WebhookResult(ok=False, attempts=attempt, status=status, error=last_error)

@@ -1,0 +1,99 @@
+"""The batch checksum: which data each step trained on, told apart from what it computed.
+
+Recorded per step beside the state fingerprints, so that where two runs diverge the
+record says whether their batches differed (in content or in order) or only what was
+computed from them. The scheme's name is recorded with every run: checksums of
+different schemes are never compared.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+from .bits import flat_int, no_fill, np_bits
+
+BATCH_CHECKSUM = "position-weighted-v2"
+_WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
+_NP_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = None) -> torch.Tensor | None:
+    """Exact, order-sensitive checksum over every tensor of a (nested) batch: tells data
+    order from compute. Each 32-bit word of raw bits is multiplied by a weight of its
+    position, modulo 2**32 (int32 products wrap), and summed in int64: rows or tokens
+    reordered within a batch change it, not only a different set of samples, and the value
+    is the same on every device. Two kernels per tensor, on the batch's device.
+    Pass the same ``workspace`` every step to reuse its buffers (weights are cached by size).
+    """
+    tensors = list(_iter_tensors(batch))
+    if not tensors:
+        return None
+    if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
+        return _cpu_checksum(tensors, workspace)
+    acc = None
+    with no_fill():
+        for i, t in enumerate(tensors):
+            words = _words(t)
+            s = (words * _position_weights(words.numel(), words.device)).sum(dtype=torch.int64) % 2**32
+            s = s * (2 * i + 1)  # which input of the batch it is
+            acc = s if acc is None else acc + s.to(acc.device)
+    return acc
+
+
+def _cpu_checksum(tensors: list[torch.Tensor], workspace: dict[Any, Any] | None) -> torch.Tensor:
+    total = 0
+    for i, t in enumerate(tensors):
+        bits = np_bits(t)
+        words = bits.view(np.int32) if bits.itemsize == 8 else bits if bits.dtype == np.int32 else bits.astype(np.int32)
+        products = workspace.get(("np", words.size)) if workspace is not None else None
+        if products is None:
+            products = np.empty(words.size, dtype=np.int32)
+            if workspace is not None:
+                workspace[("np", words.size)] = products
+        np.multiply(words, _np_weights(words.size), out=products)  # int32 products wrap modulo 2**32
+        s = int(np.add.reduce(products, dtype=np.int32)) % 2**32
+        total += s * (2 * i + 1)
+    return torch.tensor(total, dtype=torch.int64)
+
+
+def _position_weights(n: int, device: torch.device) -> torch.Tensor:
+    """One odd pseudo-random int32 weight per position (Knuth's multiplicative hash): a
+    change of one word always changes the sum, and swapping two words changes it unless
+    their difference times the weights' difference vanishes modulo 2**32."""
+    key = (n, str(device))
+    w = _WEIGHTS.get(key)
+    if w is None:
+        pos = torch.arange(n, dtype=torch.int64, device=device)
+        w = (((pos * 2654435761 + 0x7F4A7C15) & 0x7FFFFFFF) | 1).to(torch.int32)
+        _WEIGHTS[key] = w
+    return w
+
+
+def _np_weights(n: int) -> np.ndarray:
+    w = _NP_WEIGHTS.get(n)
+    if w is None:
+        w = _NP_WEIGHTS[n] = _position_weights(n, torch.device("cpu")).numpy()
+    return w
+
+
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's raw bits as int32 words in memory order (64-bit elements give two words,
+    narrower ones are widened)."""
+    flat = flat_int(t)
+    if flat.element_size() == 8:
+        return flat.view(torch.int32)
+    return flat if flat.dtype == torch.int32 else flat.to(torch.int32)
+
+
+def _iter_tensors(obj: object) -> Iterable[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for k in sorted(obj):
+            yield from _iter_tensors(obj[k])
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _iter_tensors(v)

@@ -1,0 +1,64 @@
+"""A tensor's raw bits read as integers: the one reading every checksum in the worker uses.
+
+Floats are read as signed integers of their width (float32 as int32, bfloat16 as int16,
+...), bool and float8 as uint8, integer types as themselves, complex tensors as their real
+and imaginary parts. Integer addition modulo 2**w is associative, so sums of these
+readings are exact and independent of reduction order on any device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import numpy as np
+import torch
+
+INT_VIEW = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.bool: torch.uint8,
+}
+if hasattr(torch, "float8_e4m3fn"):
+    INT_VIEW[torch.float8_e4m3fn] = torch.uint8
+    INT_VIEW[torch.float8_e5m2] = torch.uint8
+
+
+def flat_int(t: torch.Tensor) -> torch.Tensor:
+    """A flat integer view of a tensor's bits (shares its storage when contiguous)."""
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    t = t.contiguous().reshape(-1)
+    view = INT_VIEW.get(t.dtype)
+    return t.view(view) if view is not None else t
+
+
+def np_bits(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's raw bits as a flat numpy integer array (sharing its memory when it is
+    contiguous), with the same integer reading as ``flat_int``: floats as signed integers
+    of their width, bool as uint8, integer types as themselves."""
+    t = t.detach()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.element_size() <= 2 and t.dtype in INT_VIEW:  # bfloat16, float16, bool, float8: not numpy types
+        t = t.view(INT_VIEW[t.dtype])
+    a = t.contiguous().numpy().reshape(-1)
+    return a if a.dtype.kind in "iu" else a.view(f"i{a.itemsize}")
+
+
+@contextlib.contextmanager
+def no_fill() -> Iterator[None]:
+    """Skip filling fresh buffers with NaN/garbage while checksumming: every buffer made
+    here is written in full before it is read, so the fill only costs time."""
+    det = getattr(torch.utils, "deterministic", None)
+    saved = getattr(det, "fill_uninitialized_memory", None)
+    if saved:
+        det.fill_uninitialized_memory = False  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        if saved:
+            det.fill_uninitialized_memory = saved  # type: ignore[union-attr]

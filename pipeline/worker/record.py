@@ -1,0 +1,136 @@
+"""A run's record: what one training process reports (schema ``reproci.run``).
+
+Per step a run keeps its loss and, with fingerprints, the checksums of its batch and of
+its state (``Trace``), on the device until the run ends. ``build`` then gathers these,
+the final hash, the attestations, the timings and the environment into one JSON-ready
+dict, the only thing the orchestrator reads back from the process.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import envinfo, loader
+from .batchsum import BATCH_CHECKSUM, batch_checksum
+from .checkpoint import LoopPosition
+from .contract import TrainSetup
+from .controls import ControlWatch
+from .faults import Faults
+from .fingerprint import StepFingerprints, initial_row
+from .spec import WorkerSpec
+from .timing import StepClock
+from .turns import Turns
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Start:
+    """What a run knows before its model exists."""
+
+    t: float  # time.perf_counter() when the run began
+    attestation: dict[str, Any]  # the determinism controls, proven in effect before set-up
+    steady_allocator: bool
+
+
+class Trace:
+    """What each step leaves in the record, from the step this run starts at (0, or the
+    resume point) to its last."""
+
+    def __init__(self, setup: TrainSetup, *, fingerprints: bool, start_step: int) -> None:
+        self.start_step = start_step
+        self.initial: dict[str, Any] | None = None
+        if fingerprints:  # the state before this run's first step: step 0, or the resume point
+            names, row = initial_row(setup.model, setup.optimizer)
+            self.initial = {"step": start_step, "names": names, "row": row.tolist()}
+        self.fps = StepFingerprints(setup.model, setup.optimizer) if fingerprints else None
+        self.losses: list[torch.Tensor] = []
+        self.batch_sums: list[torch.Tensor] = []
+        self._workspace: dict[Any, torch.Tensor] = {}  # reused buffers for the batch checksum
+
+    def batch(self, batch: Any) -> None:
+        """The batch this step trains on."""
+        if self.fps is not None:
+            bs = batch_checksum(batch, self._workspace)
+            self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
+
+    def step(self, loss: torch.Tensor) -> None:
+        """The step's loss and the state it left."""
+        self.losses.append(loss.float().reshape(()))
+        if self.fps is not None:
+            self.fps.record()
+
+
+def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Start, trace: Trace, faults: Faults,
+          attestations: dict[str, Any], watch: ControlWatch, clock: StepClock, turns: Turns | None,
+          final: tuple[str, dict[str, str]]) -> dict[str, Any]:
+    """The record of a run that finished its steps."""
+    strict = spec.mode == "strict"
+    loss_values = torch.stack(trace.losses).cpu().tolist() if trace.losses else []
+    return {
+        "schema": "reproci.run",
+        "version": RECORD_VERSION,
+        "status": "ok",
+        "model": spec.model_name,
+        "model_ref": spec.model_ref,
+        "role": spec.role,
+        "mode": spec.mode,
+        "seed": spec.seed,
+        "start_step": trace.start_step,
+        "end_step": pos.step,
+        "steps": spec.steps,
+        "fault": spec.fault,
+        "fault_detail": faults.detail(),
+        "attestation": start.attestation,
+        "attestations": attestations,
+        "controls": {"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
+        "replayed": pos.replayed,
+        "loader": loader.describe(setup.loader),
+        "environment": envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
+        "packages": envinfo.packages() if spec.role in ("A", "golden") else None,
+        "config": setup.config,
+        "batch_size": setup.batch_size,
+        "initial_fingerprint": trace.initial,
+        "batch_checksum": BATCH_CHECKSUM,
+        "tensor_names": trace.fps.names if trace.fps is not None else [],
+        "fingerprints": trace.fps.to_lists() if trace.fps is not None else [],
+        "batch_fingerprints": torch.stack(trace.batch_sums).cpu().tolist() if trace.batch_sums else [],
+        "losses": [v if math.isfinite(v) else repr(v) for v in loss_values],
+        "final_sha256": final[0],
+        "tensor_sha256": final[1],
+        **_timing_fields(clock, start, pos.step - trace.start_step, setup.batch_size, lockstep=turns is not None),
+        "cpus": turns.cpus if turns is not None else None,
+        "steady_allocator": start.steady_allocator,
+        "ops": clock.ops,
+    }
+
+
+def _timing_fields(clock: StepClock, start: Start, steps_taken: int, batch_size: int | None, *,
+                   lockstep: bool) -> dict[str, Any]:
+    """Set-up and training time; on throughput runs, each timed step and the rates they give."""
+    train_s = clock.ended - clock.since
+    timed_s = ((clock.timed_end or clock.ended) - clock.timed_from) if clock.timed_from is not None else train_s
+    if lockstep:
+        timed_s = sum(clock.step_times)  # the time it held the turn, not the time it waited for it
+    steps_per_s = 1.0 / statistics.median(clock.step_times) if clock.step_times else None
+    peak = clock.peak or (None, None)
+    return {
+        "timings": {
+            "setup_s": clock.since - start.t,
+            "train_s": train_s,
+            "timed_steps": clock.timed_steps if clock.timed_from is not None else steps_taken,
+            "timed_s": timed_s,
+        },
+        "step_times_s": clock.step_times,
+        "data_times_s": clock.data_times,
+        "steps_per_s": steps_per_s,
+        "samples_per_s": steps_per_s * batch_size if steps_per_s and batch_size else None,
+        "peak_memory_bytes": peak[0],
+        "peak_memory_kind": peak[1],
+        "profiled_steps": max(clock.profile_steps - 1, 0),
+    }

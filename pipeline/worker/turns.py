@@ -1,0 +1,54 @@
+"""Taking turns with paired runs (``spec.lockstep``).
+
+One step per turn, handed out by the orchestrator through two FIFOs, so the modes of a
+throughput pair meet the same neighbours on a shared machine. The orchestrator holds its
+ends open before launch.
+
+On a CPU, the first turn moves this process to the first ``threads`` CPUs it may use:
+paired workers start with the same CPU set, so they take their turns on the same CPUs.
+Processes it forks later (loader workers) get the full set back, so data loading still
+runs beside training as it would unpinned.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .spec import WorkerSpec, resolve
+
+
+class Turns:
+    """This run's ends of the FIFOs: wait for a turn, say it is done."""
+
+    def __init__(self, spec: WorkerSpec, spec_file: Path, device: torch.device) -> None:
+        base = str(resolve(spec_file, spec.lockstep))
+        try:
+            self.go = os.open(base + ".go", os.O_RDONLY)
+            self.finished = os.open(base + ".done", os.O_WRONLY)
+        except FileNotFoundError:  # the orchestrator ended the pair (its partner failed) before this run got here
+            raise RuntimeError("lockstep: the orchestrator stopped handing out turns") from None
+        self.pin = spec.threads if device.type == "cpu" and hasattr(os, "sched_setaffinity") else 0
+        self.cpus: list[int] | None = None
+        self.allowed: set[int] | None = None
+
+    def wait(self) -> None:
+        if self.pin and self.cpus is None:
+            allowed = self.allowed = os.sched_getaffinity(0)
+            self.cpus = sorted(allowed)[:self.pin]
+            os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, allowed))
+            os.sched_setaffinity(0, self.cpus)
+        if os.read(self.go, 1) != b"g":
+            raise RuntimeError("lockstep: the orchestrator stopped handing out turns")
+
+    def done(self) -> None:
+        os.write(self.finished, b"d")
+
+    def close(self) -> None:
+        """After the last turn: the pair finishes (hashes, record, exit) side by side again."""
+        os.close(self.go)
+        os.close(self.finished)
+        if self.allowed is not None:
+            os.sched_setaffinity(0, self.allowed)

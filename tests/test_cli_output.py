@@ -1,0 +1,127 @@
+"""What a CI log shows: output through a pipe at 80 columns and under GITHUB_ACTIONS=true is
+never cut, progress comes as one line per run start and end on stderr, and the verbs that
+print goldens print nothing undefined."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from pipeline import console as console_mod
+from pipeline import verdicts
+from pipeline.golden.environment import affects_results, split_packages
+from pipeline.reports import goldens, terminal
+
+from .helpers import model_entry
+
+LONG_OP = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
+
+
+def throughput_document() -> dict:
+    top = [{"op": LONG_OP, "growth": 0.4, "delta_ms": 0.12, "share": 0.35},
+           {"op": "aten::embedding_dense_backward", "growth": None, "delta_ms": 0.05, "share": 0.2}]
+    return {"models": [{"model": "transformer", "verdict": verdicts.PASS, "throughput": {
+        "modes": {"strict": {"steps_per_s": 41.5, "peak_memory_bytes": 3 << 20},
+                  "default": {"steps_per_s": 51.2, "peak_memory_bytes": 3 << 20}},
+        "slowdown": {"median": 1.234, "ci_low": 1.2, "ci_high": 1.26, "noisy": False}, "top_ops": top}}]}
+
+
+def log_console(monkeypatch: pytest.MonkeyPatch, *, github: bool = False) -> tuple[Console, io.StringIO]:
+    """The CLI's stdout console as it is built when stdout is a pipe, with COLUMNS=80."""
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stdout", stream)
+    monkeypatch.setenv("COLUMNS", "80")
+    if github:
+        monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    else:
+        monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    return console_mod.stdout(), stream
+
+
+@pytest.mark.parametrize("github", [False, True])
+def test_the_throughput_table_never_cuts_an_op_name_in_a_log(monkeypatch, github):
+    out, stream = log_console(monkeypatch, github=github)
+    terminal.print_throughput(throughput_document(), out)
+    text = stream.getvalue()
+    assert LONG_OP in text and "aten::embedding_dense_backward" in text
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) > 80  # full width, not squeezed
+
+
+def test_a_terminal_keeps_its_own_width(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stdout", Tty())
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    assert console_mod.stdout().width == 80
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert console_mod.stdout().width == console_mod.LOG_WIDTH
+
+
+def test_golden_environment_line_says_only_what_was_recorded():
+    cpu = {"torch": "2.13.0+cpu", "cuda": None, "cudnn": None, "nccl": None, "gpu": {"names": [], "driver": None},
+           "threads": {"intra_op": 1}, "python": "3.11.2"}
+    assert goldens.environment_line(cpu) == "torch 2.13.0+cpu · no GPU · threads 1 · Python 3.11.2"
+    gpu = {**cpu, "cuda": "13.0", "cudnn": 91900, "gpu": {"names": ["NVIDIA H200"], "driver": "580.159.04"}}
+    assert goldens.environment_line(gpu) == ("torch 2.13.0+cpu · CUDA 13.0 · cuDNN 91900 · GPU NVIDIA H200 "
+                                             "(driver 580.159.04) · threads 1 · Python 3.11.2")
+
+
+def test_golden_diff_leads_with_the_packages_that_can_change_results():
+    diff = {"torch": ["2.7.0", "2.7.1"], "nvidia-cudnn-cu12": ["9.5", "9.7"], "pytest": ["8.0", None],
+            "zizmor": [None, "1.0"], "reproci": ["0.1.0", "0.2.0"]}
+    relevant, other = split_packages(diff)
+    assert list(relevant) == ["torch", "nvidia-cudnn-cu12"] and set(other) == {"pytest", "zizmor", "reproci"}
+    assert affects_results("triton") and affects_results("numpy") and not affects_results("rich")
+    out = Console(record=True, width=80, file=io.StringIO(), soft_wrap=True)
+    goldens.print_diff("a", "b", {"env_diff": {}, "package_diff": diff, "models": {}}, out)
+    text = out.export_text()
+    assert "package torch: 2.7.0 → 2.7.1" in text and "package pytest" not in text
+    assert "3 other package(s) changed (none of them computes results): pytest, zizmor, reproci" in text
+
+
+@pytest.mark.slow
+def test_a_piped_run_shows_progress_lines_and_uncut_evidence(reproci):
+    """Through a pipe, at 80 columns, under GitHub Actions (the width rule itself is tested
+    above for a pipe without it)."""
+    env = {"COLUMNS": "80", "GITHUB_ACTIONS": "true"}
+    p = reproci("run", "-m", "conv", "--steps", "6", "--resume-at", "3", "--fault", "buffer-drift", env=env)
+    assert p.returncode == 1, p.stderr
+    entry = model_entry(reproci.latest(), "conv")
+    where = verdicts.first_difference(verdicts.evidence_of(entry))
+    assert entry["evidence"]["tensor"] and entry["evidence"]["tensor"] in where
+    assert where in p.stdout  # the whole evidence on one line of the table, at 80 columns
+    assert "…" not in p.stdout
+    assert f"conv: NONDETERMINISTIC: {entry['message']}" in p.stdout  # results, ERROR and failures too, on stdout
+    for role in ("A", "B", "C"):
+        assert re.search(rf"^\[\s*\d+\.\d s\] conv: run {role} started \(6 steps", p.stderr, re.M), p.stderr
+    assert re.search(r"^\[\s*\d+\.\d s\] conv: run A done: 6 steps, [\d.]+ steps/s, [\d.]+ s$", p.stderr, re.M)
+    assert re.search(r"conv: run C done: 3 steps", p.stderr)  # C resumed at 3
+    assert "::error title=reproci conv on local%3A NONDETERMINISTIC::" in p.stdout
+
+
+@pytest.mark.slow
+def test_golden_update_help_lists_the_run_options(reproci):
+    p = reproci("golden", "update", "--help")
+    assert p.returncode == 0
+    for option in ("--image", "--model", "--steps", "--resume-at", "--goldens-dir", "--threads"):
+        assert option in p.stdout
+
+
+def test_json_of_a_results_file_is_the_typed_document(files):
+    from pipeline import results
+
+    doc = results.load(files["compared"])
+    assert set(doc) <= set(results.ResultsDocument.__annotations__)
+    for m in doc["models"]:
+        assert set(m) <= set(results.ModelEntry.__annotations__) | {"description", "source", "code_sha256",
+                                                                      "steps", "resume_at", "seed", "fault", "config",
+                                                                      "config_sha256", "batch_size", "attestation"}
+    assert json.loads(json.dumps(doc)) == doc

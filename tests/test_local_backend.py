@@ -1,0 +1,245 @@
+"""The local backend: every worker run a fresh subprocess of this interpreter, with the
+determinism environment set before it starts, stopped with everything it started on a
+timeout or when the backend is left, and none started once it is left.
+
+Most runs here are real ``python -m pipeline.worker`` subprocesses that a
+``sitecustomize`` on the inherited PYTHONPATH stops before the worker imports torch: it
+records what the process was given (environment, directory) and then exits, or starts a
+grandchild and hangs, as a slow model would. One run (marked slow) trains for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import errors
+from pipeline.backends import local
+from pipeline.backends.base import CODE_ROOT
+from pipeline.options import build
+from pipeline.worker.spec import WorkerSpec
+
+HOOK = """\
+import json, os, subprocess, sys, time
+report = os.environ.get("REPROCI_TEST_HOOK")
+if report:
+    child = subprocess.Popen(["sleep", "600"]) if os.environ["REPROCI_TEST_HOOK_MODE"] == "hang" else None
+    seen = {"env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(), "child": child and child.pid}
+    with open(report + ".tmp", "w") as f:
+        json.dump(seen, f)
+    os.replace(report + ".tmp", report)
+    print("hook: worker started", flush=True)
+    if child is None:
+        os._exit(7)
+    time.sleep(600)
+"""
+
+
+@pytest.fixture
+def backend() -> local.LocalBackend:
+    return local.LocalBackend(build({}, env={}))
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> tuple[WorkerSpec, Path]:
+    s = WorkerSpec(model_ref="embedding", model_name="embedding", role="A", steps=2, seed=7, threads=2,
+                   output="record-A.json")
+    (tmp_path / "embedding").mkdir()
+    path = tmp_path / "embedding" / "spec-A.json"
+    s.write(path)
+    return s, path
+
+
+@pytest.fixture
+def hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Turns the next worker runs into an early exit (``exit``) or a hang with a grandchild
+    (``hang``); returns a function that sets the mode and gives the file the run reports to."""
+    site = tmp_path / "hook"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HOOK)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    report = tmp_path / "seen.json"
+    monkeypatch.setenv("REPROCI_TEST_HOOK", str(report))
+
+    def mode(name: str) -> Path:
+        monkeypatch.setenv("REPROCI_TEST_HOOK_MODE", name)
+        return report
+    yield mode
+    if report.exists():  # a failed test leaves nothing running
+        worker = json.loads(report.read_text())
+        for pid in (worker["pid"], worker["child"]):
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def seen(report: Path, within: float = 20.0) -> dict:
+    deadline = time.monotonic() + within
+    while not report.exists():
+        assert time.monotonic() < deadline, "the worker never started"
+        time.sleep(0.02)
+    return json.loads(report.read_text())
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for a parent that never reaps counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_worker_gets_the_determinism_environment_and_runs_in_its_spec_directory(
+        backend, spec, hook, monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")  # owned by the launcher: the spec's threads win
+    monkeypatch.setenv("PYTHONHASHSEED", "random")
+    monkeypatch.setenv("REPROCI_TEST_KEPT", "yes")  # anything else is inherited
+    s, path = spec
+    report = hook("exit")
+    result = backend.launch(s, path, timeout=60)
+    assert (result.returncode, result.timed_out) == (7, False)
+    assert result.log_tail.splitlines()[-1] == "hook: worker started"
+    worker = seen(report)
+    env = worker["env"]
+    assert (env["PYTHONHASHSEED"], env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"]) == ("7", "2", "2")
+    assert env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(CODE_ROOT), str(path.parent.parent / "hook")]
+    assert env["REPROCI_TEST_KEPT"] == "yes"
+    assert Path(worker["cwd"]) == path.parent
+
+
+def test_a_default_mode_run_is_not_given_the_strict_cublas_setting(backend, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    env = backend.environment(WorkerSpec(model_ref="conv", model_name="conv", role="A", steps=2, mode="default"))
+    assert "CUBLAS_WORKSPACE_CONFIG" not in env  # an inherited value is dropped too
+
+
+def test_a_worker_that_cannot_read_its_spec_fails_and_its_last_line_is_kept(backend, spec) -> None:
+    s, path = spec
+    path.write_text(json.dumps({**json.loads(path.read_text()), "version": 99}))
+    result = backend.launch(s, path, timeout=60)
+    assert result.returncode == 1 and not result.timed_out
+    assert result.log_tail.splitlines()[-1].startswith("ValueError: worker spec version 99 is not 1")
+    assert not (path.parent / "record-A.json").exists()
+
+
+def test_a_run_past_its_timeout_is_killed_with_everything_it_started(backend, spec, hook) -> None:
+    s, path = spec
+    report = hook("hang")
+    result = backend.launch(s, path, timeout=1.5)
+    assert result.timed_out and result.returncode == -signal.SIGKILL
+    assert 1.5 <= result.seconds < 15
+    worker = seen(report)
+    assert gone(worker["pid"]) and gone(worker["child"])  # its own process group: the grandchild too
+
+
+def test_leaving_the_backend_stops_a_running_worker(backend, spec, hook) -> None:
+    s, path = spec
+    report = hook("hang")
+    results = []
+    launcher = threading.Thread(target=lambda: results.append(backend.launch(s, path, timeout=120)))
+    launcher.start()
+    worker = seen(report)
+    t0 = time.monotonic()
+    backend.__exit__(None, None, None)  # as on Ctrl-C: the with block is left
+    launcher.join(timeout=20)
+    assert not launcher.is_alive() and time.monotonic() - t0 < 15
+    assert results[0].returncode == -signal.SIGKILL and not results[0].timed_out
+    assert gone(worker["pid"]) and gone(worker["child"])
+
+
+def test_a_closed_backend_starts_no_new_run(backend, spec, hook) -> None:
+    s, path = spec
+    report = hook("exit")
+    with backend:
+        pass
+    assert backend.closed
+    with pytest.raises(errors.WorkerFailed, match="run A not started: the run was interrupted") as e:
+        backend.launch(s, path, timeout=60)
+    assert e.value.kind == "interrupted"
+    time.sleep(0.5)
+    assert not report.exists() and not (path.parent / "record-A.json").exists()
+
+
+def test_a_run_starting_as_the_backend_is_left_is_stopped_at_once(backend, spec, hook, monkeypatch) -> None:
+    """Ctrl-C between the closed check and the start: close() cannot see that process, so launch stops it."""
+    s, path = spec
+    report = hook("hang")
+    real_popen = subprocess.Popen
+    started = []
+
+    def popen_then_leave(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        seen(report)
+        backend.__exit__(None, None, None)  # the main thread leaves the backend right now
+        return proc
+
+    monkeypatch.setattr(local.subprocess, "Popen", popen_then_leave)
+    with pytest.raises(errors.WorkerFailed, match="not started: the run was interrupted"):
+        backend.launch(s, path, timeout=5)
+    worker = json.loads(report.read_text())
+    assert started and gone(worker["pid"]) and gone(worker["child"])
+
+
+def test_the_local_backend_records_no_image(backend) -> None:
+    assert backend.image_info() == {"name": "local", "reference": None, "digest": None, "backend": "local"}
+
+
+@pytest.mark.slow
+def test_a_real_worker_run_writes_its_record(backend, spec) -> None:
+    s, path = spec
+    result = backend.launch(s, path, timeout=300)
+    assert result.returncode == 0 and not result.timed_out, result.log_tail
+    record = json.loads((path.parent / "record-A.json").read_text())
+    assert record["status"] == "ok" and len(record["final_sha256"]) == 64
+    assert record["role"] == "A" and record["model"] == "embedding"
+
+
+NO_DOCKER_SDK = """\
+import importlib.abc, sys
+
+
+class NoDockerSdk(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("docker", "requests"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, NoDockerSdk())
+from pipeline import backends, errors, options
+
+with backends.create(options.build({"models": ("embedding",)}, env={})) as b:
+    print(b.name, b.image_info()["name"])
+try:
+    backends.create(options.build({"image": "reproci/cpu-torch2.13:1"}, env={}))
+except errors.InfrastructureError as e:
+    print(e)
+"""
+
+
+def test_the_local_backend_needs_no_docker_sdk_and_docker_runs_say_what_is_missing(tmp_path) -> None:
+    out = subprocess.run([sys.executable, "-c", NO_DOCKER_SDK], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(CODE_ROOT)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "local local",
+        "--image runs workers in containers through the Docker SDK, which is not installed here: "
+        "pip install docker, or drop --image for the local backend"]

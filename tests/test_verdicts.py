@@ -1,0 +1,101 @@
+"""The one vocabulary of verdicts: exit codes, annotation levels, order, evidence text."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import errors, verdicts
+from pipeline.reports import github, webhook
+
+
+def doc(*vs: str, ci: bool = False, updated: bool = False, slowdown_fails: bool = False,
+        regression: bool = False) -> dict:
+    models = [{"model": f"m{i}", "verdict": v, "message": f"message {i}"} for i, v in enumerate(vs)]
+    if regression:
+        models[0]["throughput_regression"] = "strict 1.40× slower than the golden's 1.10×"
+    return {"image": {"name": "img"}, "options": {"ci": ci, "slowdown_fails": slowdown_fails},
+            "golden": {"updated": updated}, "models": models, "summary": {}}
+
+
+def test_every_verdict_has_an_exit_code_a_style_an_icon_and_a_place_in_the_order():
+    for v in verdicts.ALL:
+        assert v in verdicts.EXIT_CODES and v in verdicts.STYLE and v in verdicts.ICON and v in verdicts.ORDER
+    assert set(verdicts.ORDER) == set(verdicts.ALL)
+    assert not (verdicts.FAILING & verdicts.DRIFTING) and not (verdicts.DRIFTING & verdicts.NOTICES)
+
+
+@pytest.mark.parametrize("vs,ci,code", [
+    ((verdicts.PASS, verdicts.NEW), False, errors.EXIT_PASS),
+    ((verdicts.PASS, verdicts.NEW), True, errors.EXIT_DRIFT),
+    ((verdicts.UPGRADE_CHANGED, verdicts.NONDETERMINISTIC), False, errors.EXIT_REPRO_FAILURE),
+    ((verdicts.ERROR, verdicts.RESUME_BROKEN), False, errors.EXIT_RUN_ERROR),
+    ((verdicts.NOT_CHECKED,), True, errors.EXIT_PASS),
+    ((), False, errors.EXIT_PASS),
+])
+def test_the_most_serious_verdict_sets_the_exit_code(vs, ci, code):
+    assert verdicts.document_exit_code(doc(*vs, ci=ci)) == code
+
+
+def test_drift_is_the_evidence_of_a_golden_update_not_its_failure():
+    assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True)) == errors.EXIT_DRIFT
+    assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True, updated=True)) == 0
+    assert verdicts.document_exit_code(doc(verdicts.NONDETERMINISTIC, updated=True)) == errors.EXIT_REPRO_FAILURE
+
+
+def test_a_throughput_regression_fails_only_with_slowdown_fails_and_only_a_passing_run():
+    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True)) == 0
+    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True, slowdown_fails=True)) == errors.EXIT_DRIFT
+    assert verdicts.document_exit_code(doc(verdicts.RESUME_BROKEN, regression=True, slowdown_fails=True)) == 1
+
+
+def test_summarize_counts_and_sets_the_exit_code_once():
+    d = doc(verdicts.PASS, verdicts.PASS, verdicts.ENV_CHANGED)
+    verdicts.summarize(d)
+    assert d["summary"] == {"verdicts": {"ENV_CHANGED": 1, "PASS": 2}, "exit_code": errors.EXIT_DRIFT}
+
+
+def test_annotation_levels_follow_the_exit_code_meaning():
+    assert {v: verdicts.annotation_level(v) for v in verdicts.ALL} == {
+        verdicts.PASS: None, verdicts.NOT_CHECKED: None, verdicts.NEW: "notice", verdicts.MODEL_CHANGED: "notice",
+        verdicts.NONDETERMINISTIC: "error", verdicts.RESUME_BROKEN: "error", verdicts.ERROR: "error",
+        verdicts.UPGRADE_CHANGED: "warning", verdicts.ENV_CHANGED: "warning", verdicts.GOLDEN_MISMATCH: "warning"}
+    assert verdicts.annotation_level(verdicts.NEW, ci=True) == "warning"  # fails as drift in CI
+
+
+def test_run_and_merged_annotations_agree_on_levels():
+    """The same verdict gets the same annotation level from a run and from a merged matrix."""
+    run_doc = doc(verdicts.UPGRADE_CHANGED, verdicts.NONDETERMINISTIC, verdicts.PASS, verdicts.NEW)
+    merged = {"missing": [], "models": [{**m, "image": "img"} for m in run_doc["models"]]}
+    levels = lambda lines: sorted(line.split(" ", 1)[0] for line in lines)  # noqa: E731
+    assert levels(github.annotations(run_doc)) == levels(github.merged_annotations(merged)) == [
+        "::error", "::notice", "::warning"]
+    assert github.annotations(run_doc)[0].startswith("::error ")  # most serious first
+
+
+def test_workflow_command_escaping():
+    line = github.annotation("error", "reproci a: b, c", "line 1\nline 2 100%")
+    assert line == "::error title=reproci a%3A b%2C c::line 1%0Aline 2 100%25"
+
+
+def test_evidence_sentences():
+    ev = {"step": 15, "tensor": "buffer:bn.running_mean", "max_abs": 4.66e-10, "max_ulp": 1, "cause": "compute"}
+    assert verdicts.where_text(ev) == "from step 15, first at buffer:bn.running_mean"
+    assert verdicts.magnitude_text(ev) == "max |Δ| 4.66e-10 (1 ULP)"
+    assert verdicts.first_difference(ev) == "step 15, buffer:bn.running_mean, |Δ| 4.66e-10 (1 ULP)"
+    assert verdicts.where_text({"step": 0, "tensor": "param:w", "cause": "init"}) == \
+        "before the first step, first at param:w"
+    assert verdicts.where_text({"step": None}) == "from the final state"
+    assert verdicts.magnitude_text({"step": 3}) == ""
+
+
+def test_drift_shows_the_golden_comparisons_evidence_and_failures_their_own():
+    golden_ev, own_ev = {"step": 3, "tensor": "param:a"}, {"step": 1, "tensor": "grad:b"}
+    drifted = {"verdict": verdicts.UPGRADE_CHANGED, "evidence": own_ev, "golden": {"evidence": golden_ev}}
+    failed = {"verdict": verdicts.NONDETERMINISTIC, "evidence": own_ev, "golden": {"evidence": golden_ev}}
+    assert verdicts.evidence_of(drifted) is golden_ev and verdicts.evidence_of(failed) is own_ev
+
+
+def test_the_webhook_names_failing_and_drifting_models_most_serious_first():
+    msg = webhook.slack_message(doc(verdicts.ENV_CHANGED, verdicts.PASS, verdicts.ERROR))
+    assert msg["text"].splitlines() == ["reproci: 2 model(s) need attention on image img",
+                                        "• *m2*: ERROR: message 2", "• *m0*: ENV_CHANGED: message 0"]
