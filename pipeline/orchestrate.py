@@ -32,7 +32,8 @@ def project_commit(root: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: None) -> tuple[results.ResultsDocument, Path]:
+def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: None,
+            on_step: Callable[[str, str, int, int], None] | None = None) -> tuple[results.ResultsDocument, Path]:
     """Run every stage for every model; return the results document and its path.
 
     The run directory is removed if this is interrupted, so no partial results stay.
@@ -56,6 +57,8 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         with backends.create(options) as backend:
             image = backend.image_info()
             ctx = RunContext(backend=backend, run_dir=run_dir, timeout=options.timeout, progress=progress)
+            if on_step is not None:
+                ctx.on_step = on_step
             models: list[dict[str, Any]] = []
             environment: dict[str, Any] | None = None
             if "determinism" in options.stages:

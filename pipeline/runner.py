@@ -16,6 +16,7 @@ from .errors import InfrastructureError, WorkerFailed
 from .worker.spec import WorkerSpec
 
 Progress = Callable[[str], None]
+StepProgress = Callable[[str, str, int, int], None]
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RunContext:
     run_dir: Path
     timeout: float
     progress: Progress = lambda msg: None
+    on_step: StepProgress = lambda model, role, step, stop: None  # a live bar's step counts
     slots: threading.BoundedSemaphore | None = None  # at most --jobs worker processes at once, across models
 
 
@@ -67,7 +69,8 @@ def run_worker(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     ctx.progress(f"{spec.model_name}: run {spec.role} started ({spec.steps} steps{_from(spec)})")
     with ctx.slots if ctx.slots is not None else contextlib.nullcontext():
         ctx.backend.refuse_if_closed(spec)  # interrupted while this run waited for a slot
-        result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout)
+        result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout,
+                                    on_step=lambda step, stop: ctx.on_step(spec.model_name, spec.role, step, stop))
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:.0f} s; raise --timeout or use a smaller profile",
                            kind="timeout")

@@ -205,9 +205,13 @@ def test_the_local_backend_records_no_image(backend) -> None:
 
 @pytest.mark.slow
 def test_a_real_worker_run_writes_its_record(backend, spec) -> None:
+    """...and reports its steps as it goes, over its output, kept out of the log tail."""
     s, path = spec
-    result = backend.launch(s, path, timeout=300)
+    steps: list[tuple[int, int]] = []
+    result = backend.launch(s, path, timeout=300, on_step=lambda step, stop: steps.append((step, stop)))
     assert result.returncode == 0 and not result.timed_out, result.log_tail
+    assert steps and steps[-1] == (s.steps, s.steps) and steps == sorted(steps)
+    assert "@reproci:step" not in result.log_tail
     record = json.loads((path.parent / "record-A.json").read_text())
     assert record["status"] == "ok" and len(record["final_sha256"]) == 64
     assert record["role"] == "A" and record["model"] == "embedding"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import abc
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..errors import WorkerFailed
+from ..worker import progress
 from ..worker.spec import WorkerSpec
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
@@ -21,6 +23,19 @@ class ManifestImage(Protocol):
 
     @property
     def gpu(self) -> bool: ...
+
+
+OnStep = Callable[[int, int], None]
+
+
+def take_line(line: str, tail: deque[str], on_step: OnStep | None) -> None:
+    """One line of a worker's output: a step progress line goes to ``on_step`` (and never
+    into the tail, which keeps the last words for an error), any other line to the tail."""
+    step = progress.parse(line)
+    if step is None:
+        tail.append(line)
+    elif on_step is not None:
+        on_step(*step)
 
 
 class BackendOptions(Protocol):
@@ -85,6 +100,8 @@ class Backend(abc.ABC):
         return spec
 
     @abc.abstractmethod
-    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float) -> LaunchResult:
+    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
+               on_step: OnStep | None = None) -> LaunchResult:
         """Run ``python -m pipeline.worker spec_file`` to completion or timeout; refused (see
-        ``refuse_if_closed``) once the backend is left, even while the run was starting."""
+        ``refuse_if_closed``) once the backend is left, even while the run was starting.
+        ``on_step(step, stop)`` hears the worker's step progress lines as they come."""

@@ -8,6 +8,7 @@ from collections import deque
 from typing import Any
 
 from ..errors import InfrastructureError
+from .base import OnStep, take_line
 from .docker_engine import Engine
 
 
@@ -20,10 +21,12 @@ class Container:
     """
 
     def __init__(self, engine: Engine, image: str, command: list[str], *, display: str,
-                 gpus: str | None = None, tail_lines: int = 40, **config: Any) -> None:
+                 gpus: str | None = None, tail_lines: int = 40, on_step: OnStep | None = None,
+                 **config: Any) -> None:
         self.engine, self.image, self.command, self.config = engine, image, command, config
         self.display, self.gpus = display, gpus  # how errors name the image, and the --gpus asked for
         self.tail: deque[str] = deque(maxlen=tail_lines)
+        self.on_step = on_step  # the worker's step progress lines (never in the tail)
         self.id: str | None = None
         self._reader: threading.Thread | None = None
 
@@ -78,8 +81,9 @@ class Container:
             for chunk in self.engine.logs(self._id):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
-                self.tail.extend(line.decode("utf-8", "replace").rstrip() for line in lines)
+                for line in lines:
+                    take_line(line.decode("utf-8", "replace").rstrip(), self.tail, self.on_step)
         except Exception:  # noqa: BLE001 - the container went away; the tail is what we have
             pass
         if pending:
-            self.tail.append(pending.decode("utf-8", "replace").rstrip())
+            take_line(pending.decode("utf-8", "replace").rstrip(), self.tail, self.on_step)

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import InfrastructureError
 from ..worker.exitcodes import EXIT_MISSING_DEPENDENCY
 from ..worker.spec import WorkerSpec
-from .base import Backend, BackendOptions, LaunchResult
+from .base import Backend, BackendOptions, LaunchResult, OnStep
 from .container import Container
 from .docker_engine import Engine, device_requests, image_digest, no_python3_error
 from .docker_spec import RUN, Bind, code_binds, container_path, container_user, environment, translate_spec
@@ -104,7 +104,8 @@ class DockerBackend(Backend):
                 self._plugin_binds[b.target] = b
         return out
 
-    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float) -> LaunchResult:
+    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
+               on_step: OnStep | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         spec_file = spec_file.resolve()
         run_dir = next((d for d in self._run_dirs if spec_file.is_relative_to(d)), spec_file.parent)
@@ -114,7 +115,8 @@ class DockerBackend(Backend):
         labels = {"reproci.run_id": run_dir.name, "reproci.model": spec.model_name, "reproci.role": spec.role}
         t0 = time.monotonic()
         with self._container(["python3", "-m", "pipeline.worker", str(inner)], role="worker", labels=labels,
-                             environment=environment(spec), working_dir=str(inner.parent), mounts=binds) as c:
+                             environment=environment(spec), working_dir=str(inner.parent), mounts=binds,
+                             on_step=on_step) as c:
             self.refuse_if_closed(spec)  # left while the container was made: close() may not have seen it
             c.start()
             code = c.wait(timeout)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..worker.launch import launch_environment
 from ..worker.spec import WorkerSpec
-from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult
+from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
 
 # Names of the variables the launcher owns; inherited values are dropped first.
 _OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -38,7 +38,8 @@ class LocalBackend(Backend):
         env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         return env
 
-    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float) -> LaunchResult:
+    def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
+               on_step: OnStep | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
         proc = subprocess.Popen(
@@ -58,7 +59,7 @@ class LocalBackend(Backend):
             _kill_group(proc)
             self.refuse_if_closed(spec)
         tail: deque[str] = deque(maxlen=40)
-        reader = threading.Thread(target=_drain, args=(proc, tail), daemon=True)
+        reader = threading.Thread(target=_drain, args=(proc, tail, on_step), daemon=True)
         reader.start()
         timed_out = False
         try:
@@ -83,10 +84,10 @@ class LocalBackend(Backend):
             _kill_group(p)
 
 
-def _drain(proc: subprocess.Popen[bytes], tail: deque[str]) -> None:
+def _drain(proc: subprocess.Popen[bytes], tail: deque[str], on_step: OnStep | None) -> None:
     assert proc.stdout is not None
     for raw in proc.stdout:
-        tail.append(raw.decode("utf-8", "replace").rstrip())
+        take_line(raw.decode("utf-8", "replace").rstrip(), tail, on_step)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -54,7 +54,7 @@ def run_and_report(kwargs: dict[str, Any]) -> None:
     opts = options_mod.build(kwargs)
     out, err = console.stdout(), console.stderr()
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
-        document, path = orchestrate.run_all(opts, progress=progress)
+        document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     if "determinism" in opts.stages:
         print_report(document, out, str(path), err)
     if "throughput" in opts.stages:

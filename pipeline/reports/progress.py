@@ -12,7 +12,15 @@ import time
 from types import TracebackType
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+
+class _Steps(ProgressColumn):
+    """'120/300 steps' on a run's bar; nothing on the overall line, whose end is not known."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{int(task.completed)}/{int(task.total)} steps" if task.total else "", style="progress.download")
 
 
 class RunProgress:
@@ -24,13 +32,13 @@ class RunProgress:
         self.finished = 0
         self._lock = threading.Lock()
         self._bar: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
+        self._runs: dict[tuple[str, str], TaskID] = {}  # a bar per worker run in flight
 
     def __enter__(self) -> "RunProgress":
         if not self.log:
-            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                 TextColumn("[dim]{task.completed} runs done"), TimeElapsedColumn(),
-                                 console=self.console, transient=True)
+            self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 _Steps(), TimeElapsedColumn(), console=self.console, transient=True)
             self._bar.__enter__()
             self._task = self._bar.add_task("starting", total=None)
         return self
@@ -40,12 +48,24 @@ class RunProgress:
         if self._bar is not None:
             self._bar.__exit__(exc_type, exc, tb)
 
+    def step(self, model: str, role: str, step: int, stop: int) -> None:
+        """A worker run's step count, from its progress lines: a bar of its own while it runs."""
+        if self._bar is None:
+            return  # a log gets the start and end lines only
+        with self._lock:
+            key = (model, role)
+            if key not in self._runs:
+                self._runs[key] = self._bar.add_task(f"  {model} run {role}", total=stop)
+            self._bar.update(self._runs[key], completed=step, total=stop)
+            if step >= stop:
+                self._bar.remove_task(self._runs.pop(key))
+
     def __call__(self, message: str) -> None:
         with self._lock:
             if " done" in message:
                 self.finished += 1
             if self._bar is not None and self._task is not None:
-                self._bar.update(self._task, description=message, completed=self.finished)
+                self._bar.update(self._task, description=f"{message} ({self.finished} runs done)")
             else:
                 self.console.print(f"[{time.monotonic() - self.started:7.1f} s] {message}", highlight=False,
                                    markup=False)

@@ -20,6 +20,7 @@ from .checkpoint import LoopPosition, Resume
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .controls import ControlWatch
 from .faults import Faults
+from .progress import StepLine
 from .spec import WorkerSpec, resolve
 from .state import dump_state, final_hash
 from .timing import StepClock, steady_allocator, sync
@@ -72,6 +73,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
                       profile_ops=spec.profile_ops)
     batches = _batches(setup, pos, resume, spec, faults)
     watch.step = lambda: pos.step + 1  # from here on, a control set is set in the step being taken
+    step_line = StepLine(stop)
     sync(device)
     while pos.step < stop:
         in_turn = turns is not None and clock.past_warmup(pos.step)
@@ -90,6 +92,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         clock.step_taken(pos.step, fetch_s)
         _save_checkpoints(spec, spec_file, setup, pos, attestations)
         clock.step_ended()
+        step_line(pos.step)
         if in_turn:
             sync(device)
             turns.done()  # type: ignore[union-attr]
