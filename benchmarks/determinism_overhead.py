@@ -8,6 +8,7 @@
    same model and steps (full, full, stop-at-k, resume) (target ratio <= 0.9).
 
     python benchmarks/determinism_overhead.py [--models conv transformer embedding] [--steps 30]
+                                              [--device cpu|cuda] [--profile quick|full]
 """
 
 from __future__ import annotations
@@ -28,26 +29,34 @@ import torch  # noqa: E402
 from pipeline.backends.local import LocalBackend  # noqa: E402
 from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from pipeline.worker.determinism import deterministic_mode  # noqa: E402
-from pipeline.worker.fingerprint import StepFingerprints, batch_checksum  # noqa: E402
+from pipeline.worker.batchsum import batch_checksum  # noqa: E402
+from pipeline.worker.fingerprint import StepFingerprints  # noqa: E402
 from pipeline.worker.spec import WorkerSpec  # noqa: E402
 from pipeline.worker.train import _train_step, to_device  # noqa: E402
 
 
-def fingerprint_overhead(model: str, steps: int = 60) -> tuple[float, float]:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profile: str = "quick") -> tuple[float, float]:
     """(direct, difference): the median time of recording one step's fingerprints over the
     median step time; and the median step time with fingerprints over without, in
     alternating blocks (the second is noisier on a shared machine: a difference of two
     noisy times)."""
+    dev = torch.device(device)
     with deterministic_mode(seed=0, threads=1):
-        setup = validate(load_factory(model)(ModelContext(profile="quick", device=torch.device("cpu"), seed=0)), model)
+        setup = validate(load_factory(model)(ModelContext(profile=profile, device=dev, seed=0)), model)
         fps = StepFingerprints(setup.model, setup.optimizer)
         batches = []
         for b in setup.loader:
             batches.append(b)
             if len(batches) >= 4:
                 break
+        batches = [to_device(b, dev) for b in batches]
         for b in batches[:2]:  # warm-up, and bind the tensor list
-            _train_step(setup, to_device(b, torch.device("cpu")))
+            _train_step(setup, b)
             fps.record()
         batch_ws: dict = {}
         step_times: list[float] = []
@@ -56,12 +65,15 @@ def fingerprint_overhead(model: str, steps: int = 60) -> tuple[float, float]:
         for i in range(steps):
             batch = batches[i % len(batches)]
             on = (i // 5) % 2 == 0
+            _sync(dev)
             t0 = time.perf_counter()
             _train_step(setup, batch)
+            _sync(dev)
             t1 = time.perf_counter()
             if on:
                 batch_checksum(batch, batch_ws)
                 fps.record()
+            _sync(dev)
             t2 = time.perf_counter()
             step_times.append(t1 - t0)
             if on:
@@ -72,7 +84,7 @@ def fingerprint_overhead(model: str, steps: int = 60) -> tuple[float, float]:
     return direct, difference
 
 
-def stage_vs_seed_style(model: str, steps: int) -> tuple[float, float]:
+def stage_vs_seed_style(model: str, steps: int, device: str = "cpu", profile: str = "quick") -> tuple[float, float]:
     k = steps // 2
     backend = LocalBackend(type("O", (), {"image_name": "local"})())
     with tempfile.TemporaryDirectory() as d:
@@ -85,7 +97,7 @@ def stage_vs_seed_style(model: str, steps: int) -> tuple[float, float]:
             assert r.returncode == 0, r.log_tail
             return r.seconds
 
-        base = WorkerSpec(model_ref=model, model_name=model, role="A", steps=steps)
+        base = WorkerSpec(model_ref=model, model_name=model, role="A", steps=steps, device=device, profile=profile)
         ours = (launch(dataclasses.replace(base, checkpoint_at=k, checkpoint_path="a.pt", output="A.json"))
                 + launch(dataclasses.replace(base, role="B", output="B.json"))
                 + launch(dataclasses.replace(base, role="C", resume_from="a.pt", output="C.json")))
@@ -102,12 +114,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["conv", "transformer", "embedding"])
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--stage-models", nargs="*", default=None,
+                    help="models whose stage wall time is measured (default: every --models)")
+    ap.add_argument("--profile", default="quick", choices=["quick", "full"])
     args = ap.parse_args()
     print(f"{'model':12} {'fingerprint cost':>17} {'with/without':>13} {'stage s':>8} {'seed-style s':>13} {'ratio':>6}")
     for m in args.models:
-        direct, difference = fingerprint_overhead(m)
-        ours, seed = stage_vs_seed_style(m, args.steps)
-        print(f"{m:12} {direct * 100:16.2f}% {difference * 100:12.2f}% {ours:8.2f} {seed:13.2f} {ours / seed:6.2f}")
+        direct, difference = fingerprint_overhead(m, device=args.device, profile=args.profile)
+        if args.stage_models is None or m in args.stage_models:
+            ours, seed = stage_vs_seed_style(m, args.steps, device=args.device, profile=args.profile)
+            stage = f"{ours:8.2f} {seed:13.2f} {ours / seed:6.2f}"
+        else:
+            stage = f"{'-':>8} {'-':>13} {'-':>6}"
+        print(f"{m:12} {direct * 100:16.2f}% {difference * 100:12.2f}% {stage}")
     print("targets: overhead <= 3 %, ratio <= 0.9")
 
 

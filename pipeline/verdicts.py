@@ -162,3 +162,18 @@ def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> st
         ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
         parts.append(f"|Δ| {ev['max_abs']:.3g}{ulp}")
     return ", ".join(parts)
+
+
+def op_text(op: dict[str, Any] | None) -> str:
+    """'aten::native_dropout in blocks.0.drop at model.py:52 (forward), forward pass, max |Δ| 2 (…)'
+    for the first op whose output differs; '' when no op was recorded."""
+    if not op:
+        return ""
+    if not op.get("found"):
+        return f"no op output differs in that step ({op.get('ops')} ops compared): the difference entered outside them"
+    where = "".join([f" in {op['module']}" if op.get("module") else "", f" at {op['source']}" if op.get("source") else ""])
+    pass_ = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}.get(op.get("phase"), "")
+    if op.get("kind") == "sequence":
+        return f"the ops themselves differ from op {op['index']}: {op['op']}{where}" + (f", {pass_}" if pass_ else "")
+    mag = magnitude_text(op)
+    return f"{op['op']}{where}" + (f", {pass_}" if pass_ else "") + (f", {mag}" if mag else "")

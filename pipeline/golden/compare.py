@@ -36,6 +36,7 @@ class Divergence:
     elements_differing: int | None = None
     magnitude_source: str | None = None  # "probe" (exact re-run dump) or "final-state"
     tensors: list[str] = field(default_factory=list)  # up to 10 differing tensors at the step
+    op: dict[str, Any] | None = None  # the first op whose output differs in that step (pipeline.golden.ops)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
+from ..errors import WorkerFailed
+from ..golden import ops
 from ..golden.compare import Divergence, first_divergence, step_rows, tensor_magnitude
 from ..models import ModelRef
 from ..options import RunOptions
-from ..errors import WorkerFailed
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
 
@@ -70,12 +71,14 @@ def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, dict[str, Any]]:
+def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, Path, dict[str, Any]]:
+    """Re-run up to ``step``, recording that step's ops and dumping the state after it."""
     probe = dataclasses.replace(spec, role=f"probe-{spec.role}", output=f"record-probe-{spec.role}.json",
                                 checkpoint_at=None, checkpoint_path=None, final_dump_path=None, dump_at=step,
-                                dump_path=f"dump-{spec.role}-{step}.pt")
+                                dump_path=f"dump-{spec.role}-{step}.pt", ops_path=f"ops-{spec.role}-{step}.pt")
     record = run_worker(ctx, probe)
-    return ctx.run_dir / spec.model_name / f"dump-{spec.role}-{step}.pt", record
+    work = ctx.run_dir / spec.model_name
+    return work / f"dump-{spec.role}-{step}.pt", work / f"ops-{spec.role}-{step}.pt", record
 
 
 def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: str, y: str,
@@ -86,8 +89,8 @@ def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: s
     import torch
 
     try:
-        dump_x, rec_x = _probe(ctx, specs[x], div.step)
-        dump_y, rec_y = _probe(ctx, specs[y], div.step)
+        dump_x, ops_x, rec_x = _probe(ctx, specs[x], div.step)
+        dump_y, ops_y, rec_y = _probe(ctx, specs[y], div.step)
     except WorkerFailed as e:
         div.magnitude_source = f"unavailable: {e}"
         return
@@ -100,7 +103,9 @@ def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: s
     faithful = (step_rows(rec_x).get(div.step) == step_rows(records[x]).get(div.step)
                 and step_rows(rec_y).get(div.step) == step_rows(records[y]).get(div.step))
     div.magnitude_source = "probe" if faithful else "probe (re-run did not reproduce the original checksums)"
-    for p in (dump_x, dump_y):
+    if ops_x.is_file() and ops_y.is_file():
+        div.op = ops.first_op_difference(ops.load(ops_x), ops.load(ops_y))
+    for p in (dump_x, dump_y, ops_x, ops_y):
         p.unlink(missing_ok=True)
 
 
@@ -259,5 +264,6 @@ def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
         mag = verdicts.magnitude_text(d)
         cause = {"data": "; different batch (data order)", "compute": "; same batch, different result"}.get(ev.cause, "")
         loss = "; losses still equal" if ev.losses_equal else ""
-        text += f"{', ' + mag if mag else ''}{cause}{loss}"
+        op = f"; first differing op: {verdicts.op_text(ev.op)}" if ev.op else ""
+        text += f"{', ' + mag if mag else ''}{cause}{op}{loss}"
     return f"{text}; {controls}" if controls else text

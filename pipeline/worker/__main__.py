@@ -11,7 +11,21 @@ import traceback
 from pathlib import Path
 
 from .exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
-                        EXIT_MISSING_DEPENDENCY, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE)
+                        EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE)
+
+_NO_KERNEL = " does not have a deterministic implementation"
+
+
+def no_deterministic_kernel(e: BaseException) -> str | None:
+    """The one-line ERROR for an op that strict mode refuses on this device (torch raises
+    "X does not have a deterministic implementation, but you set
+    'torch.use_deterministic_algorithms(True)' ..."), or None for any other failure."""
+    text = str(e)
+    if not isinstance(e, RuntimeError) or _NO_KERNEL not in text:
+        return None
+    op = text.split(_NO_KERNEL, 1)[0].strip().splitlines()[-1].split()[-1]
+    return (f"{op} has no deterministic kernel on this device, and strict determinism requires one: "
+            "replace it in the model with an op that has one, or leave this model out of the strict stage")
 
 
 def _write(path: Path, record: dict) -> None:
@@ -24,6 +38,8 @@ def _classify(e: BaseException) -> tuple[str, int]:
     """(error_kind, exit code) of a failure. By class name: when torch is missing, the
     modules that define these classes cannot be imported."""
     name = type(e).__name__
+    if no_deterministic_kernel(e) is not None:
+        return "no-deterministic-kernel", EXIT_NO_DETERMINISTIC_KERNEL
     if name == "ContractError":
         return "contract", EXIT_CONTRACT
     if name == "AttestationError":
@@ -56,6 +72,7 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # noqa: BLE001 - every failure becomes an error record
         kind, code = _classify(e)
         message = (f"breaks the plugin contract: {e}" if kind == "contract"
+                   else no_deterministic_kernel(e) or "" if kind == "no-deterministic-kernel"
                    else str(e) if kind in ("attestation", "no-device") else f"{type(e).__name__}: {e}").strip()
         _write(out, {
             "schema": "reproci.run", "version": 1, "status": "error", "error_kind": kind,

@@ -53,6 +53,7 @@ class WorkerSpec:
     dump_at: int | None = None
     dump_path: str | None = None
     final_dump_path: str | None = None  # every state tensor at the end (goldens, magnitudes)
+    ops_path: str | None = None  # with dump_at: every aten op of step dump_at, with output digests
     fingerprints: bool = True
     warmup_steps: int = 0
     profile_ops: bool = False

@@ -85,7 +85,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         batch = to_device(next(batches), device)
         fetch_s = time.perf_counter() - t_fetch
         trace.batch(batch)
-        loss = _train_step(setup, batch)
+        loss = _recorded_step(spec, spec_file, setup, batch) if pos.step + 1 == spec.dump_at else _train_step(setup, batch)
         pos.step += 1
         faults.after_step(setup.model, pos.step)
         trace.step(loss)
@@ -142,6 +142,18 @@ def to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_device(v, device) for v in batch)
     return batch
+
+
+def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, batch: Any) -> torch.Tensor:
+    """The probed step, with every op recorded when the spec asks (``oprecord``)."""
+    if spec.ops_path is None:
+        return _train_step(setup, batch)
+    from .oprecord import OpRecorder
+
+    with OpRecorder(setup.model, setup.optimizer) as recorder:
+        loss = _train_step(setup, batch)
+    recorder.save(str(resolve(spec_file, spec.ops_path)))
+    return loss
 
 
 def _train_step(setup: TrainSetup, batch: Any) -> torch.Tensor:

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check: every stage of reproci on one CUDA GPU, in one call, in about 8 minutes.
+#
+# For a bare GPU machine that already has python3 with a CUDA torch, numpy, click, pyyaml and
+# rich (no Docker engine, no docker SDK, no network): reproci runs from this checkout through
+# PYTHONPATH on the local backend. pytest is installed from .cache/gpu-wheels when missing
+# (fill it beforehand with: pip download pytest -d .cache/gpu-wheels).
+#
+#   bash benchmarks/gpu_check.sh                      # every part below, in order
+#   bash benchmarks/gpu_check.sh tests bench          # some parts (env always runs first)
+#
+# Parts: env, tests, bench, strict, throughput. Each has its own timeout, so that two calls
+# of at most 10 minutes (tests bench | strict throughput) cover everything.
+#
+# 1. the environment (GPU, driver, torch, CUDA, cuDNN, NCCL);
+# 2. tests/gpu/ (reference models on CUDA with -j 3, every optimizer state layout, AMP, real
+#    CUDA nondeterminism caught, an op without a deterministic kernel, throughput on CUDA);
+# 3. the per-step fingerprint cost on CUDA and the stage against a seed-style check;
+# 4. the strict stage on the full profile (-j 3) and the throughput stage on the full profile.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT=${OUT:-$(mktemp -d)}
+reproci() { "$PY" -m pipeline.cli "$@"; }
+start=$(date +%s)
+status=0
+step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
+PARTS=" ${*:-tests bench strict throughput} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
+
+step "environment"
+"$PY" - <<'PY' || exit 5
+import platform, subprocess, torch
+try:
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception:  # a build without NCCL
+    nccl = None
+print(f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+      f"cuDNN {torch.backends.cudnn.version()}, NCCL {nccl}")
+if not torch.cuda.is_available():
+    raise SystemExit("torch sees no CUDA device: this check needs one")
+for i in range(torch.cuda.device_count()):
+    print(f"GPU {i}: {torch.cuda.get_device_name(i)}")
+try:
+    print("driver", subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=30).stdout.strip())
+except OSError:
+    print("driver: nvidia-smi not found")
+PY
+
+if want tests; then
+step "tests/gpu"
+if ! "$PY" -c "import pytest" 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --find-links .cache/gpu-wheels pytest 2>/dev/null \
+        || echo "pytest is missing and .cache/gpu-wheels has none: tests/gpu skipped"
+fi
+if "$PY" -c "import pytest" 2>/dev/null; then
+    timeout 420 "$PY" -m pytest -q -p no:cacheprovider tests/gpu -rs || status=1
+fi
+fi
+
+if want bench; then
+step "fingerprint cost on CUDA (every reference model) and stage wall time (embedding), full profile"
+timeout 150 "$PY" benchmarks/determinism_overhead.py --device cuda --profile full --steps 60 \
+    --stage-models embedding || status=1
+fi
+
+if want strict; then
+step "strict stage, full profile, -j 3"
+timeout 270 reproci run --device cuda --profile full -j 3 --results-dir "$OUT/results" --goldens-dir "$OUT/goldens" \
+    || status=1
+fi
+
+if want throughput; then
+step "throughput stage, full profile, 2 repetitions"
+timeout 270 reproci run --device cuda --profile full --stage throughput --repetitions 2 \
+    --results-dir "$OUT/throughput" --goldens-dir "$OUT/goldens" || status=1
+fi
+
+step "done: exit $status"
+exit $status

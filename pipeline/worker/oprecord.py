@@ -1,0 +1,147 @@
+"""Every aten op of one training step, in execution order: what it was, where in the model
+it ran, and a digest of its outputs. Two runs recorded at the step where they first differ
+name the first op whose output differs (``pipeline.golden.ops``).
+
+Recording is for probe replays only (it is slow: anomaly mode, a Python stack per op); the
+normal runs never pay for it. Forward ops take their module from forward hooks and their
+source line from the Python stack; backward ops take both from the forward op that made
+their autograd node (anomaly mode keeps its stack, and a function mode tags the node with
+the module). Optimizer ops come after ``optimizer.step`` starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import traceback
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+MODULE_KEY = "reproci_module"
+KEEP_BYTES = 64 * 1024 * 1024  # output copies kept for magnitudes; past this, digests only
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
+              os.path.dirname(os.__file__))
+
+
+def user_frame(frames: list[tuple[str, int, str]]) -> str | None:
+    """'model.py:47 (forward)': the innermost frame of the model's own code (not torch, not
+    the harness, not the standard library)."""
+    for filename, line, function in reversed(frames):
+        path = os.path.abspath(filename)
+        if not path.startswith(_SKIP_DIRS) and not filename.startswith("<"):
+            return f"{os.path.basename(filename)}:{line} ({function})"
+    return None
+
+
+def _parse(formatted: list[str] | None) -> list[tuple[str, int, str]]:
+    out = []
+    for text in formatted or []:
+        m = _FRAME.search(text)
+        if m:
+            out.append((m.group(1), int(m.group(2)), m.group(3)))
+    return out
+
+
+def digest(t: torch.Tensor) -> str:
+    """The exact bits of a tensor's values (with its dtype and shape)."""
+    raw = t.detach().contiguous().reshape(-1).cpu()
+    h = hashlib.blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=12)
+    if raw.numel():
+        h.update(raw.view(torch.uint8).numpy().tobytes() if raw.dtype != torch.bool else raw.numpy().tobytes())
+    return h.hexdigest()
+
+
+class _Tagger(TorchFunctionMode):
+    """Marks the autograd node of each forward output with the module that made it."""
+
+    def __init__(self, recorder: "OpRecorder") -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        module = self.recorder.module()
+        if module is not None and self.recorder.phase == "forward":
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    t.grad_fn.metadata.setdefault(MODULE_KEY, module)
+        return out
+
+
+class OpRecorder(TorchDispatchMode):
+    """Use around one training step: ``with OpRecorder(model, optimizer) as rec: step()``."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__()
+        self.names = {m: name or type(model).__name__ for name, m in model.named_modules()}
+        self.optimizer = optimizer
+        self.stack: list[str] = []
+        self.phase = "forward"
+        self.rows: list[dict[str, Any]] = []
+        self.kept: dict[int, torch.Tensor] = {}
+        self._kept_bytes = 0
+        self._handles: list[Any] = []
+        self._anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
+        self._tagger = _Tagger(self)
+
+    def module(self) -> str | None:
+        return self.stack[-1] if self.stack else None
+
+    def __enter__(self) -> "OpRecorder":
+        nn = torch.nn.modules.module
+        self._handles = [nn.register_module_forward_pre_hook(self._enter_module),
+                         nn.register_module_forward_hook(self._leave_module),
+                         self.optimizer.register_step_pre_hook(self._optimizer_step)]
+        self._anomaly.__enter__()
+        self._tagger.__enter__()
+        return super().__enter__()
+
+    def _enter_module(self, module: torch.nn.Module, args: Any) -> None:
+        self.stack.append(self.names.get(module, type(module).__name__))
+
+    def _leave_module(self, module: torch.nn.Module, args: Any, output: Any) -> None:  # None: output unchanged
+        if self.stack:
+            self.stack.pop()
+
+    def _optimizer_step(self, *args: Any) -> None:
+        self.phase = "optimizer"
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        self._tagger.__exit__(*exc)
+        self._anomaly.__exit__(*exc)
+        for h in self._handles:
+            h.remove()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.layout == torch.strided]
+        if not tensors:
+            return out
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            phase, module = "backward", node.metadata.get(MODULE_KEY)
+            where = user_frame(_parse(node.metadata.get("traceback_")))
+        else:
+            phase, module = self.phase, self.module()
+            where = user_frame([(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()])
+        index = len(self.rows)
+        self.rows.append({"op": str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func),
+                          "overload": str(func), "phase": phase, "module": module, "where": where,
+                          "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
+                          "digest": "".join(digest(t) for t in tensors)})
+        first = tensors[0]
+        size = first.numel() * first.element_size()
+        if self._kept_bytes + size <= KEEP_BYTES:
+            self.kept[index] = first.detach().cpu().clone()
+            self._kept_bytes += size
+        return out
+
+    def save(self, path: str) -> None:
+        torch.save({"rows": self.rows, "kept": self.kept}, path)
