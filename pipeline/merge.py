@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 from . import __version__, atomic, errors, results, verdicts
 from .errors import ResultsError, UsageError
+from .reports import github
 
 SCHEMA = "reproci.merged"
 VERSION = 1
@@ -160,8 +161,6 @@ def merge_files(shards: tuple[Path, ...], output: Path, *, matrix: str | None = 
                 summary: Path | None = None) -> tuple[dict[str, Any], list[str]]:
     """``reproci merge``: read the shards, write the merged document (and append the step
     summary); return it with notes on superseded shards."""
-    from .reports import github
-
     expected = expected_images(matrix)
     loaded, notes = load_shards(shards)
     if not loaded and not expected:

@@ -159,8 +159,7 @@ def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> st
     if ev.get("tensor"):
         parts.append(code(ev["tensor"]))
     if ev.get("max_abs") is not None:
-        ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
-        parts.append(f"|Δ| {ev['max_abs']:.3g}{ulp}")
+        parts.append(magnitude_text(ev).removeprefix("max "))
     return ", ".join(parts)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import errors
 
-from .helpers import PLUGINS, ROOT, interruptible, model_entry
+from .helpers import PLUGINS, ROOT, interruptible, model_entry, said
 
 pytestmark = pytest.mark.slow
 FAULTY = PLUGINS / "faulty.py"
@@ -173,6 +173,6 @@ def test_cuda_without_a_gpu_is_an_infrastructure_error(reproci):
     p = reproci("run", "--device", "cuda", "-m", "embedding", "--steps", "4", "--resume-at", "2")
     assert p.returncode == errors.EXIT_INFRA, p.stdout + p.stderr
     assert "--device cuda" in p.stderr and "sees no GPU" in p.stderr and "use --device cpu" in p.stderr
-    said = [line for line in p.stderr.strip().splitlines() if not line.startswith("[")]  # progress lines aside
-    assert len(said) == 1 and said[0].startswith("error:")
+    lines = said(p.stderr)  # progress lines aside
+    assert len(lines) == 1 and lines[0].startswith("error:")
     assert not list((reproci.cwd / "results").glob("*/results.json"))

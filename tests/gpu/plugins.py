@@ -47,28 +47,23 @@ sgd, adam, adamw, adagrad, adam_fused, adam_capturable = (
     _with(o) for o in ("sgd", "adam", "adamw", "adagrad", "adam_fused", "adam_capturable"))
 
 
-def amp_bf16(ctx: ModelContext) -> TrainSetup:
-    model = _mlp(ctx)
+def _amp(dtype: torch.dtype, *, scaler: bool):
+    def build(ctx: ModelContext) -> TrainSetup:
+        model = _mlp(ctx)
 
-    def loss_fn(m: nn.Module, b) -> torch.Tensor:
-        with torch.autocast(device_type=ctx.device.type, dtype=torch.bfloat16):
-            return _bce(m, b)
+        def loss_fn(m: nn.Module, b) -> torch.Tensor:
+            with torch.autocast(device_type=ctx.device.type, dtype=dtype):
+                return _bce(m, b)
 
-    return TrainSetup(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), loader=_data(ctx),
-                      loss_fn=loss_fn, config={"amp": "bf16"})
+        return TrainSetup(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3), loader=_data(ctx),
+                          loss_fn=loss_fn, config={"amp": str(dtype)},
+                          scaler=torch.amp.GradScaler(ctx.device.type, init_scale=2.0 ** 12) if scaler else None)
+    return build
 
 
-def amp_fp16_scaler(ctx: ModelContext) -> TrainSetup:
-    """fp16 autocast with a GradScaler: the scaler's scale and growth tracker are in the checkpoint."""
-    model = _mlp(ctx)
-
-    def loss_fn(m: nn.Module, b) -> torch.Tensor:
-        with torch.autocast(device_type=ctx.device.type, dtype=torch.float16):
-            return _bce(m, b)
-
-    return TrainSetup(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), loader=_data(ctx),
-                      loss_fn=loss_fn, scaler=torch.amp.GradScaler(ctx.device.type, init_scale=2.0 ** 12),
-                      config={"amp": "fp16"})
+amp_bf16 = _amp(torch.bfloat16, scaler=False)
+# fp16 autocast with a GradScaler: the scaler's scale and growth tracker are in the checkpoint.
+amp_fp16_scaler = _amp(torch.float16, scaler=True)
 
 
 class CollidingPool(nn.Module):

@@ -18,9 +18,8 @@ def reproci(tmp_path) -> Cli:
 
 
 def run(reproci: Cli, device: str, *models: str, extra: tuple[str, ...] = ()):
-    refs = [m if ":" not in m else m for m in models]
     args = ["run", "--device", device, *SHORT, *extra]
-    for m in refs:
+    for m in models:
         args += ["-m", m]
     return reproci(*args, timeout=900)
 
