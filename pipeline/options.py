@@ -20,7 +20,7 @@ from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
 from .worker.spec import FAULTS
 
-STAGES = ("determinism", "throughput")
+STAGES = ("determinism", "throughput", "audit", "probes")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 CONFIG_FILE = "reproci.yaml"
 
@@ -52,6 +52,7 @@ class RunOptions:
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
     slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
     slowdown_fails: bool = False  # a throughput regression fails the run (exit 3) instead of warning
+    probes_fail: bool = False  # a portability dependency found by --stage probes fails the run (exit 1)
     github_actions: bool = False  # print ::error/::warning annotations
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY, appended to when set
     project_root: Path = field(default_factory=lambda: Path.cwd())
@@ -98,6 +99,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "repetitions": ("an integer", _is_int),
     "slowdown_factor": ("a number", _is_number),
     "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
+    "probes_fail": ("true or false", lambda v: isinstance(v, bool)),
 }
 
 
@@ -176,6 +178,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         repetitions=int(pick("repetitions", 5)),
         slowdown_factor=float(pick("slowdown_factor", 1.25)),
         slowdown_fails=bool(pick("slowdown_fails", False)),
+        probes_fail=bool(pick("probes_fail", False)),
         config_file=config_path,
         github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
         step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,

@@ -20,7 +20,7 @@ from .golden import check as golden_check
 from .golden import store as golden_store
 from .reports import github, history, webhook
 from .runner import RunContext, background, settle
-from .stages import determinism, throughput
+from .stages import audit, determinism, probes, throughput
 
 
 def project_commit(root: Path) -> str | None:
@@ -72,6 +72,10 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
                                                                   image=image))
                     if environment is None and entry.get("verdict") != verdicts.ERROR:
                         environment = _environment_of(run_dir, entry)
+            for stage in (s for s in EXTRA_STAGES if s in options.stages):
+                for entry, result in zip(models, _per_model(EXTRA_STAGES[stage], options, ctx, project_commit=commit,
+                                                            image=image)):
+                    entry[stage] = result
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
             if "determinism" in options.stages:  # goldens hold determinism results
                 golden_check.apply(options, document, run_dir, old_golden)
@@ -101,14 +105,23 @@ def _old_golden(options: RunOptions) -> golden_store.Golden | None:
 
 def _determinism(options: RunOptions, ctx: RunContext, *, project_commit: str | None,
                  image: dict[str, Any]) -> list[dict[str, Any]]:
-    """The determinism stage for every model, in the order given. With ``--jobs`` ≥ 2 the
-    models' runs overlap, at most ``jobs`` worker processes at once (a free slot goes to
-    whichever run is ready: B beside A, another model's A, a probe)."""
+    return _per_model(determinism.run_model, options, ctx, project_commit=project_commit, image=image)
+
+
+# Stages whose result goes on each model entry under the stage's name; they claim nothing
+# about the verdict (``verdicts.document_exit_code`` reads ``--probes-fail``).
+EXTRA_STAGES: dict[str, Callable[..., dict[str, Any]]] = {"audit": audit.run_model, "probes": probes.run_model}
+
+
+def _per_model(run_model: Callable[..., dict[str, Any]], options: RunOptions, ctx: RunContext, *,
+               project_commit: str | None, image: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stage for every model, in the order given. With ``--jobs`` ≥ 2 the models' runs
+    overlap, at most ``jobs`` worker processes at once (a free slot goes to whichever run
+    is ready: B beside A, another model's A, a probe)."""
     if options.jobs < 2 or len(options.models) < 2:
-        return [determinism.run_model(options, ctx, m, project_commit=project_commit, image=image)
-                for m in options.models]
+        return [run_model(options, ctx, m, project_commit=project_commit, image=image) for m in options.models]
     shared = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
-    futures = [background(determinism.run_model, options, shared, m, project_commit=project_commit, image=image)
+    futures = [background(run_model, options, shared, m, project_commit=project_commit, image=image)
                for m in options.models]
     settle(*futures)  # a failure of one model waits for the others' runs to end, so none runs on
     return [f.result() for f in futures]
@@ -136,7 +149,7 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
             "stages": list(options.stages), "profile": options.profile, "steps": options.steps,
             "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads,
             "device": options.device, "fault": options.fault, "ci": options.ci,
-            "slowdown_fails": options.slowdown_fails,
+            "slowdown_fails": options.slowdown_fails, "probes_fail": options.probes_fail,
         },
         environment=(environment or {}).get("fingerprint"),
         packages=(environment or {}).get("packages"),

@@ -71,7 +71,8 @@ def document_exit_code(document: dict[str, Any]) -> int:
 
     When this run recorded the golden, drift against the previous one is the evidence of
     the update, not a failure of it. A throughput regression fails only with
-    ``--slowdown-fails``, and only a run that passed otherwise.
+    ``--slowdown-fails``, a portability dependency (``--stage probes``) only with
+    ``--probes-fail``, and each only a run that passed otherwise.
     """
     opts = document.get("options") or {}
     models = document.get("models") or []
@@ -83,6 +84,8 @@ def document_exit_code(document: dict[str, Any]) -> int:
     code = exit_code(vs, ci=ci)
     if code == errors.EXIT_PASS and opts.get("slowdown_fails") and any(m.get("throughput_regression") for m in models):
         return errors.EXIT_DRIFT
+    if code == errors.EXIT_PASS and opts.get("probes_fail") and any((m.get("probes") or {}).get("depends") for m in models):
+        return errors.EXIT_REPRO_FAILURE  # a dependency on the environment: not reproducible elsewhere
     return code
 
 

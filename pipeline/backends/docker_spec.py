@@ -60,7 +60,8 @@ def environment(spec: WorkerSpec) -> dict[str, str]:
     """The container's whole environment: determinism variables, PYTHONPATH and HOME."""
     from ..worker.launch import launch_environment
 
-    env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict")
+    env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
+                             hash_seed=spec.hash_seed)
     env["PYTHONPATH"] = str(CODE)
     env["HOME"] = "/tmp"
     return env

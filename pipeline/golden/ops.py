@@ -29,8 +29,8 @@ def first_op_difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         if ra["digest"] != rb["digest"]:
             out = {"found": True, "index": i, "ops": len(rows_a), "kind": "output", **_where(ra)}
             ka, kb = (a.get("kept") or {}).get(i), (b.get("kept") or {}).get(i)
-            if ka is not None and kb is not None:
-                m = tensor_magnitude(ka, kb)
+            m = tensor_magnitude(ka, kb) if ka is not None and kb is not None else None
+            if m is not None and m["elements_differing"]:  # else another of its outputs differs (one copy is kept)
                 out.update(max_abs=m["max_abs"], max_ulp=m["max_ulp"], elements_differing=m["elements_differing"])
             return out
     if len(rows_a) != len(rows_b):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import atomic, errors, verdicts
+from ..stages import probes
 from .mdtable import cell, code, table
 from .rows import slowdown_text
 
@@ -46,7 +47,15 @@ def annotations(document: dict[str, Any]) -> list[str]:
     ci = bool((document.get("options") or {}).get("ci"))
     lines = (_model_annotation(m, f"reproci {m['model']} on {image}: {m.get('verdict')}", ci=ci)
              for m in verdicts.by_severity(document.get("models", [])))
-    return [line for line in lines if line]
+    return [line for line in lines if line] + _probe_annotations(document)
+
+
+def _probe_annotations(document: dict[str, Any]) -> list[str]:
+    """A portability dependency (``--stage probes``): an error with ``--probes-fail``, else a notice."""
+    image = (document.get("image") or {}).get("name")
+    level = "error" if (document.get("options") or {}).get("probes_fail") else "notice"
+    return [annotation(level, f"reproci {r['model']} on {image}: depends on {r['factor']}", r["message"])
+            for r in probes.rows(document) if r["status"] == probes.DEPENDS]
 
 
 def merged_annotations(merged: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
 from . import charts
+from ..stages import audit, probes
 from .rows import op_text, throughput_rows
 
 STYLE = """
@@ -78,6 +79,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
         title = f"reproci · {image.get('name')} · {document.get('run_id')}"
         parts.append(_run(document))
         parts.append(_throughput(document))
+        parts.append(_findings(document))
         parts.append(_losses(document, run_dir, golden_losses or {}))
     if trends:
         parts.append(_history(trends))
@@ -125,6 +127,29 @@ def _throughput(doc: dict[str, Any]) -> str:
         out.append(f"<h3>{escape(str(r['model']))}</h3>{warn}"
                    + (f"<ol>{items}</ol>" if items else "<p>No op grew under strict mode in the profiled steps.</p>"))
     return "".join(out) + "</section>"
+
+
+def _findings(doc: dict[str, Any]) -> str:
+    """The op audit and the portability probes (``stages.audit.rows``, ``stages.probes.rows``)."""
+    out = []
+    found = audit.rows(doc)
+    audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
+    if audited:
+        rows = [[escape(str(r["model"])), f"<code>{escape(r['op'])}</code>", escape(str(r["count"] or "")),
+                 f'<span class="{"bad" if r["cuda"] in ("raises on CUDA", "error") else ""}">{escape(r["cuda"])}</span>',
+                 escape(r["where"]), escape(r["advice"] or r["what"])] for r in found]
+        rows += [[escape(str(m["model"])), "—", "", "nothing", "", escape(audit.summary(m["audit"]))] for m in audited
+                 if not (m["audit"].get("findings") or m["audit"].get("error"))]
+        out.append('<section id="audit"><h2>Op audit: what strict determinism does to these ops on CUDA</h2>'
+                   + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + "</section>")
+    probe_rows = probes.rows(doc)
+    if probe_rows:
+        rows = [[escape(str(r["model"])), escape(r["probe"]),
+                 f'<span class="{"bad" if r["status"] == probes.DEPENDS else ""}">{escape(r["status"])}</span>',
+                 escape(r["message"])] for r in probe_rows]
+        out.append('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
+                   + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
+    return "".join(out)
 
 
 def _losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:

@@ -21,6 +21,10 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
             out["models"].append({
                 "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
                 "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),
+                "audit": None if not isinstance(m.get("audit"), dict) else {
+                    k: m["audit"].get(k) for k in ("torch", "device", "ops_executed", "counts", "findings", "warnings",
+                                                   "error")},
+                "probes": (m.get("probes") or {}).get("rows"),
                 "throughput": None if t is None else {
                     k: t.get(k) for k in ("modes", "slowdown", "slowdowns", "top_ops", "regression", "error",
                                           "repetitions", "timed_steps", "warmup_steps", "device", "threads")

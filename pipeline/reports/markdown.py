@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
-from .mdtable import cell, table
+from ..stages import audit, probes
+from .mdtable import cell, code, table
 from .rows import op_text, slowdown_text, throughput_rows
 
 
@@ -17,6 +18,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
     lines: list[str] = []
     if document is not None:
         lines += _run(document)
+        lines += _findings(document)
     if trends:
         lines += _trends(trends)
     return "\n".join(lines).rstrip() + "\n"
@@ -67,6 +69,25 @@ def _run(doc: dict[str, Any]) -> list[str]:
         if r["regression"]:
             lines.append(f"  - ⚠️ {cell(r['regression'])}")
     return lines + [""]
+
+
+def _findings(doc: dict[str, Any]) -> list[str]:
+    """The op audit and the portability probes, a row each (``stages.audit.rows``, ``stages.probes.rows``)."""
+    lines: list[str] = []
+    found = audit.rows(doc)
+    audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
+    if audited:
+        lines += ["### Op audit: what strict determinism does to these ops on CUDA", ""]
+        rows = [[r["model"], code(r["op"]), r["count"], r["cuda"], r["where"], r["advice"] or r["what"]] for r in found]
+        rows += [[m["model"], "—", "", "nothing", "", audit.summary(m["audit"])] for m in audited
+                 if not (m["audit"].get("findings") or m["audit"].get("error"))]
+        lines += _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + [""]
+    probe_rows = probes.rows(doc)
+    if probe_rows:
+        lines += ["### Portability probes: what the results depend on", ""]
+        lines += _table(["model", "probe", "result", "evidence"],
+                        [[r["model"], r["probe"], r["status"], r["message"]] for r in probe_rows]) + [""]
+    return lines
 
 
 def _trends(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:

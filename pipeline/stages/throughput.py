@@ -194,7 +194,7 @@ def unchecked_entry(options: RunOptions, model: ModelRef) -> dict[str, Any]:
         "model": model.name, "ref": model.ref, "plugin": model.plugin, "description": model.description,
         "source": str(model.source), "code_sha256": model.code_sha256, "steps": options.steps,
         "seed": options.seed, "verdict": NOT_CHECKED,
-        "message": "determinism not checked (throughput stage only)", "final_sha256": None, "runs": {},
+        "message": f"determinism not checked (stages: {', '.join(options.stages)})", "final_sha256": None, "runs": {},
         "evidence": None, "error": None, "records": {}, "seconds": 0.0,
     }
 

@@ -38,11 +38,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # every device
 
 
-def make_deterministic(*, seed: int, threads: int, strict: bool = True, bookkeeping: bool = False) -> None:
+def make_deterministic(*, seed: int, threads: int, strict: bool = True, bookkeeping: bool = False,
+                       warn_only: bool = False) -> None:
     """Seed every RNG and switch on every determinism control (or leave defaults).
 
     ``bookkeeping`` (with ``strict=False``): only the cheap fixes, seeds and environment
     variables; no deterministic kernels, no benchmark mode, the image's default precision.
+    ``warn_only`` (the op audit): strict, but an op without a deterministic kernel warns.
     The cuBLAS workspace variable is read when the first cuBLAS handle is made, so setting
     it here, before any CUDA work, still takes effect.
     """
@@ -53,7 +55,7 @@ def make_deterministic(*, seed: int, threads: int, strict: bool = True, bookkeep
     if strict:
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
-        torch.use_deterministic_algorithms(True, warn_only=False)
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
         _set_fp32_precision("ieee")
         if hasattr(torch.utils, "deterministic"):
             torch.utils.deterministic.fill_uninitialized_memory = True
@@ -81,20 +83,22 @@ def _cudnn_tf32() -> str:
     return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
 
 
-def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False) -> dict[str, Any]:
+def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, warn_only: bool = False,
+           hash_seed: int | None = None) -> dict[str, Any]:
     """Read back, inside this process, whether the controls took effect."""
     checks: dict[str, dict[str, Any]] = {}
 
     def check(name: str, expected: Any, actual: Any) -> None:
         checks[name] = {"expected": expected, "actual": actual, "ok": expected == actual}
 
-    check("PYTHONHASHSEED", str(seed), os.environ.get("PYTHONHASHSEED"))
-    check("hash_randomization_off", True, sys.flags.hash_randomization == 0 or os.environ.get("PYTHONHASHSEED") == str(seed))
+    hashes = str(seed if hash_seed is None else hash_seed)
+    check("PYTHONHASHSEED", hashes, os.environ.get("PYTHONHASHSEED"))
+    check("hash_randomization_off", True, sys.flags.hash_randomization == 0 or os.environ.get("PYTHONHASHSEED") == hashes)
     check("intra_op_threads", threads, torch.get_num_threads())
     if strict:
         check("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
         check("deterministic_algorithms", True, torch.are_deterministic_algorithms_enabled())
-        check("deterministic_algorithms_warn_only", False, torch.is_deterministic_algorithms_warn_only_enabled())
+        check("deterministic_algorithms_warn_only", warn_only, torch.is_deterministic_algorithms_warn_only_enabled())
         check("cudnn_deterministic", True, bool(torch.backends.cudnn.deterministic))
         check("cudnn_benchmark", False, bool(torch.backends.cudnn.benchmark))
         check("matmul_fp32_precision", "ieee", _fp32_precision())

@@ -9,10 +9,10 @@ from __future__ import annotations
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-def launch_environment(*, seed: int, threads: int, strict: bool) -> dict[str, str]:
+def launch_environment(*, seed: int, threads: int, strict: bool, hash_seed: int | None = None) -> dict[str, str]:
     """Variables a launcher puts in the child's environment before it starts."""
     env = {
-        "PYTHONHASHSEED": str(seed),
+        "PYTHONHASHSEED": str(seed if hash_seed is None else hash_seed),
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "OPENBLAS_NUM_THREADS": str(threads),

@@ -174,3 +174,14 @@ def describe(loader: Any) -> dict[str, Any]:
         "iterable_dataset": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
         "set_epoch": len(epoch_hooks(loader)),
     }
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """A batch (tensors, or dicts, lists and tuples of them) on the device."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=False)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch

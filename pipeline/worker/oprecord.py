@@ -57,6 +57,26 @@ def digest(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
+# The arguments that decide what an op does on CUDA under strict mode (``worker.audit``):
+# op -> (argument position, keyword).
+_VARIANT_ARGS = {"index_put": (3, "accumulate"), "index_put_": (3, "accumulate"), "_index_put_impl_": (3, "accumulate"),
+                 "put_": (3, "accumulate"), "put": (3, "accumulate"), "scatter_reduce": (4, "reduce"),
+                 "scatter_reduce_": (4, "reduce"), "_embedding_bag_backward": (8, "mode"),
+                 "_embedding_bag_dense_backward": (7, "mode"), "bincount": (1, "weights")}
+
+
+def variant(op: str, args: Any, kwargs: dict[str, Any]) -> str | None:
+    """'accumulate=True', 'reduce=prod', 'mode=2', 'weights=tensor': the argument of an op
+    that decides its CUDA behaviour, for the ops that have one."""
+    if op not in _VARIANT_ARGS:
+        return None
+    pos, key = _VARIANT_ARGS[op]
+    value = kwargs.get(key, args[pos] if len(args) > pos else None)
+    if isinstance(value, torch.Tensor):
+        value = "tensor"
+    return f"{key}={value}"
+
+
 class _Tagger(TorchFunctionMode):
     """Marks the autograd node of each forward output with the module that made it."""
 
@@ -77,8 +97,9 @@ class _Tagger(TorchFunctionMode):
 class OpRecorder(TorchDispatchMode):
     """Use around one training step: ``with OpRecorder(model, optimizer) as rec: step()``."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, digests: bool = True) -> None:
         super().__init__()
+        self.digests = digests  # False: an inventory of ops (the audit), no output digests or copies
         self.names = {m: name or type(model).__name__ for name, m in model.named_modules()}
         self.optimizer = optimizer
         self.stack: list[str] = []
@@ -132,10 +153,13 @@ class OpRecorder(TorchDispatchMode):
             phase, module = self.phase, self.module()
             where = user_frame([(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()])
         index = len(self.rows)
-        self.rows.append({"op": str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func),
-                          "overload": str(func), "phase": phase, "module": module, "where": where,
+        name = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
+        self.rows.append({"op": name, "overload": str(func), "phase": phase, "module": module, "where": where,
                           "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
-                          "digest": "".join(digest(t) for t in tensors)})
+                          "device": tensors[0].device.type, "variant": variant(name, args, kwargs or {}),
+                          "digest": "".join(digest(t) for t in tensors) if self.digests else None})
+        if not self.digests:
+            return out
         first = tensors[0]
         size = first.numel() * first.element_size()
         if self._kept_bytes + size <= KEEP_BYTES:

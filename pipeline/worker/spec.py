@@ -54,6 +54,12 @@ class WorkerSpec:
     dump_path: str | None = None
     final_dump_path: str | None = None  # every state tensor at the end (goldens, magnitudes)
     ops_path: str | None = None  # with dump_at: every aten op of step dump_at, with output digests
+    audit_path: str | None = None  # the op audit of the first step (worker.audit); strict mode warns, not raises
+    # Portability probes (stages/probes.py): a perturbed copy of a run, one factor changed
+    hash_seed: int | None = None  # PYTHONHASHSEED, when not the seed
+    reverse_listing: bool = False  # os.listdir, os.scandir, glob and Path.iterdir give reversed orders
+    num_workers: int | None = None  # rebuild a DataLoader with this many worker processes
+    inspect_path: str | None = None  # before training: epoch order and batch invariance (worker.inspection)
     fingerprints: bool = True
     warmup_steps: int = 0
     profile_ops: bool = False

@@ -15,8 +15,9 @@ from typing import Any, Iterator
 
 import torch
 
-from . import checkpoint, determinism, loader, record, rng
+from . import checkpoint, determinism, loader, perturb, record, rng
 from .checkpoint import LoopPosition, Resume
+from .loader import to_device
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .controls import ControlWatch
 from .faults import Faults
@@ -41,7 +42,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
     t_start = time.perf_counter()
     steady = steady_allocator() if spec.warmup_steps > 0 else False
     determinism.make_deterministic(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
-                                   bookkeeping=spec.mode == "bookkeeping")
+                                   bookkeeping=spec.mode == "bookkeeping", warn_only=spec.audit_path is not None)
     attestation = _attest(spec)
     if not attestation["ok"]:
         bad = [f"{k} (expected {v['expected']!r}, got {v['actual']!r})" for k, v in attestation["checks"].items() if not v["ok"]]
@@ -60,7 +61,9 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
 def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPosition, watch: ControlWatch,
            faults: Faults, start: record.Start) -> dict[str, Any]:
     """Set the model up (or restore it), take the steps, then hash and record the result."""
+    listings = perturb.reverse_listings() if spec.reverse_listing else None
     setup = _set_up(spec, spec_file, device)
+    perturbed = _perturb(spec, spec_file, setup, device, listings)
     faults.after_setup()
     resume = _resume(spec, spec_file, setup, device, pos)
     trace = record.Trace(setup, fingerprints=spec.fingerprints, start_step=pos.step)
@@ -85,7 +88,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         batch = to_device(next(batches), device)
         fetch_s = time.perf_counter() - t_fetch
         trace.batch(batch)
-        loss = _recorded_step(spec, spec_file, setup, batch) if pos.step + 1 == spec.dump_at else _train_step(setup, batch)
+        loss = _recorded_step(spec, spec_file, setup, batch, pos.step + 1)
         pos.step += 1
         faults.after_step(setup.model, pos.step)
         trace.step(loss)
@@ -104,13 +107,32 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     _dump_states(spec, spec_file, setup, pos)
     final = final_hash(setup.model, setup.optimizer)
     attestations["end"] = _attest(spec)
-    return record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
-                        watch=watch, clock=clock, turns=turns, final=final)
+    out = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
+                       watch=watch, clock=clock, turns=turns, final=final)
+    out["perturbed"] = perturbed
+    return out
+
+
+def _perturb(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.device,
+             listings: dict[str, int] | None) -> dict[str, Any] | None:
+    """A portability probe's change to the set-up (``perturb``), or its inspection
+    (``inspect``); what it changed goes in the record."""
+    out: dict[str, Any] = {}
+    if listings is not None:
+        out["listings"] = listings  # the live count: read when the record is built
+    if spec.num_workers is not None:
+        out["workers"] = perturb.with_workers(setup, spec.num_workers)
+    if spec.inspect_path is not None:
+        from .inspection import inspect
+
+        inspect(setup, device, str(resolve(spec_file, spec.inspect_path)))
+    return out or None
 
 
 def _attest(spec: WorkerSpec) -> dict[str, Any]:
     return determinism.attest(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
-                              bookkeeping=spec.mode == "bookkeeping")
+                              bookkeeping=spec.mode == "bookkeeping", warn_only=spec.audit_path is not None,
+                              hash_seed=spec.hash_seed)
 
 
 def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device) -> TrainSetup:
@@ -134,19 +156,15 @@ def _resume(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.
     return resume
 
 
-def to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=False)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
+def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, batch: Any, step: int) -> torch.Tensor:
+    """One training step; every op recorded where the spec asks: the audit's first step
+    (``audit``), a probed step (``oprecord``)."""
+    if spec.audit_path is not None and step == 1:
+        from .audit import audited_step
 
-
-def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, batch: Any) -> torch.Tensor:
-    """The probed step, with every op recorded when the spec asks (``oprecord``)."""
-    if spec.ops_path is None:
+        return audited_step(setup.model, setup.optimizer, lambda: _train_step(setup, batch),
+                            str(resolve(spec_file, spec.audit_path)))
+    if spec.ops_path is None or step != spec.dump_at:
         return _train_step(setup, batch)
     from .oprecord import OpRecorder
 

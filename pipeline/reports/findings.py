@@ -1,0 +1,63 @@
+"""What ``reproci run`` prints for the op audit and the portability probes: one table each,
+a row per finding or probe. The rows are made once, in ``stages.audit.rows`` and
+``stages.probes.rows``; Markdown and HTML show the same rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..stages import audit, probes
+
+PROBE_STYLE = {probes.DEPENDS: "bold yellow", probes.INDEPENDENT: "green", probes.NOT_APPLICABLE: "dim",
+               probes.FAILED: "bold red"}
+CUDA_STYLE = {"raises on CUDA": "bold red", "slower on CUDA": "yellow", "fills memory": "dim", "error": "bold red"}
+
+
+def audit_table(document: dict[str, Any]) -> Table | None:
+    models = [m for m in document.get("models") or [] if isinstance(m.get("audit"), dict)]
+    if not models:
+        return None
+    t = Table(title="Op audit: what strict determinism does to these ops on CUDA", title_justify="left")
+    for name, kw in (("model", {"no_wrap": True}), ("op", {}), ("count", {"justify": "right"}),
+                     ("on CUDA", {"no_wrap": True}), ("where", {"overflow": "fold"}), ("fix or cost", {"overflow": "fold"})):
+        t.add_column(name, **kw)
+    for r in audit.rows(document):
+        t.add_row(r["model"], escape(r["op"]), "" if r["count"] is None else str(r["count"]),
+                  f"[{CUDA_STYLE.get(r['cuda'], '')}]{r['cuda']}[/]", escape(r["where"]), escape(r["advice"] or r["what"]))
+    for m in models:
+        if not (m["audit"].get("findings") or m["audit"].get("error")):
+            t.add_row(m["model"], "—", "", "[green]nothing[/]", "", audit.summary(m["audit"]))
+    return t
+
+
+def probes_table(document: dict[str, Any]) -> Table | None:
+    rows = probes.rows(document)
+    if not rows:
+        return None
+    t = Table(title="Portability probes: what the results depend on", title_justify="left")
+    t.add_column("model", no_wrap=True)
+    t.add_column("probe", no_wrap=True)
+    t.add_column("result", no_wrap=True)
+    t.add_column("evidence", overflow="fold")
+    for r in rows:
+        t.add_row(r["model"], r["probe"], f"[{PROBE_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["message"]))
+    return t
+
+
+def print_findings(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
+    """The audit and probe tables, where those stages ran; the results path when no other
+    table printed it."""
+    printed = False
+    for table in (audit_table(document), probes_table(document)):
+        if table is not None:
+            console.print(table)
+            printed = True
+    if printed and (document.get("options") or {}).get("probes_fail") and any(
+            (m.get("probes") or {}).get("depends") for m in document.get("models") or []):
+        console.print("portability dependencies found and --probes-fail is set: this run fails (exit 1)", highlight=False)
+    if printed and results_path:
+        console.print(f"results: {results_path}", highlight=False, markup=False)

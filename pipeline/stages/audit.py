@@ -1,0 +1,73 @@
+"""The op audit stage (``--stage audit``): one fresh-process step per model, every aten op
+recorded under strict mode with ``warn_only``, cross-referenced with what strict
+determinism does to those ops on CUDA (``pipeline/worker/audit.py``, read against the
+torch in the image). A CPU run predicts what a GPU run will hit and what will get slower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any
+
+from ..errors import WorkerFailed
+from ..models import ModelRef
+from ..options import RunOptions
+from ..runner import RunContext, run_worker
+from .determinism import base_spec
+
+CATEGORIES = ("raises", "slower", "fills")
+ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}
+
+
+def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
+              image: dict[str, Any]) -> dict[str, Any]:
+    """The audit of one model: its findings, its op inventory, or why it could not run."""
+    t0 = time.monotonic()
+    spec = dataclasses.replace(base_spec(options, model, "audit", project_commit=project_commit, image=image),
+                               steps=1, audit_path="audit.json", fingerprints=False)
+    try:
+        run_worker(ctx, spec)
+        data = json.loads((ctx.run_dir / model.name / "audit.json").read_text())
+    except (WorkerFailed, OSError, json.JSONDecodeError) as e:
+        return {"error": {"kind": getattr(e, "kind", "crash"), "message": str(e)}, "seconds": round(time.monotonic() - t0, 3)}
+    findings = data.get("findings") or []
+    return {
+        "torch": data.get("torch"),
+        "device": options.device,
+        "ops_executed": data.get("ops_executed"),
+        "distinct_ops": len({i["op"] for i in data.get("inventory") or []}),
+        "counts": {c: sum(1 for f in findings if f["cuda"] == c) for c in CATEGORIES},
+        "findings": findings,
+        "warnings": data.get("warnings") or [],
+        "inventory": data.get("inventory") or [],
+        "record": f"{model.name}/audit.json",
+        "seconds": round(time.monotonic() - t0, 3),
+    }
+
+
+def summary(audit: dict[str, Any]) -> str:
+    """'1 raises on CUDA, 2 slower on CUDA, 1 fills memory' (or why there is no audit)."""
+    if audit.get("error"):
+        return f"audit failed: {audit['error']['message']}"
+    counts = audit.get("counts") or {}
+    parts = [f"{counts[c]} {ON_CUDA[c]}" for c in CATEGORIES if counts.get(c)]
+    return ", ".join(parts) if parts else "no op that strict determinism acts on"
+
+
+def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per finding, per model, for every report: model, op, count, where, on CUDA, advice."""
+    out = []
+    for m in document.get("models") or []:
+        audit = m.get("audit")
+        if not isinstance(audit, dict):
+            continue
+        if audit.get("error"):
+            out.append({"model": m["model"], "op": "—", "count": None, "where": "", "cuda": "error",
+                        "what": audit["error"]["message"], "advice": "", "checked": ""})
+        for f in audit.get("findings") or []:
+            out.append({"model": m["model"], "op": f["op"], "count": f["count"], "where": "; ".join(f["where"]),
+                        "cuda": ON_CUDA.get(f["cuda"], f["cuda"]), "what": f["what"], "advice": f["advice"],
+                        "checked": f["checked"], "phases": ", ".join(f["phases"])})
+    return out

@@ -1,0 +1,161 @@
+"""The portability probes (``--stage probes``): what a run depends on that one machine
+never shows. A baseline run and a perturbed copy per factor (hash seed, directory listing
+order, DataLoader worker count, intra-op threads), each compared step by step with the
+baseline; a differing pair is replayed to its first differing step with op recording, as
+in the determinism stage. One more run inspects the loader and model before training:
+whether consecutive epochs visit the samples in the same order, and whether a sample's
+output depends on the batch around it.
+
+Each probe says "depends on X" or "does not depend on X" and is a row of its own in every
+report; a dependency fails the run only with ``--probes-fail``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from .. import verdicts
+from ..errors import WorkerFailed
+from ..golden.compare import first_divergence
+from ..models import ModelRef
+from ..options import RunOptions
+from ..runner import RunContext, background, run_worker, settle
+from ..worker.perturb import other_worker_count
+from ..worker.spec import WorkerSpec
+from .determinism import base_spec, measure
+
+DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
+# probe -> (the factor, how a spec is perturbed)
+PERTURBED: dict[str, tuple[str, Callable[[WorkerSpec], WorkerSpec]]] = {
+    "hash-seed": ("PYTHONHASHSEED", lambda s: dataclasses.replace(s, hash_seed=s.seed + 1)),
+    "listing-order": ("directory listing order", lambda s: dataclasses.replace(s, reverse_listing=True)),
+    "num-workers": ("DataLoader num_workers", lambda s: dataclasses.replace(s, num_workers=-1)),
+    "threads": ("intra-op threads", lambda s: dataclasses.replace(s, threads=s.threads + 1)),
+}
+INSPECTED = {"epoch-order": "a new sample order each epoch", "batch-size": "the batch size at inference"}
+PROBES = (*PERTURBED, *INSPECTED)
+
+
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> dict[str, WorkerSpec]:
+    base = dataclasses.replace(base_spec(options, model, "P-base", project_commit=project_commit, image=image),
+                               output="record-P-base.json")
+    specs = {"base": base}
+    for name, (_, change) in PERTURBED.items():
+        specs[name] = dataclasses.replace(change(base), role=f"P-{name}", output=f"record-P-{name}.json")
+    specs["inspect"] = dataclasses.replace(base, role="P-inspect", output="record-P-inspect.json", steps=1,
+                                           fingerprints=False, inspect_path="inspect.json")
+    return specs
+
+
+def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
+              image: dict[str, Any]) -> dict[str, Any]:
+    """Every probe of one model: a row per probe, and how many found a dependency."""
+    t0 = time.monotonic()
+    specs = plan(options, model, project_commit=project_commit, image=image)
+    records, errors = _run_all(options, ctx, specs)
+    rows = [_perturbed_row(ctx, name, specs, records, errors) for name in PERTURBED]
+    rows += _inspected_rows(ctx, model, errors.get("inspect"))
+    return {"rows": rows, "depends": [r["probe"] for r in rows if r["status"] == DEPENDS],
+            "seconds": round(time.monotonic() - t0, 3)}
+
+
+def _run_all(options: RunOptions, ctx: RunContext,
+             specs: dict[str, WorkerSpec]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Every run of the plan (at most ``--jobs`` at once); a failed run is kept as its error."""
+    if options.jobs >= 2 and ctx.slots is None:
+        ctx = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
+    futures: dict[str, Future[dict[str, Any]]] = {}
+    for role, spec in specs.items():
+        futures[role] = background(run_worker, ctx, spec)
+        if options.jobs < 2:
+            settle(futures[role])  # one at a time
+    settle(*futures.values())
+    records: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    for role, f in futures.items():
+        try:
+            records[role] = f.result()
+        except WorkerFailed as e:
+            errors[role] = str(e)
+    return records, errors
+
+
+def _change(name: str, base: dict[str, Any], base_spec: WorkerSpec, spec: WorkerSpec) -> str:
+    if name == "hash-seed":
+        return f"{base_spec.seed} → {spec.hash_seed}"
+    if name == "threads":
+        return f"{base_spec.threads} → {spec.threads}"
+    if name == "num-workers":
+        before = (base.get("loader") or {}).get("num_workers", 0)
+        return f"{before} → {other_worker_count(before)}"
+    return "filesystem order → reversed"
+
+
+def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], records: dict[str, dict[str, Any]],
+                   errors: dict[str, str]) -> dict[str, Any]:
+    factor = PERTURBED[name][0]
+    row: dict[str, Any] = {"probe": name, "factor": factor, "change": None, "evidence": None}
+    failed = errors.get("base") or errors.get(name)
+    if failed:
+        return {**row, "status": FAILED, "message": f"could not run: {failed}"}
+    base, probe = records["base"], records[name]
+    row["change"] = _change(name, base, specs["base"], specs[name])
+    perturbed = probe.get("perturbed") or {}
+    if name == "num-workers" and not (perturbed.get("workers") or {}).get("applicable"):
+        why = (perturbed.get("workers") or {}).get("why", "the loader cannot be rebuilt")
+        return {**row, "status": NOT_APPLICABLE, "change": None, "message": f"not applicable: {why}"}
+    div = first_divergence(base, probe)
+    if div is None:
+        listed = (perturbed.get("listings") or {}).get("listings")
+        note = ("" if name != "listing-order" or listed is None else
+                " (the run lists no directory)" if listed == 0 else f" ({listed} directory listings, reversed)")
+        return {**row, "status": INDEPENDENT, "message": f"does not depend on {factor}{note}"}
+    if div.cause == "compute":  # on other batches every op differs: only a same-batch difference has a first op
+        measure(ctx, div, {"base": specs["base"], name: specs[name]}, "base", name, {"base": base, name: probe})
+    d = div.to_dict()
+    mag = verdicts.magnitude_text(d)
+    cause = {"data": "different batch (data order)", "compute": "same batch, different result",
+             "init": "different initial state"}.get(div.cause, "")
+    op = f"; first differing op: {verdicts.op_text(div.op)}" if div.op else ""
+    detail = ", ".join(p for p in (mag, cause) if p)
+    return {**row, "status": DEPENDS, "evidence": d,
+            "message": f"depends on {factor} ({row['change']}): {verdicts.where_text(d)}"
+                       f"{', ' + detail if detail else ''}{op}"}
+
+
+def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> list[dict[str, Any]]:
+    rows = [{"probe": name, "factor": factor, "change": None, "evidence": None} for name, factor in INSPECTED.items()]
+    if failed:
+        return [{**r, "status": FAILED, "message": f"could not run: {failed}"} for r in rows]
+    data = json.loads((ctx.run_dir / model.name / "inspect.json").read_text())
+    order, batch = data["epoch_order"], data["batch"]
+    if order["same"] and order.get("sequential"):
+        rows[0].update(status=NOT_APPLICABLE, message="the loader does not shuffle: every epoch is in index order")
+    elif order["same"]:
+        rows[0].update(status=DEPENDS, evidence=order, message=(
+            f"epoch 2 visits the samples in the same order as epoch 1 (first {order['batches']} batches compared): "
+            "the shuffle is re-seeded each epoch or its sampler misses set_epoch"))
+    else:
+        rows[0].update(status=INDEPENDENT, message="each epoch visits the samples in a new order")
+    if not batch.get("applicable"):
+        rows[1].update(status=NOT_APPLICABLE, message=f"not applicable: {batch.get('why')}")
+    elif batch["differs_at"]:
+        sizes = ", ".join(str(n) for n in batch["differs_at"])
+        rows[1].update(status=DEPENDS, evidence=batch, message=(
+            f"depends on the batch size: sample 0's output alone differs from the same sample in a batch of "
+            f"{sizes} (max |Δ| {batch['max_abs']:.3g}); batch-invariant kernels are needed for per-sample equality"))
+    else:
+        rows[1].update(status=INDEPENDENT, message=f"sample 0's output is the same alone and in batches of "
+                                                   f"{', '.join(str(n) for n in batch['sizes'][1:])}")
+    return rows
+
+
+def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every probe row of every model, for the reports."""
+    return [{"model": m["model"], **r} for m in document.get("models") or []
+            for r in ((m.get("probes") or {}).get("rows") or [])]
