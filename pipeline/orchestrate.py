@@ -20,7 +20,7 @@ from .golden import check as golden_check
 from .golden import store as golden_store
 from .reports import github, history, webhook
 from .runner import RunContext, background, settle
-from .stages import audit, determinism, probes, throughput
+from .stages import audit, determinism, golden_ops, probes, throughput
 
 
 def project_commit(root: Path) -> str | None:
@@ -78,7 +78,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
                     entry[stage] = result
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
             if "determinism" in options.stages:  # goldens hold determinism results
-                golden_check.apply(options, document, run_dir, old_golden)
+                _golden(options, ctx, document, old_golden, project_commit=commit, image=image)
             verdicts.summarize(document)  # counts and the exit code, once every verdict is in
             alerts_out = _alert(options, document)
             if alerts_out:
@@ -90,6 +90,17 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     except BaseException:
         results.discard(run_dir)
         raise
+
+
+def _golden(options: RunOptions, ctx: RunContext, document: results.ResultsDocument,
+            old: golden_store.Golden | None, *, project_commit: str | None, image: dict[str, Any]) -> None:
+    """The golden comparison; the per-op hashes a golden update records, and the op a drift
+    first changed (``stages/golden_ops.py``)."""
+    ops = None
+    if options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
+        ops = golden_ops.record(options, ctx, list(options.models), project_commit=project_commit, image=image)
+    golden_check.apply(options, document, ctx.run_dir, old, ops)
+    golden_ops.name_changes(options, ctx, document, old, project_commit=project_commit, image=image)
 
 
 def _old_golden(options: RunOptions) -> golden_store.Golden | None:

@@ -27,7 +27,8 @@ def _final_state(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Golden | None) -> None:
+def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Golden | None,
+          ops: dict[str, Any] | None = None) -> None:
     """Fill in each model's ``golden`` section and combined verdict; update goldens if asked.
     The document's exit code is computed after this, once (``verdicts.document_exit_code``)."""
     for entry in document["models"]:
@@ -46,11 +47,12 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
     document["golden"] = {"file": str(store.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
     if options.update_golden:
-        update(options, document, run_dir)
+        update(options, document, run_dir, ops)
 
 
-def update(options: RunOptions, document: dict[str, Any], run_dir: Path) -> None:
-    """Record goldens from this run, only if every model passed its own strict checks."""
+def update(options: RunOptions, document: dict[str, Any], run_dir: Path, ops: dict[str, Any] | None = None) -> None:
+    """Record goldens from this run, only if every model passed its own strict checks (with
+    the per-op hashes of their first steps, ``stages/golden_ops.py``, where recorded)."""
     bad = [f"{m['model']} is {m['verdict']}" for m in document["models"]
            if m.get("verdict") in OWN_FAILURES]
     bad += [f"{m['model']} was not checked (add --stage determinism)" for m in document["models"]
@@ -61,7 +63,7 @@ def update(options: RunOptions, document: dict[str, Any], run_dir: Path) -> None
         return
     records = {m["model"]: _record(run_dir, m) for m in document["models"]}
     states = {m["model"]: _final_state(run_dir, m) or {} for m in document["models"]}
-    path = store.write(options.goldens_dir, options.image_name, document, records, states)
+    path = store.write(options.goldens_dir, options.image_name, document, records, states, ops=ops)
     document["golden"].update(updated=True, file=str(path))  # drift is now this update's evidence (verdicts.document_exit_code)
 
 

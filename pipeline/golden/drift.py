@@ -67,7 +67,7 @@ def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[s
     evidence = _evidence(g, record_a, final_state)
     verdict, why = _why(changes)
     return {**out, "package_diff": changes["packages"], "env_diff": changes["env"], "evidence": evidence,
-            "verdict": verdict, "message": f"differs from the golden {verdicts.where_text(evidence)}"
+            "verdict": verdict, "why": why, "message": f"differs from the golden {verdicts.where_text(evidence)}"
                                            f"{_magnitude(evidence)}{_losses(evidence)} ({why})"}
 
 

@@ -46,6 +46,8 @@ class ModelGolden:
     batch_fingerprints: np.ndarray | None = None
     state: dict[str, np.ndarray] = field(default_factory=dict)  # final state, "kind:name" -> array
     tensor_sha256: dict[str, str] = field(default_factory=dict)  # final sha256 per tensor
+    # per-op hashes of the first steps: step -> (op overloads, short output hashes) (stages/golden_ops.py)
+    ops: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
     def as_record(self) -> dict[str, Any]:
         """The golden in the shape of a run record, for pipeline.compare."""
@@ -53,6 +55,7 @@ class ModelGolden:
             "tensor_names": self.names,
             "fingerprints": self.fingerprints.tolist() if self.fingerprints is not None else [],
             "batch_fingerprints": self.batch_fingerprints.tolist() if self.batch_fingerprints is not None else [],
+            "batch_checksum": self.entry.get("batch_checksum"),  # the scheme: same scheme, comparable batches
             "losses": self.entry.get("losses") or [],
             "final_sha256": self.entry.get("final_sha256"),
             "tensor_sha256": self.tensor_sha256,
@@ -147,6 +150,9 @@ def _load_sidecar(path: Path, sidecar: Any, models: dict[str, ModelGolden]) -> N
                     g.batch_fingerprints = npz[key]
                 elif rest.startswith("state/"):
                     g.state[rest[6:]] = npz[key]
+                elif rest.startswith("ops/") and rest.endswith("/overloads"):
+                    step = int(rest.split("/")[1])
+                    g.ops[step] = (npz[key].tolist(), npz[f"{model}/ops/{step}/digests"].tolist())
             for g in models.values():
                 if f"{g.name}/sha_names" in npz.files:
                     g.tensor_sha256 = dict(zip(npz[f"{g.name}/sha_names"].tolist(), npz[f"{g.name}/sha"].tolist()))
@@ -185,7 +191,8 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records: dict[str, dict[str, Any]],
-          states: dict[str, dict[str, Any]], *, replace_models: bool = False) -> Path:
+          states: dict[str, dict[str, Any]], *, replace_models: bool = False,
+          ops: dict[str, dict[int, tuple[list[str], list[str]]]] | None = None) -> Path:
     """Record goldens for the models in ``records`` (run A of each) from a results document.
 
     Entries for other models already in the file are kept when the environment is the
@@ -203,14 +210,14 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
         models_yaml: dict[str, Any] = {}
         for name, g in sorted(kept.items()):
             models_yaml[name] = g.entry
-            _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256)
+            _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
         by_name = {m["model"]: m for m in document["models"]}
         for name, rec in sorted(records.items()):
             models_yaml[name] = _model_entry(by_name[name], rec, document, now)
             fps = np.asarray(rec.get("fingerprints") or [], dtype=np.int64)
             batch = np.asarray(rec.get("batch_fingerprints") or [], dtype=np.int64)
             _add_arrays(arrays, name, rec.get("tensor_names") or [], fps, batch, _state_arrays(states.get(name) or {}),
-                        rec.get("tensor_sha256") or {})
+                        rec.get("tensor_sha256") or {}, (ops or {}).get(name) or {})
         _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
     return path
 
@@ -236,7 +243,7 @@ def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any
         "ref": m.get("ref"), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
         "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
         "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
-        "final_sha256": rec["final_sha256"],
+        "final_sha256": rec["final_sha256"], "batch_checksum": rec.get("batch_checksum"),
         "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
         "run_id": document.get("run_id"), "recorded_at": now,
     }
@@ -285,7 +292,8 @@ def _orphan(goldens_dir: Path, image_name: str, side: Path) -> bool:
 
 
 def _add_arrays(arrays: dict[str, np.ndarray], name: str, names: list[str], fps: Any, batch: Any,
-                state: dict[str, np.ndarray], tensor_sha256: dict[str, str]) -> None:
+                state: dict[str, np.ndarray], tensor_sha256: dict[str, str],
+                ops: dict[int, tuple[list[str], list[str]]]) -> None:
     arrays[f"{name}/sha_names"] = np.asarray(sorted(tensor_sha256), dtype=str)
     arrays[f"{name}/sha"] = np.asarray([tensor_sha256[k] for k in sorted(tensor_sha256)], dtype=str)
     arrays[f"{name}/names"] = np.asarray(names, dtype=str)
@@ -293,3 +301,6 @@ def _add_arrays(arrays: dict[str, np.ndarray], name: str, names: list[str], fps:
     arrays[f"{name}/batch"] = np.asarray(batch if batch is not None else [], dtype=np.int64)
     for t, arr in state.items():
         arrays[f"{name}/state/{t}"] = arr
+    for step, (overloads, digests) in ops.items():
+        arrays[f"{name}/ops/{step}/overloads"] = np.asarray(overloads, dtype=str)
+        arrays[f"{name}/ops/{step}/digests"] = np.asarray(digests, dtype=str)

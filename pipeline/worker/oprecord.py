@@ -97,9 +97,11 @@ class _Tagger(TorchFunctionMode):
 class OpRecorder(TorchDispatchMode):
     """Use around one training step: ``with OpRecorder(model, optimizer) as rec: step()``."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, digests: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, digests: bool = True,
+                 keep: bool = True) -> None:
         super().__init__()
         self.digests = digests  # False: an inventory of ops (the audit), no output digests or copies
+        self.keep = keep and digests  # copies of outputs, for magnitudes (probe replays, not goldens)
         self.names = {m: name or type(model).__name__ for name, m in model.named_modules()}
         self.optimizer = optimizer
         self.stack: list[str] = []
@@ -158,7 +160,7 @@ class OpRecorder(TorchDispatchMode):
                           "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
                           "device": tensors[0].device.type, "variant": variant(name, args, kwargs or {}),
                           "digest": "".join(digest(t) for t in tensors) if self.digests else None})
-        if not self.digests:
+        if not self.keep:
             return out
         first = tensors[0]
         size = first.numel() * first.element_size()

@@ -54,6 +54,8 @@ class WorkerSpec:
     dump_path: str | None = None
     final_dump_path: str | None = None  # every state tensor at the end (goldens, magnitudes)
     ops_path: str | None = None  # with dump_at: every aten op of step dump_at, with output digests
+    # With ops_path: these steps instead (ops_path.format(step=...)), digests only (goldens' per-op hashes)
+    ops_steps: tuple[int, ...] = ()
     audit_path: str | None = None  # the op audit of the first step (worker.audit); strict mode warns, not raises
     # Portability probes (stages/probes.py): a perturbed copy of a run, one factor changed
     hash_seed: int | None = None  # PYTHONHASHSEED, when not the seed
@@ -74,6 +76,7 @@ class WorkerSpec:
         data = dataclasses.asdict(self)
         data["plugin_paths"] = list(self.plugin_paths)
         data["checkpoint_steps"] = list(self.checkpoint_steps)
+        data["ops_steps"] = list(self.ops_steps)
         return json.dumps(data, indent=2, sort_keys=True)
 
     @classmethod
@@ -90,6 +93,7 @@ class WorkerSpec:
             raise ValueError(f"unknown worker spec fields: {sorted(unknown)}")
         data["plugin_paths"] = tuple(data.get("plugin_paths", ()))
         data["checkpoint_steps"] = tuple(data.get("checkpoint_steps", ()))
+        data["ops_steps"] = tuple(data.get("ops_steps", ()))
         return cls(**data)
 
     def write(self, path: Path) -> None:

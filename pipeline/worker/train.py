@@ -164,13 +164,14 @@ def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, batch: 
 
         return audited_step(setup.model, setup.optimizer, lambda: _train_step(setup, batch),
                             str(resolve(spec_file, spec.audit_path)))
-    if spec.ops_path is None or step != spec.dump_at:
+    several = step in spec.ops_steps
+    if spec.ops_path is None or not (several or (step == spec.dump_at and not spec.ops_steps)):
         return _train_step(setup, batch)
     from .oprecord import OpRecorder
 
-    with OpRecorder(setup.model, setup.optimizer) as recorder:
+    with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
         loss = _train_step(setup, batch)
-    recorder.save(str(resolve(spec_file, spec.ops_path)))
+    recorder.save(str(resolve(spec_file, spec.ops_path.format(step=step) if several else spec.ops_path)))
     return loss
 
 

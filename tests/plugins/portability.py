@@ -71,15 +71,15 @@ class EpochSampler(torch.utils.data.Sampler):
 
 class Bag(nn.Module):
     """Token embeddings, a 2-d convolution over them (leaky: its CPU backward splits the
-    batch over threads) and their mean, then a head: a matrix product (``nn.Linear``, whose kernel
-    depends on the batch size) or, with ``invariant``, an elementwise product and a sum per
-    sample (the same bits whatever the batch)."""
+    batch over threads) and their mean, then 16 logits per sample: a matrix product
+    (``nn.Linear``, whose kernel depends on the batch size) or, with ``invariant``, an
+    elementwise product and a sum per sample (the same bits whatever the batch)."""
 
     def __init__(self, vocab: int, *, invariant: bool) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab, 64)
         self.conv = None if invariant else nn.Conv2d(1, 8, 3, padding=1)
-        self.head = nn.Linear(64, 1)
+        self.head = nn.Linear(64, 16)
         self.invariant = invariant
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -88,8 +88,12 @@ class Bag(nn.Module):
             h = self.conv(h.unsqueeze(1)).mean(dim=1)  # (B, 8, T, 64) -> (B, T, 64)
         h = h.mean(dim=1)  # (B, 64)
         if self.invariant:
-            return (h * self.head.weight[0]).sum(dim=1, keepdim=True) + self.head.bias  # (B, 1)
-        return self.head(h)  # (B, 1)
+            return (h.unsqueeze(1) * self.head.weight).sum(dim=2) + self.head.bias  # (B, 16)
+        return self.head(h)  # (B, 16)
+
+
+def _loss(m: nn.Module, b: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    return nn.functional.binary_cross_entropy_with_logits(m(b[0]).mean(dim=1, keepdim=True), b[1])
 
 
 def _text(ctx: ModelContext, *, clean: bool) -> TrainSetup:
@@ -100,8 +104,7 @@ def _text(ctx: ModelContext, *, clean: bool) -> TrainSetup:
     torch.manual_seed(ctx.seed)
     model = Bag(len(WORDS), invariant=clean)
     return TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader,
-                      loss_fn=lambda m, b: nn.functional.binary_cross_entropy_with_logits(m(b[0]), b[1]),
-                      batch_size=16)
+                      loss_fn=_loss, batch_size=16)
 
 
 def leaky(ctx: ModelContext) -> TrainSetup:

@@ -1,0 +1,108 @@
+"""Per-op hashes of a model's first steps, kept with its golden, so that a later run in
+another environment (other threads, another image) names the first op whose output
+changed, without the old environment at hand.
+
+When a golden is recorded, one more short run per model records every aten op of its first
+``OPS_STEPS`` steps (``worker/oprecord.py``, digests of the outputs only); the golden's
+sidecar keeps each op's overload and a short hash of its outputs. When a later run drifts
+from the golden on the same batch at one of those steps, one run in the new environment
+records that step again, and the first op whose outputs differ is named: "threads.intra_op
+1 → 2 first changed aten::convolution_backward in conv at model.py:88 (forward), backward
+pass". Normal runs never record ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+from typing import Any
+
+from .. import verdicts
+from ..errors import WorkerFailed
+from ..golden import ops
+from ..golden.store import Golden
+from ..models import ModelRef
+from ..options import RunOptions
+from ..runner import RunContext, run_worker
+from ..worker.spec import WorkerSpec
+from .determinism import base_spec
+
+OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps
+
+
+def _spec(options: RunOptions, model: ModelRef, steps: tuple[int, ...], *, project_commit: str | None,
+          image: dict[str, Any]) -> WorkerSpec:
+    return dataclasses.replace(base_spec(options, model, "ops", project_commit=project_commit, image=image),
+                               output="record-ops.json", dump_at=max(steps), ops_path="ops-golden-{step}.pt",
+                               ops_steps=steps, fingerprints=False)
+
+
+def compact(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(overloads, short output hashes) of a step's op rows: what a golden keeps."""
+    return ([str(r["overload"]) for r in rows],
+            [hashlib.blake2b(str(r["digest"]).encode(), digest_size=8).hexdigest() for r in rows])
+
+
+def _recorded(ctx: RunContext, spec: WorkerSpec) -> dict[int, list[dict[str, Any]]]:
+    """Run the spec; every recorded step's op rows (the files are removed)."""
+    run_worker(ctx, spec)
+    out = {}
+    for step in spec.ops_steps:
+        path = ctx.run_dir / spec.model_name / spec.ops_path.format(step=step)  # type: ignore[union-attr]
+        out[step] = ops.load(path)["rows"]
+        path.unlink(missing_ok=True)
+    return out
+
+
+def record(options: RunOptions, ctx: RunContext, models: list[ModelRef], *, project_commit: str | None,
+           image: dict[str, Any]) -> dict[str, dict[int, tuple[list[str], list[str]]]]:
+    """Per model, per step of the first ``OPS_STEPS``: what the golden keeps. A model whose
+    recording fails keeps no per-op hashes (a warning says so); its golden is still recorded."""
+    steps = tuple(range(1, min(OPS_STEPS, options.steps) + 1))
+    out: dict[str, dict[int, tuple[list[str], list[str]]]] = {}
+    for model in models:
+        try:
+            rows = _recorded(ctx, _spec(options, model, steps, project_commit=project_commit, image=image))
+        except (WorkerFailed, OSError) as e:
+            print(f"warning: {model.name}: per-op hashes not recorded ({e}); a later drift will not name its op",
+                  file=sys.stderr)
+            continue
+        out[model.name] = {step: compact(r) for step, r in rows.items()}
+    return out
+
+
+def name_changes(options: RunOptions, ctx: RunContext, document: dict[str, Any], golden: Golden | None, *,
+                 project_commit: str | None, image: dict[str, Any]) -> None:
+    """For each model that drifted from the golden on the same batch at a step whose per-op
+    hashes the golden keeps: record that step here and name the first op that changed."""
+    if golden is None:
+        return
+    refs = {m.name: m for m in options.models}
+    for entry in document["models"]:
+        section = entry.get("golden") or {}
+        evidence = section.get("evidence") or {}
+        kept = golden.models[entry["model"]].ops if entry["model"] in golden.models else {}
+        step = evidence.get("step")
+        if entry.get("verdict") not in verdicts.DRIFTING or evidence.get("cause") != "compute" or step not in kept:
+            continue
+        try:
+            rows = _recorded(ctx, _spec(options, refs[entry["model"]], (step,), project_commit=project_commit,
+                                        image=image))[step]
+        except (WorkerFailed, OSError) as e:
+            evidence["op"] = None
+            print(f"warning: {entry['model']}: could not record step {step} to name the changed op ({e})", file=sys.stderr)
+            continue
+        evidence["op"] = _first_changed(rows, kept[step])
+        if evidence["op"].get("found"):
+            entry["message"] += f"; {section.get('why') or 'the change'} first changed {verdicts.op_text(evidence['op'])}"
+
+
+def _first_changed(rows: list[dict[str, Any]], kept: tuple[list[str], list[str]]) -> dict[str, Any]:
+    """The first op of this run's step whose outputs differ from the golden's."""
+    overloads, digests = compact(rows)
+    here = {"rows": [{**r, "digest": d} for r, d in zip(rows, digests)], "kept": {}}
+    there = {"rows": [{"op": o.split(".")[1] if "." in o else o, "overload": o, "digest": d}
+                      for o, d in zip(*kept)], "kept": {}}
+    return ops.first_op_difference(here, there)
+

@@ -1,0 +1,44 @@
+"""Per-op hashes kept with a golden (``pipeline/stages/golden_ops.py``): a later run in
+another environment names the first op whose output changed, without the old one."""
+
+from __future__ import annotations
+
+from pipeline import verdicts
+from pipeline.golden import store
+from pipeline.stages import golden_ops
+from tests.helpers import PLUGINS, model_entry
+
+
+def _rows(*digests: str) -> list[dict]:
+    return [{"op": f"op{i}", "overload": f"aten.op{i}.default", "phase": "backward", "module": "conv",
+             "where": "m.py:3 (forward)", "digest": d} for i, d in enumerate(digests)]
+
+
+def test_the_first_changed_op_is_found_from_the_kept_hashes_alone() -> None:
+    kept = golden_ops.compact(_rows("a", "b", "c"))
+    assert kept[0] == ["aten.op0.default", "aten.op1.default", "aten.op2.default"] and len(kept[1][0]) == 16
+    changed = golden_ops._first_changed(_rows("a", "x", "y"), kept)
+    assert changed["found"] and changed["op"] == "aten::op1" and changed["module"] == "conv"
+    assert not golden_ops._first_changed(_rows("a", "b", "c"), kept)["found"]
+
+
+def test_the_golden_sidecar_keeps_the_per_op_hashes(files) -> None:
+    """Recorded by a real golden update (the session's shared results), read back from the sidecar."""
+    golden = store.load(files["recorded"].parents[2] / "goldens", "cpu-torch2.13")
+    kept = golden.models["embedding"].ops
+    assert sorted(kept) == [1, 2, 3]
+    overloads, digests = kept[1]
+    assert len(overloads) == len(digests) > 50 and any("embedding" in o for o in overloads)
+
+
+def test_a_thread_count_change_names_the_op_it_changed(reproci) -> None:
+    plugin = f"{PLUGINS / 'portability.py'}:leaky"
+    first = reproci("golden", "update", "-m", plugin, "--steps", "3", "--threads", "1")
+    assert first.returncode == 0, first.stderr
+    r = reproci("run", "-m", plugin, "--steps", "3", "--threads", "2")
+    assert r.returncode == 3, r.stderr
+    m = model_entry(reproci.latest(), "portability.leaky")
+    assert m["verdict"] == verdicts.ENV_CHANGED
+    op = m["golden"]["evidence"]["op"]
+    assert op["found"] and op["op"] == "aten::convolution_backward" and op["module"] == "conv"
+    assert "threads.intra_op 1 → 2 first changed aten::convolution_backward in conv at portability.py:" in m["message"]
