@@ -20,7 +20,7 @@ from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
 from .worker.spec import FAULTS
 
-STAGES = ("determinism", "throughput")
+STAGES = ("determinism", "throughput", "variance")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 CONFIG_FILE = "reproci.yaml"
 
@@ -50,6 +50,7 @@ class RunOptions:
     keep_checkpoints: bool = False
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
+    seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
     slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
     slowdown_fails: bool = False  # a throughput regression fails the run (exit 3) instead of warning
     github_actions: bool = False  # print ::error/::warning annotations
@@ -96,6 +97,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
     "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
     "repetitions": ("an integer", _is_int),
+    "seeds": ("an integer", _is_int),
     "slowdown_factor": ("a number", _is_number),
     "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
 }
@@ -174,6 +176,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         repetitions=int(pick("repetitions", 5)),
+        seeds=_seeds(pick),
         slowdown_factor=float(pick("slowdown_factor", 1.25)),
         slowdown_fails=bool(pick("slowdown_fails", False)),
         config_file=config_path,
@@ -203,6 +206,14 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
     return {"profile": profile, "steps": steps, "resume_at": resume_at, "stages": stages, "fault": fault}
+
+
+def _seeds(pick: Callable[[str, Any], Any]) -> int:
+    seeds = int(pick("seeds", 5))
+    if seeds < 2:
+        raise UsageError(f"--seeds must be at least 2 for a spread (got {seeds}); "
+                         "`reproci compare` needs at least 3 on each side")
+    return seeds
 
 
 def _resources(pick: Callable[[str, Any], Any]) -> dict[str, Any]:

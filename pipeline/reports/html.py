@@ -11,6 +11,7 @@ from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
 from . import charts
+from . import variance as variance_report
 from .rows import op_text, throughput_rows
 
 STYLE = """
@@ -78,6 +79,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
         title = f"reproci · {image.get('name')} · {document.get('run_id')}"
         parts.append(_run(document))
         parts.append(_throughput(document))
+        parts.append(_variance(document))
         parts.append(_losses(document, run_dir, golden_losses or {}))
     if trends:
         parts.append(_history(trends))
@@ -124,6 +126,28 @@ def _throughput(doc: dict[str, Any]) -> str:
         warn = f'<p class="bad">{escape(r["regression"])}</p>' if r["regression"] else ""
         out.append(f"<h3>{escape(str(r['model']))}</h3>{warn}"
                    + (f"<ol>{items}</ol>" if items else "<p>No op grew under strict mode in the profiled steps.</p>"))
+    return "".join(out) + "</section>"
+
+
+def _variance(doc: dict[str, Any]) -> str:
+    """The variance stage: a table per model and metric, and a strip chart per model."""
+    rows = variance_report.rows(doc)
+    if not rows:
+        return ""
+    table = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
+              escape(r["spread"]), escape(", ".join(f"{v:.4g}" for v in r["values"]) or "-"),
+              f'<span class="bad">{escape(r["golden"])}</span>' if r["inside"] is False else escape(r["golden"])]
+             for r in rows]
+    out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
+           _table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], table),
+           f"<p>{escape(variance_report.NOTE)}</p>"]
+    for m in variance_report.entries(doc):
+        v = m["variance"]
+        if v.get("metrics"):
+            golden = (v.get("against_golden") or {}).get("golden_values") or {}
+            out.append(_img(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
+                            f"seed strip chart of {m.get('model')}",
+                            f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
     return "".join(out) + "</section>"
 
 

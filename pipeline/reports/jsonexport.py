@@ -21,6 +21,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
             out["models"].append({
                 "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
                 "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),
+                "variance": m.get("variance") if isinstance(m.get("variance"), dict) else None,
                 "throughput": None if t is None else {
                     k: t.get(k) for k in ("modes", "slowdown", "slowdowns", "top_ops", "regression", "error",
                                           "repetitions", "timed_steps", "warmup_steps", "device", "threads")

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
 from .mdtable import cell, table
+from . import variance
 from .rows import op_text, slowdown_text, throughput_rows
 
 
@@ -17,6 +18,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
     lines: list[str] = []
     if document is not None:
         lines += _run(document)
+        lines += variance.markdown(document)
     if trends:
         lines += _trends(trends)
     return "\n".join(lines).rstrip() + "\n"

@@ -55,6 +55,7 @@ class WorkerSpec:
     final_dump_path: str | None = None  # every state tensor at the end (goldens, magnitudes)
     ops_path: str | None = None  # with dump_at: every aten op of step dump_at, with output digests
     fingerprints: bool = True
+    evaluate: bool = False  # after the last step, call the plugin's eval_fn and record its metrics (variance stage)
     warmup_steps: int = 0
     profile_ops: bool = False
     lockstep: str | None = None  # FIFO path prefix (.go/.done): after warm-up, take turns step by step

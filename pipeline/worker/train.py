@@ -19,6 +19,7 @@ from . import checkpoint, determinism, loader, record, rng
 from .checkpoint import LoopPosition, Resume
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .controls import ControlWatch
+from .evaluate import evaluate
 from .faults import Faults
 from .progress import StepLine
 from .spec import WorkerSpec, resolve
@@ -104,8 +105,11 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     _dump_states(spec, spec_file, setup, pos)
     final = final_hash(setup.model, setup.optimizer)
     attestations["end"] = _attest(spec)
-    return record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
-                        watch=watch, clock=clock, turns=turns, final=final)
+    rec = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
+                       watch=watch, clock=clock, turns=turns, final=final)
+    if spec.evaluate:
+        rec["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
+    return rec
 
 
 def _attest(spec: WorkerSpec) -> dict[str, Any]:
