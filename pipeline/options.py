@@ -160,7 +160,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         model_texts = (model_texts,)
     update_golden = bool(pick("update_golden", False))
     if update_golden and "determinism" not in shape["stages"]:
-        raise UsageError("--update-golden records the determinism stage's hashes: add --stage determinism")
+        raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
+                         "add --stage determinism")
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
         models=resolve_all(tuple(model_texts)),
