@@ -61,6 +61,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
 
 def terminal_lines(doc: dict[str, Any]) -> list[str]:
     """Plain lines for ``reproci run``: one per model and metric."""
-    return [f"{x['model']}: {x['metric']} {x['direction']} over {x['k']} seeds: {x['spread']}"
+    return [f"{x['model']}: variance stage failed: {x['golden']}" if x["spread"] == "failed" else
+            f"{x['model']}: {x['metric']} {x['direction']} over {x['k']} seeds: {x['spread']}"
             + (f"; against the golden: {x['golden']}" if x["inside"] is not None else "")
             for x in rows(doc)]
