@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import errors, results
 from pipeline.golden import store
-from pipeline.reports import html, jsonexport, markdown, prbody
+from pipeline.reports import github, html, jsonexport, markdown, prbody
 from pipeline.stages import variance
 
 
@@ -143,6 +143,7 @@ def test_reports_and_the_pr_body_say_whether_the_metrics_moved() -> None:
     assert "### Did the metrics move? (variance stage)" in body
     assert "| conv | `final_loss` | 2 ± 0.0381 (K=5) | 2.42 ± 0.0286 (K=5) | outside seed noise: B is worse by 0.418" in body
     assert "inside seed noise" in prbody.render(judged_doc(SAME))
+    assert "outside seed noise: B is worse by 0.418" in github.summary_markdown(doc)  # the job's step summary
     exported = json.loads(jsonexport.render(doc))
     assert exported["models"][0]["variance"]["metrics"]["accuracy"]["mean"] == pytest.approx(0.404)
     few = judged_doc(variance_result([2.0, 2.1], [0.5, 0.6]))
