@@ -175,3 +175,18 @@ def test_the_workflows_run_the_variance_stage_only_on_request(tmp_path: Path, wo
     assert out.returncode == 0, out.stderr
     args = (tmp_path / "args").read_text().split("\n")
     assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == stages
+
+
+def test_seeds_come_from_the_flag_or_reproci_yaml_and_one_is_refused(tmp_path: Path, cli) -> None:
+    from pipeline import options
+
+    config = tmp_path / "reproci.yaml"
+    config.write_text("stages: [variance]\nseeds: 4\n")
+    built = options.build({"config": config})
+    assert built.seeds == 4 and built.stages == ("variance",)
+    assert options.build({"config": config, "seeds": 7}).seeds == 7
+    code, _, err = cli("run", "--stage", "variance", "--seeds", "1")
+    assert code == 2 and err == ("error: --seeds must be at least 2 for a spread (got 1); `reproci compare` needs "
+                                 "at least 3 on each side")
+    code, _, err = cli("run", "--stage", "variance", "--update-golden")
+    assert code == 2 and "add --stage determinism" in err
