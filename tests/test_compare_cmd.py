@@ -122,6 +122,8 @@ def test_goldens_keep_the_variance_and_older_goldens_still_load(cli, tmp_path: P
     assert kept["k"] == 5 and kept["metrics"]["final_loss"]["values"] == BASE["metrics"]["final_loss"]["values"]
     code, out, _ = cli("compare", str(tmp_path / "img.yaml"), str(write_results(tmp_path, "b", conv=WORSE)))
     assert code == 0 and "outside seed noise: B is worse by 0.418" in out
+    code, out, _ = cli("golden", "show", "img", "--goldens-dir", str(tmp_path))
+    assert code == 0 and "conv: over 5 seeds: final_loss ↓ 2 ± 0.0381, accuracy ↑ 0.5 ± 0.0158" in out
     code, _, err = cli("compare", str(tmp_path / "old.yaml"), str(tmp_path / "img.yaml"))
     assert code == 2 and "old.yaml holds no variance results; record one with" in err
 
