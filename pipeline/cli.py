@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from . import __version__, console, errors
-from .commands import golden, images, matrix, merge, models, pr_body, report, run
+from .commands import compare, golden, images, matrix, merge, models, pr_body, report, run
 from .errors import ReprociError
 
 err_console = console.stderr()
@@ -22,12 +22,13 @@ def cli() -> None:
     and alert when an upgrade changes results.
 
     Exit codes: 0 pass, 1 reproducibility failure, 2 usage/config error, 3 golden drift,
-    4 run error, 5 engine/infrastructure error, 6 golden file error, 130 interrupted.
+    4 run error, 5 engine/infrastructure error, 6 golden file error, 7 compare: too few seeds,
+    130 interrupted.
     """
 
 
 for command in (run.run_cmd, golden.golden_group, images.images_group, matrix.matrix_cmd, merge.merge_cmd,
-                pr_body.pr_body_cmd, report.report_cmd, models.models_cmd):
+                pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, compare.compare_cmd):
     cli.add_command(command)
 
 

@@ -14,6 +14,7 @@ Exit codes (stable, documented in the README):
 4     a run could not complete (ERROR verdict: crash, timeout, broken plugin)
 5     infrastructure: engine unreachable, image missing, disk full, no GPU
 6     golden file unreadable, corrupt or of another format version
+7     ``reproci compare``: fewer than 3 seeds on a side, too few to tell a change from seed noise
 130   interrupted (Ctrl-C); nothing half-written is left behind
 ====  ==========================================================================
 """
@@ -27,6 +28,7 @@ EXIT_DRIFT = 3
 EXIT_RUN_ERROR = 4
 EXIT_INFRA = 5
 EXIT_GOLDEN = 6
+EXIT_TOO_FEW_SEEDS = 7
 EXIT_INTERRUPTED = 130
 
 
@@ -91,3 +93,9 @@ class ResultsError(ReprociError):
     """A results file is unreadable or of another format version."""
 
     return_code = EXIT_USAGE
+
+
+class TooFewSeedsError(ReprociError):
+    """``reproci compare`` was given fewer than 3 seeds on a side: too few for an interval."""
+
+    return_code = EXIT_TOO_FEW_SEEDS

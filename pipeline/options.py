@@ -20,7 +20,7 @@ from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
 from .worker.spec import FAULTS
 
-STAGES = ("determinism", "throughput", "audit", "probes")
+STAGES = ("determinism", "throughput", "variance", "audit", "probes")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 CONFIG_FILE = "reproci.yaml"
 
@@ -50,6 +50,7 @@ class RunOptions:
     keep_checkpoints: bool = False
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
+    seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
     slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
     slowdown_fails: bool = False  # a throughput regression fails the run (exit 3) instead of warning
     probes_fail: bool = False  # a portability dependency found by --stage probes fails the run (exit 1)
@@ -97,6 +98,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
     "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
     "repetitions": ("an integer", _is_int),
+    "seeds": ("an integer", _is_int),
     "slowdown_factor": ("a number", _is_number),
     "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
     "probes_fail": ("true or false", lambda v: isinstance(v, bool)),
@@ -160,7 +162,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         model_texts = (model_texts,)
     update_golden = bool(pick("update_golden", False))
     if update_golden and "determinism" not in shape["stages"]:
-        raise UsageError("--update-golden records the determinism stage's hashes: add --stage determinism")
+        raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
+                         "add --stage determinism")
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
         models=resolve_all(tuple(model_texts)),
@@ -176,6 +179,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         repetitions=int(pick("repetitions", 5)),
+        seeds=_seeds(pick),
         slowdown_factor=float(pick("slowdown_factor", 1.25)),
         slowdown_fails=bool(pick("slowdown_fails", False)),
         probes_fail=bool(pick("probes_fail", False)),
@@ -206,6 +210,14 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
     return {"profile": profile, "steps": steps, "resume_at": resume_at, "stages": stages, "fault": fault}
+
+
+def _seeds(pick: Callable[[str, Any], Any]) -> int:
+    seeds = int(pick("seeds", 5))
+    if seeds < 2:
+        raise UsageError(f"--seeds must be at least 2 for a spread (got {seeds}); "
+                         "`reproci compare` needs at least 3 on each side")
+    return seeds
 
 
 def _resources(pick: Callable[[str, Any], Any]) -> dict[str, Any]:

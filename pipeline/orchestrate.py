@@ -20,7 +20,7 @@ from .golden import check as golden_check
 from .golden import store as golden_store
 from .reports import github, history, webhook
 from .runner import RunContext, background, settle
-from .stages import audit, determinism, golden_ops, probes, throughput
+from .stages import audit, determinism, golden_ops, probes, throughput, variance
 
 
 def project_commit(root: Path) -> str | None:
@@ -72,6 +72,9 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
                                                                   image=image))
                     if environment is None and entry.get("verdict") != verdicts.ERROR:
                         environment = _environment_of(run_dir, entry)
+            if "variance" in options.stages:  # K seeds per model: is a change inside seed noise?
+                variance.run_all(options, ctx, models, project_commit=commit, image=image, old_golden=old_golden)
+                environment = environment or next((_environment_of(run_dir, e) for e in models), None)
             for stage in (s for s in EXTRA_STAGES if s in options.stages):
                 for entry, result in zip(models, _per_model(EXTRA_STAGES[stage], options, ctx, project_commit=commit,
                                                             image=image)):
@@ -141,7 +144,8 @@ def _per_model(run_model: Callable[..., dict[str, Any]], options: RunOptions, ct
 def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
     import json
 
-    rec = entry.get("records", {}).get("A") or entry.get("records", {}).get("throughput")
+    records = entry.get("records", {})
+    rec = records.get("A") or records.get("throughput") or records.get("variance")
     if not rec:
         return None
     data = json.loads((run_dir / rec).read_text())

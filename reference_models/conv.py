@@ -18,6 +18,8 @@ from torch import nn
 
 from pipeline.worker.contract import ModelContext, TrainSetup
 
+from . import heldout
+
 
 @dataclass(frozen=True)
 class ConvConfig:
@@ -31,11 +33,12 @@ class ConvConfig:
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 5e-4
+    eval_size: int = 512  # held-out images for eval_fn (variance stage): same classes, fresh noise
 
     @classmethod
     def for_profile(cls, profile: str) -> "ConvConfig":
         if profile == "full":  # GPU-sized
-            return cls(image_size=32, channels=64, dataset_size=8192, batch_size=128, num_workers=4)
+            return cls(image_size=32, channels=64, dataset_size=8192, batch_size=128, num_workers=4, eval_size=2048)
         return cls()
 
 
@@ -48,6 +51,7 @@ class SyntheticImages(torch.utils.data.Dataset):
         prototypes = torch.randn(cfg.classes, 3, cfg.image_size, cfg.image_size, generator=g)
         noise = 0.5 * torch.randn(cfg.dataset_size, 3, cfg.image_size, cfg.image_size, generator=g)
         self.images = prototypes[self.labels] + noise  # (N, 3, H, W)
+        self.prototypes = prototypes  # (classes, 3, H, W): the held-out set shares them
         self.pad = 2
 
     def __len__(self) -> int:
@@ -103,12 +107,27 @@ def _loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.T
     return F.cross_entropy(model(x), y)
 
 
+def evaluator(cfg: ConvConfig, prototypes: torch.Tensor, seed: int):
+    """eval_fn: accuracy and loss on held-out images of the same classes, unaugmented."""
+
+    def eval_fn(model: nn.Module) -> dict[str, float]:
+        g = torch.Generator().manual_seed(seed + heldout.OFFSET)
+        labels = torch.randint(cfg.classes, (cfg.eval_size,), generator=g)
+        images = prototypes[labels] + 0.5 * torch.randn(cfg.eval_size, 3, cfg.image_size, cfg.image_size, generator=g)
+        dev, bs = heldout.device_of(model), cfg.batch_size
+        return heldout.metrics((model(images[i : i + bs].to(dev)), labels[i : i + bs].to(dev))
+                               for i in range(0, cfg.eval_size, bs))
+
+    return eval_fn
+
+
 def build(ctx: ModelContext) -> TrainSetup:
     cfg = ConvConfig.for_profile(ctx.profile)
     model = SmallResNet(cfg).to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    data = SyntheticImages(cfg, seed=ctx.seed)
     loader = torch.utils.data.DataLoader(
-        SyntheticImages(cfg, seed=ctx.seed),
+        data,
         batch_size=cfg.batch_size,
         shuffle=True,
         num_workers=cfg.num_workers,
@@ -123,4 +142,5 @@ def build(ctx: ModelContext) -> TrainSetup:
         loss_fn=_loss,
         batch_size=cfg.batch_size,
         config=asdict(cfg),
+        eval_fn=evaluator(cfg, data.prototypes, ctx.seed),
     )

@@ -17,6 +17,8 @@ from torch import nn
 
 from pipeline.worker.contract import ModelContext, TrainSetup
 
+from . import heldout
+
 
 @dataclass(frozen=True)
 class DLRMConfig:
@@ -29,12 +31,13 @@ class DLRMConfig:
     samples: int = 16384
     batch_size: int = 2048  # large batches make rows repeat within a batch, as in production
     lr: float = 0.05
+    eval_samples: int = 8192  # held-out clicks for eval_fn (variance stage): the same click model, fresh users
 
     @classmethod
     def for_profile(cls, profile: str) -> "DLRMConfig":
         if profile == "full":  # GPU-sized
             return cls(table_sizes=(200_000, 100_000, 50_000), history_size=50_000, dim=64,
-                       samples=262_144, batch_size=2048, bag_size=20, history_len=20)
+                       samples=262_144, batch_size=2048, bag_size=20, history_len=20, eval_samples=65_536)
         return cls()
 
 
@@ -44,17 +47,25 @@ def _zipf(n: int, size: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     return torch.multinomial(weights, int(torch.tensor(size).prod()), replacement=True, generator=g).view(size)
 
 
+def _features(cfg: DLRMConfig, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dense = torch.randn(n, cfg.dense_features, generator=g)
+    sparse = torch.stack([_zipf(s, (n, cfg.bag_size), g) for s in cfg.table_sizes], dim=1)  # (N, tables, bag)
+    history = _zipf(cfg.history_size, (n, cfg.history_len), g)  # (N, L)
+    return dense, sparse, history
+
+
+def _clicks(dense: torch.Tensor, sparse: torch.Tensor, w: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """Click labels: likelier with dense features along ``w`` and with "hot" rows of table 0."""
+    hot = (sparse[:, 0, :] % 7 == 0).float().mean(dim=1)
+    return torch.bernoulli(torch.sigmoid(dense @ w + 4 * hot - 1), generator=g)
+
+
 class Clicks(torch.utils.data.Dataset):
     def __init__(self, cfg: DLRMConfig, seed: int) -> None:
         g = torch.Generator().manual_seed(seed + 2)
-        n = cfg.samples
-        self.dense = torch.randn(n, cfg.dense_features, generator=g)
-        self.sparse = torch.stack([_zipf(s, (n, cfg.bag_size), g) for s in cfg.table_sizes], dim=1)  # (N, tables, bag)
-        self.history = _zipf(cfg.history_size, (n, cfg.history_len), g)  # (N, L)
-        w = torch.randn(cfg.dense_features, generator=g)
-        hot = (self.sparse[:, 0, :] % 7 == 0).float().mean(dim=1)
-        p = torch.sigmoid(self.dense @ w + 4 * hot - 1)
-        self.labels = torch.bernoulli(p, generator=g)
+        self.dense, self.sparse, self.history = _features(cfg, cfg.samples, g)
+        self.w = torch.randn(cfg.dense_features, generator=g)  # the click model; the held-out set shares it
+        self.labels = _clicks(self.dense, self.sparse, self.w, g)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -100,12 +111,27 @@ def _loss(model: nn.Module, batch) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(model(dense, sparse, history), labels)
 
 
+def evaluator(cfg: DLRMConfig, w: torch.Tensor, seed: int):
+    """eval_fn: click accuracy and loss on held-out users of the same click model."""
+
+    def eval_fn(model: nn.Module) -> dict[str, float]:
+        g = torch.Generator().manual_seed(seed + 2 + heldout.OFFSET)
+        dense, sparse, history = _features(cfg, cfg.eval_samples, g)
+        labels = _clicks(dense, sparse, w, g)
+        dev, bs = heldout.device_of(model), cfg.batch_size
+        return heldout.metrics(((model(dense[i : i + bs].to(dev), sparse[i : i + bs].to(dev), history[i : i + bs].to(dev)),
+                                 labels[i : i + bs].to(dev)) for i in range(0, cfg.eval_samples, bs)), binary=True)
+
+    return eval_fn
+
+
 def build(ctx: ModelContext) -> TrainSetup:
     cfg = DLRMConfig.for_profile(ctx.profile)
     model = DLRM(cfg).to(ctx.device)
     optimizer = torch.optim.Adagrad(model.parameters(), lr=cfg.lr)  # the usual choice for sparse tables
+    clicks = Clicks(cfg, seed=ctx.seed)
     loader = torch.utils.data.DataLoader(
-        Clicks(cfg, seed=ctx.seed), batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
+        clicks, batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
     )
     return TrainSetup(model=model, optimizer=optimizer, loader=loader, loss_fn=_loss,
-                      batch_size=cfg.batch_size, config=asdict(cfg))
+                      batch_size=cfg.batch_size, config=asdict(cfg), eval_fn=evaluator(cfg, clicks.w, ctx.seed))

@@ -18,6 +18,8 @@ from torch import nn
 
 from pipeline.worker.contract import ModelContext, TrainSetup
 
+from . import heldout
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -33,12 +35,13 @@ class GPTConfig:
     weight_decay: float = 0.1
     warmup_steps: int = 5  # short warm-up so a quick run sees both phases of the schedule
     total_steps: int = 200  # cosine period; the schedule keeps going past it at min_lr
+    eval_tokens: int = 4096  # held-out text for eval_fn (variance stage): the same chain, a fresh walk
 
     @classmethod
     def for_profile(cls, profile: str) -> "GPTConfig":
         if profile == "full":  # GPU-sized
             return cls(vocab_size=512, block_size=128, n_layer=6, n_head=8, n_embd=512,
-                       corpus_tokens=1_000_000, batch_size=64, warmup_steps=50, total_steps=2000)
+                       corpus_tokens=1_000_000, batch_size=64, warmup_steps=50, total_steps=2000, eval_tokens=65_536)
         return cls()
 
 
@@ -109,12 +112,8 @@ class MarkovCorpus(torch.utils.data.Dataset):
         g = torch.Generator().manual_seed(seed + 1)
         logits = 3.0 * torch.randn(cfg.vocab_size, cfg.vocab_size, generator=g)
         probs = torch.softmax(logits, dim=1)
-        cdf = probs.cumsum(dim=1).tolist()
-        draws = torch.rand(cfg.corpus_tokens, generator=g).tolist()
-        tokens = [0]
-        for u in draws[1:]:  # walk the chain: next token from the row of the current one
-            tokens.append(min(bisect.bisect_left(cdf[tokens[-1]], u), cfg.vocab_size - 1))
-        self.tokens = torch.tensor(tokens, dtype=torch.long)
+        self.cdf = probs.cumsum(dim=1).tolist()  # the held-out text walks the same chain
+        self.tokens = walk(self.cdf, torch.rand(cfg.corpus_tokens, generator=g).tolist())
         self.block = cfg.block_size
 
     def __len__(self) -> int:
@@ -123,6 +122,30 @@ class MarkovCorpus(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         chunk = self.tokens[i * self.block : (i + 1) * self.block + 1]
         return chunk[:-1], chunk[1:]  # (T,), (T,)
+
+
+def walk(cdf: list[list[float]], draws: list[float]) -> torch.Tensor:
+    """Walk the chain from token 0: each next token from the row of the current one."""
+    tokens = [0]
+    for u in draws[1:]:
+        tokens.append(min(bisect.bisect_left(cdf[tokens[-1]], u), len(cdf) - 1))
+    return torch.tensor(tokens, dtype=torch.long)
+
+
+def evaluator(cfg: GPTConfig, cdf: list[list[float]], seed: int):
+    """eval_fn: next-token accuracy and loss on a held-out walk of the same chain."""
+
+    def eval_fn(model: nn.Module) -> dict[str, float]:
+        g = torch.Generator().manual_seed(seed + 1 + heldout.OFFSET)
+        tokens = walk(cdf, torch.rand(cfg.eval_tokens, generator=g).tolist())
+        n = (len(tokens) - 1) // cfg.block_size
+        x = tokens[: n * cfg.block_size].view(n, cfg.block_size)  # (n, T)
+        y = tokens[1 : n * cfg.block_size + 1].view(n, cfg.block_size)  # (n, T)
+        dev, bs = heldout.device_of(model), cfg.batch_size
+        return heldout.metrics((model(x[i : i + bs].to(dev)).flatten(0, 1), y[i : i + bs].to(dev).flatten())
+                               for i in range(0, n, bs))
+
+    return eval_fn
 
 
 def warmup_cosine(cfg: GPTConfig):
@@ -151,10 +174,11 @@ def build(ctx: ModelContext) -> TrainSetup:
         lr=cfg.lr, betas=(0.9, 0.95),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg))
+    corpus = MarkovCorpus(cfg, seed=ctx.seed)
     loader = torch.utils.data.DataLoader(
-        MarkovCorpus(cfg, seed=ctx.seed), batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
+        corpus, batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
     )
     return TrainSetup(
         model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, loss_fn=_loss,
-        grad_clip=1.0, batch_size=cfg.batch_size, config=asdict(cfg),
+        grad_clip=1.0, batch_size=cfg.batch_size, config=asdict(cfg), eval_fn=evaluator(cfg, corpus.cdf, ctx.seed),
     )

@@ -12,6 +12,7 @@ import click
 from .. import console, options as options_mod, orchestrate
 from ..reports.progress import RunProgress
 from ..reports.findings import print_findings
+from ..reports import variance as variance_report
 from ..reports.terminal import print_report, print_throughput
 
 _OPTIONS = [
@@ -19,7 +20,7 @@ _OPTIONS = [
     click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
     click.option("--model", "-m", "models", multiple=True,
                   help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. Default: all reference models."),
-    click.option("--stage", "-s", "stages", multiple=True, help="Stage: determinism (default), throughput, audit or probes. Repeatable."),
+    click.option("--stage", "-s", "stages", multiple=True, help="Stage: determinism (default), throughput, variance, audit or probes. Repeatable."),
     click.option("--profile", type=click.Choice(["quick", "full"]), default=None, help="quick: CPU-sized (default); full: GPU-sized."),
     click.option("--steps", type=int, help="Training steps N per run (default: 30 quick, 300 full)."),
     click.option("--resume-at", type=int, help="Step k where run C resumes from run A's checkpoint (default N/2)."),
@@ -37,6 +38,7 @@ _OPTIONS = [
     click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
     click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI)."),
     click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),
+    click.option("--seeds", type=int, help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
     click.option("--slowdown-factor", type=float, help="Throughput regression threshold against the golden (default 1.25)."),
     click.option("--slowdown-fails", is_flag=True, default=None, help="A throughput regression fails the run (exit 3) instead of warning."),
     click.option("--probes-fail", is_flag=True, default=None, help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
@@ -61,7 +63,12 @@ def run_and_report(kwargs: dict[str, Any]) -> None:
         print_report(document, out, str(path), err)
     if "throughput" in opts.stages:
         print_throughput(document, out, None if "determinism" in opts.stages else str(path), err)
-    print_findings(document, out, None if {"determinism", "throughput"} & set(opts.stages) else str(path))
+    if "variance" in opts.stages:
+        for line in variance_report.terminal_lines(document):
+            out.print(line, highlight=False, markup=False)
+        if not {"determinism", "throughput"} & set(opts.stages):
+            out.print(f"determinism not checked (variance stage only)\nresults: {path}", highlight=False, markup=False)
+    print_findings(document, out, None if {"determinism", "throughput", "variance"} & set(opts.stages) else str(path))
     g = document.get("golden") or {}
     if g.get("updated"):
         out.print(f"golden recorded: {g['file']} (review and commit it)")

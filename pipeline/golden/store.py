@@ -253,6 +253,11 @@ def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any
         summary = throughput_summary(m)
         if summary:
             entry["throughput"] = summary
+    if m.get("variance"):  # optional: goldens recorded without the variance stage have none
+        from ..stages.variance import variance_summary
+
+        if variance_summary(m):
+            entry["variance"] = variance_summary(m)
     return entry
 
 

@@ -64,6 +64,26 @@ def slowdown_history(series: dict[str, list[dict[str, Any]]], title: str) -> byt
     return _png(fig)
 
 
+def seed_strip(model: str, metrics: dict[str, dict[str, Any]], golden: dict[str, list[float]]) -> bytes:
+    """One strip per metric: each seed's value as a dot, the mean as a bar, ±1 std as a band;
+    beside it the golden's seeds when there are any. ``metrics``: name -> {values, mean, std}."""
+    fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics) + 0.6, 3.0), squeeze=False)
+    for ax, (name, m) in zip(axes[0], metrics.items()):
+        strips = ([("golden", golden[name])] if golden.get(name) else []) + [("this run", m["values"])]
+        for x, (label, values) in enumerate(strips):
+            color = "#888888" if label == "golden" else "#4c72b0"
+            mean = sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+            ax.fill_between([x - 0.25, x + 0.25], mean - std, mean + std, color=color, alpha=0.15)
+            ax.hlines(mean, x - 0.25, x + 0.25, color=color, linewidth=2)
+            ax.plot([x] * len(values), values, "o", color="black", markersize=4)
+        ax.set_xticks(range(len(strips)), [label for label, _ in strips])
+        ax.set_xlim(-0.6, len(strips) - 0.4)
+        ax.set_title(f"{name} ({'lower' if m.get('lower_is_better') else 'higher'} is better)", fontsize="small")
+    fig.suptitle(f"{model}: one dot per seed, mean and ±1 std", y=1.04)
+    return _png(fig)
+
+
 def loss_curves(model: str, series: dict[str, tuple[list[int], list[float]]]) -> bytes:
     """Loss per step of each run (A, B, C, golden); identical curves draw on top of each other."""
     fig, ax = plt.subplots(figsize=(7, 3.0))

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import atomic, errors, verdicts
 from ..stages import probes
+from . import variance
 from .mdtable import cell, code, table
 from .rows import slowdown_text
 
@@ -97,7 +98,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
         [cell(m["model"]), f"{verdicts.ICON.get(m.get('verdict'), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
-    return "\n".join(lines + _package_lines(models)) + "\n"
+    return "\n".join(lines + _package_lines(models) + variance.markdown(document)) + "\n"
 
 
 def merged_summary_markdown(merged: dict[str, Any]) -> str:

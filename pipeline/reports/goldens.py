@@ -12,6 +12,7 @@ from rich.table import Table
 from .. import verdicts
 from ..golden.environment import split_packages
 from ..golden.store import Golden
+from .variance import spread
 
 OTHER_PACKAGES_SHOWN = 8
 
@@ -47,6 +48,12 @@ def print_golden(g: Golden, console: Console) -> None:
         t.add_row(m, str(e.get("final_sha256"))[:16], str(e.get("steps")), str(e.get("seed")),
                   f"{losses[-1]:.6g}" if losses and isinstance(losses[-1], float) else "-", str(e.get("recorded_at")))
     console.print(t)
+    for m, mg in g.models.items():
+        v = mg.entry.get("variance") or {}
+        if v.get("metrics"):
+            metrics = ", ".join(f"{name} {'↓' if x.get('lower_is_better') else '↑'} {spread(x)}"
+                                for name, x in v["metrics"].items())
+            console.print(f"{m}: over {v.get('k')} seeds: {metrics}", highlight=False, markup=False)
 
 
 def print_diff(name_a: str, name_b: str, d: dict[str, Any], console: Console) -> None:

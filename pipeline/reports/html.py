@@ -12,6 +12,7 @@ from typing import Any
 from ..stages.throughput import NOISY_WIDTH
 from . import charts
 from ..stages import audit, probes
+from . import variance as variance_report
 from .rows import op_text, throughput_rows
 
 STYLE = """
@@ -79,6 +80,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
         title = f"reproci · {image.get('name')} · {document.get('run_id')}"
         parts.append(_run(document))
         parts.append(_throughput(document))
+        parts.append(_variance(document))
         parts.append(_findings(document))
         parts.append(_losses(document, run_dir, golden_losses or {}))
     if trends:
@@ -150,6 +152,28 @@ def _findings(doc: dict[str, Any]) -> str:
         out.append('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
                    + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
     return "".join(out)
+
+
+def _variance(doc: dict[str, Any]) -> str:
+    """The variance stage: a table per model and metric, and a strip chart per model."""
+    rows = variance_report.rows(doc)
+    if not rows:
+        return ""
+    table = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
+              escape(r["spread"]), escape(", ".join(f"{v:.4g}" for v in r["values"]) or "-"),
+              f'<span class="bad">{escape(r["golden"])}</span>' if r["inside"] is False else escape(r["golden"])]
+             for r in rows]
+    out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
+           _table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], table),
+           f"<p>{escape(variance_report.NOTE)}</p>"]
+    for m in variance_report.entries(doc):
+        v = m["variance"]
+        if v.get("metrics"):
+            golden = (v.get("against_golden") or {}).get("golden_values") or {}
+            out.append(_img(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
+                            f"seed strip chart of {m.get('model')}",
+                            f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
+    return "".join(out) + "</section>"
 
 
 def _losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:

@@ -25,6 +25,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
                     k: m["audit"].get(k) for k in ("torch", "device", "ops_executed", "counts", "findings", "warnings",
                                                    "error")},
                 "probes": (m.get("probes") or {}).get("rows"),
+                "variance": m.get("variance") if isinstance(m.get("variance"), dict) else None,
                 "throughput": None if t is None else {
                     k: t.get(k) for k in ("modes", "slowdown", "slowdowns", "top_ops", "regression", "error",
                                           "repetitions", "timed_steps", "warmup_steps", "device", "threads")

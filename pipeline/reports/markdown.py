@@ -7,6 +7,7 @@ from typing import Any
 from ..stages.throughput import NOISY_WIDTH
 from ..stages import audit, probes
 from .mdtable import cell, code, table
+from . import variance
 from .rows import op_text, slowdown_text, throughput_rows
 
 
@@ -18,6 +19,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
     lines: list[str] = []
     if document is not None:
         lines += _run(document)
+        lines += variance.markdown(document)
         lines += _findings(document)
     if trends:
         lines += _trends(trends)

@@ -18,7 +18,9 @@ from typing import Any
 from .. import verdicts
 from ..errors import NotReproducibleError
 from .mdtable import cell, code, table
+from ..stats import number
 from .rows import slowdown_text
+from .variance import spread as variance_spread
 
 MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
 
@@ -83,7 +85,7 @@ def render(doc: dict[str, Any]) -> str:
     models = doc.get("models", [])
     has_old = any(_golden(m).get("golden_final_sha256") for m in models)
     lines = [*_verdict_lines(doc), *_image_lines(doc, has_old), *_diff_lines(models, has_old), *_model_lines(models),
-             *_throughput_lines(models), *_environment_lines(doc)]
+             *_throughput_lines(models), *_variance_lines(models), *_environment_lines(doc)]
     return "\n".join(lines) + "\n"
 
 
@@ -170,6 +172,32 @@ def _throughput_lines(models: list[dict[str, Any]]) -> list[str]:
                      cell(slowdown_text(m["throughput"].get("slowdown"))), top_text])
     lines += _table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])", "most slowed op"], rows)
     return lines + [""]
+
+
+def _variance_lines(models: list[dict[str, Any]]) -> list[str]:
+    """Did the metrics move? This run's seeds against the old golden's (only when the variance stage ran)."""
+    with_variance = [m for m in models if isinstance(m.get("variance"), dict)]
+    if not with_variance:
+        return []
+    lines = ["### Did the metrics move? (variance stage)", ""]
+    rows = []
+    for m in with_variance:
+        v, judged = m["variance"], (m["variance"].get("against_golden") or {})
+        for c in judged.get("comparisons") or []:
+            rows.append([cell(m.get("model")), code(c["metric"]), f"{_mean_std(c['mean_a'], c['std_a'])} (K={c['k_a']})",
+                         f"{_mean_std(c['mean_b'], c['std_b'])} (K={c['k_b']})", cell(c["sentence"])])
+        if not judged.get("comparisons"):
+            why = (v.get("error") or {}).get("message") or judged.get("skipped") or "the old golden has no variance results"
+            rows.append([cell(m.get("model")), "-", "-", cell(", ".join(f"{k} {variance_spread(x)}" for k, x in
+                                                                          (v.get("metrics") or {}).items())), cell(why)])
+    lines += _table(["model", "metric", "old golden (mean ± std)", "this run (mean ± std)", "verdict"], rows)
+    return lines + ["", "Welch's t: the 95 % confidence interval of the difference of means (this run − old golden) "
+                        "over the seeds; inside seed noise when it holds 0. Bits can change while the metrics stay "
+                        "inside seed noise.", ""]
+
+
+def _mean_std(mean: float, std: float) -> str:
+    return f"{number(mean)} ± {number(std)}"
 
 
 def _environment_lines(doc: dict[str, Any]) -> list[str]:

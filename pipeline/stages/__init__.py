@@ -1,1 +1,1 @@
-"""Stages: what runs each model goes through (determinism, throughput)."""
+"""Stages: what runs each model goes through (determinism, throughput, variance)."""

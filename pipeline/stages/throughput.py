@@ -29,6 +29,7 @@ from ..errors import WorkerFailed
 from ..runner import RunContext, run_worker
 from ..worker.spec import PROFILE_STEPS, WorkerSpec
 from . import lockstep
+from .entry import add_result
 
 SUMMARY_VERSION = 1
 BASELINE = "default"
@@ -201,16 +202,8 @@ def unchecked_entry(options: RunOptions, model: ModelRef) -> dict[str, Any]:
 
 def attach(entry: dict[str, Any], result: dict[str, Any]) -> None:
     """Put a throughput result on a model entry; a failed measurement makes the entry an ERROR."""
-    entry["throughput"] = result
+    add_result(entry, "throughput", result)
     result["golden_summary"] = throughput_summary(entry)
-    entry["seconds"] = round(entry.get("seconds", 0.0) + result.get("seconds", 0.0), 3)
-    if not entry.get("records") and result.get("records"):
-        entry["records"] = {"throughput": result["records"][0]}
-    if result.get("error") and entry.get("verdict") != verdicts.ERROR:
-        before = entry.get("verdict")
-        entry["verdict"] = verdicts.ERROR
-        entry["message"] = f"throughput stage: {result['error']['message']} (determinism: {before})"
-        entry["error"] = result["error"]
 
 
 def throughput_summary(model_entry: dict[str, Any]) -> dict[str, Any]:

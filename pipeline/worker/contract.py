@@ -64,6 +64,10 @@ class TrainSetup:
     loader_generator: torch.Generator | None = None  # defaults to loader.generator
     get_extra_state: Callable[[], dict[str, Any]] | None = None
     set_extra_state: Callable[[dict[str, Any]], None] | None = None
+    # Held-out evaluation, called once after the last step under torch.no_grad() with the
+    # model in eval mode (train mode is put back after): metric name -> value. A name ending
+    # in "loss" or "error" is lower-is-better; any other metric (accuracy) is higher-is-better.
+    eval_fn: Callable[[torch.nn.Module], dict[str, float]] | None = None
 
     def generator(self) -> torch.Generator | None:
         """The generator that decides the loader's order and worker seeds, if any."""
@@ -124,6 +128,8 @@ def validate(setup: object, ref: str) -> TrainSetup:
         raise ContractError(f"{ref}: TrainSetup.optimizer is not a torch.optim.Optimizer")
     if not callable(setup.loss_fn):
         raise ContractError(f"{ref}: TrainSetup.loss_fn is not callable")
+    if setup.eval_fn is not None and not callable(setup.eval_fn):
+        raise ContractError(f"{ref}: TrainSetup.eval_fn is not callable (give a function model -> dict of metrics, or None)")
     if (setup.get_extra_state is None) != (setup.set_extra_state is None):
         raise ContractError(f"{ref}: give both get_extra_state and set_extra_state, or neither")
     loader = setup.loader

@@ -63,6 +63,7 @@ class WorkerSpec:
     num_workers: int | None = None  # rebuild a DataLoader with this many worker processes
     inspect_path: str | None = None  # before training: epoch order and batch invariance (worker.inspection)
     fingerprints: bool = True
+    evaluate: bool = False  # after the last step, call the plugin's eval_fn and record its metrics (variance stage)
     warmup_steps: int = 0
     profile_ops: bool = False
     lockstep: str | None = None  # FIFO path prefix (.go/.done): after warm-up, take turns step by step

@@ -20,6 +20,7 @@ from .checkpoint import LoopPosition, Resume
 from .loader import to_device
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .controls import ControlWatch
+from .evaluate import evaluate
 from .faults import Faults
 from .progress import StepLine
 from .spec import WorkerSpec, resolve
@@ -110,13 +111,15 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     out = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
                        watch=watch, clock=clock, turns=turns, final=final)
     out["perturbed"] = perturbed
+    if spec.evaluate:
+        out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
     return out
 
 
 def _perturb(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.device,
              listings: dict[str, int] | None) -> dict[str, Any] | None:
     """A portability probe's change to the set-up (``perturb``), or its inspection
-    (``inspect``); what it changed goes in the record."""
+    (``inspection``); what it changed goes in the record."""
     out: dict[str, Any] = {}
     if listings is not None:
         out["listings"] = listings  # the live count: read when the record is built

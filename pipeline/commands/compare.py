@@ -1,0 +1,34 @@
+"""``reproci compare``: is a change inside seed noise? (``pipeline.compare`` does the work.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import compare as compare_mod
+from ..errors import UsageError
+
+
+@click.command("compare")
+@click.argument("sides", metavar="[A B]", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--image", "images", multiple=True,
+              help="Instead of A and B: an image name, twice (A then B); each means its latest results under --results-dir.")
+@click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Where --image looks for results.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (for machines).")
+def compare_cmd(sides: tuple[Path, ...], images: tuple[str, ...], results_dir: Path, as_json: bool) -> None:
+    """Is B's final loss or held-out metric inside A's seed-to-seed spread? A and B: results files
+    (or run folders) or golden files, from runs with --stage variance. Per model and metric:
+    B − A with Welch's 95 % confidence interval, and whether it is inside seed noise.
+    Exit 0 when compared (inside or not), 7 with fewer than 3 seeds on a side."""
+    if images and sides:
+        raise UsageError("give either two files A B or --image twice, not both")
+    if images:
+        if len(images) != 2:
+            raise UsageError(f"--image needs exactly two images (A then B), got {len(images)}")
+        sides = tuple(compare_mod.latest_for_image(results_dir, name) for name in images)
+    if len(sides) != 2:
+        raise UsageError(f"compare needs two sides A and B (results files or golden files), got {len(sides)}")
+    a, b = (compare_mod.load_side(p) for p in sides)
+    click.echo(compare_mod.render(compare_mod.compare(a, b), as_json), nl=False)

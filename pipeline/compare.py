@@ -1,0 +1,110 @@
+"""``reproci compare A B``: is B's final loss or metric inside A's seed-to-seed spread?
+
+A side is a results file (a results.json, a run folder, or a results folder's latest run),
+a golden file (``goldens/NAME.yaml``), or an image's latest results under a results folder.
+Per model and metric, B − A with Welch's 95 % interval (``stats.judge``); fewer than 3 seeds on
+either side is refused (``TooFewSeedsError``, exit 7).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import results, stats
+from .errors import ReprociError, TooFewSeedsError, UsageError
+from .golden import store
+from .reports import build
+
+SCHEMA = "reproci.compare"
+VERSION = 1
+METHOD = ("Welch's t: the difference of means B − A per model and metric, with its 95 % confidence interval; "
+          "inside seed noise when the interval holds 0")
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str  # what the user named, for the output
+    models: dict[str, dict[str, Any]]  # model -> variance summary: k, seeds, steps, metrics{name: {values, ...}}
+
+
+def load_side(path: Path) -> Side:
+    """The variance results of a golden file (.yaml) or a results file, folder or results folder."""
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise UsageError(f"golden file {path} does not exist; name a goldens/NAME.yaml or a results.json")
+        golden = store.load(path.parent, path.stem)
+        models = {n: g.entry["variance"] for n, g in (golden.models if golden else {}).items()
+                  if isinstance(g.entry.get("variance"), dict)}
+        hint = "record one with `reproci run --stage determinism --stage variance --update-golden`"
+    else:
+        doc, _ = build.locate(path)
+        models = {str(m.get("model")): m["variance"] for m in doc.get("models", [])
+                  if isinstance(m.get("variance"), dict) and m["variance"].get("metrics")}
+        hint = "run `reproci run --stage variance` first"
+    if not models:
+        raise UsageError(f"{path} holds no variance results; {hint}")
+    return Side(label=str(path), models=models)
+
+
+def latest_for_image(results_dir: Path, image: str) -> Path:
+    """The newest complete results file under ``results_dir`` whose image is ``image``."""
+    found: list[tuple[str, Path]] = []
+    for path in results_dir.glob("*/results.json"):
+        try:
+            doc = results.load(path)
+        except ReprociError:
+            continue
+        if (doc.get("image") or {}).get("name") == image:
+            found.append((str(doc.get("created")), path))
+    if not found:
+        raise UsageError(f"no results of image {image!r} under {results_dir}; run `reproci run --image {image} "
+                         "--stage variance` or name the results files")
+    return max(found)[1]
+
+
+def compare(a: Side, b: Side) -> dict[str, Any]:
+    """Every model and metric that both sides measured, judged; what could not be compared, noted."""
+    common = [m for m in a.models if m in b.models]
+    if not common:
+        raise UsageError(f"no model has variance results on both sides (A: {', '.join(a.models)}; "
+                         f"B: {', '.join(b.models)}); compare runs of the same models")
+    few = [f"{m}: A has {a.models[m].get('k')}, B has {b.models[m].get('k')}" for m in common
+           if min(a.models[m].get("k") or 0, b.models[m].get("k") or 0) < stats.MIN_SEEDS]
+    if few:
+        raise TooFewSeedsError(f"too few seeds to tell a change from seed noise ({'; '.join(few)}): Welch's interval "
+                               f"needs at least {stats.MIN_SEEDS} per side; re-run with --seeds {stats.MIN_SEEDS} or more")
+    notes = [f"{m}: only in {side}" for side, here, there in (("A", a, b), ("B", b, a))
+             for m in here.models if m not in there.models]
+    judgements = []
+    for model in common:
+        ma, mb = a.models[model], b.models[model]
+        if ma.get("steps") != mb.get("steps"):
+            notes.append(f"{model}: steps differ (A {ma.get('steps')}, B {mb.get('steps')}): a difference may be the run length")
+        for metric, va in (ma.get("metrics") or {}).items():
+            vb = (mb.get("metrics") or {}).get(metric)
+            if vb is None:
+                notes.append(f"{model}: {metric} only in A")
+                continue
+            judgements.append(stats.judge(model, metric, va["values"], vb["values"]).to_dict())
+    return {"schema": SCHEMA, "version": VERSION, "a": a.label, "b": b.label, "method": METHOD,
+            "confidence": stats.CONFIDENCE, "comparisons": judgements, "notes": notes,
+            "inside": all(j["inside"] for j in judgements)}
+
+
+def text(report: dict[str, Any]) -> str:
+    """The comparison for a terminal or a log: the method, then one line per model and metric."""
+    lines = [f"A: {report['a']}", f"B: {report['b']}", f"{report['method']}."]
+    for j in report["comparisons"]:
+        arrow = "↓" if j["lower_is_better"] else "↑"
+        lines.append(f"{j['model']} {j['metric']} {arrow}: A {stats.number(j['mean_a'])} ± {stats.number(j['std_a'])} "
+                     f"(K={j['k_a']}), B {stats.number(j['mean_b'])} ± {stats.number(j['std_b'])} (K={j['k_b']}): "
+                     f"{j['sentence']}")
+    lines += [f"note: {n}" for n in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def render(report: dict[str, Any], as_json: bool) -> str:
+    return json.dumps(report, indent=2) + "\n" if as_json else text(report)

@@ -1,0 +1,67 @@
+"""The variance stage in every report: rows per model and metric (mean ± std over K seeds),
+the Markdown table, the terminal lines and the judgement against the golden's seeds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..stats import number
+from .mdtable import cell, table
+
+NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed … seed+K−1; "
+        "final_loss is the last step's training loss, the other metrics come from the model's held-out "
+        "eval_fn (↓: lower is better, ↑: higher is better). Against the golden: Welch's t, the 95 % "
+        "confidence interval of the difference of means (this run − golden).")
+
+
+def entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model entries that carry a variance result."""
+    return [m for m in doc.get("models", []) if isinstance(m.get("variance"), dict)]
+
+
+def spread(metric: dict[str, Any]) -> str:
+    mean, std = metric.get("mean"), metric.get("std")
+    if mean is None:
+        return "-"
+    return f"{number(mean)} ± {number(std)}" if std is not None else number(mean)
+
+
+def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model and metric: spread, per-seed values, and the judgement against the golden."""
+    out = []
+    for m in entries(doc):
+        v = m["variance"]
+        judged = {c["metric"]: c for c in ((v.get("against_golden") or {}).get("comparisons") or [])}
+        if v.get("error"):
+            out.append({"model": m.get("model"), "metric": "-", "k": v.get("k"), "spread": "failed",
+                        "values": [], "direction": "", "golden": v["error"].get("message"), "inside": None})
+            continue
+        skipped = (v.get("against_golden") or {}).get("skipped")
+        for name, metric in (v.get("metrics") or {}).items():
+            c = judged.get(name)
+            out.append({"model": m.get("model"), "metric": name, "k": v.get("k"), "spread": spread(metric),
+                        "values": metric.get("values") or [], "direction": "↓" if metric.get("lower_is_better") else "↑",
+                        "golden": c["sentence"] if c else (skipped or "no golden variance to compare with"),
+                        "inside": c["inside"] if c else None})
+    return out
+
+
+def markdown(doc: dict[str, Any]) -> list[str]:
+    """The Markdown section (empty when the stage did not run)."""
+    r = rows(doc)
+    if not r:
+        return []
+    lines = ["### Seed-to-seed spread (variance stage)", ""]
+    lines += table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"],
+                   [[cell(x["model"]), cell(f"{x['metric']} {x['direction']}".strip()), cell(x["k"]),
+                     cell(x["spread"]), cell(", ".join(number(v) for v in x["values"]) or "-"), cell(x["golden"])]
+                    for x in r])
+    return lines + ["", NOTE, ""]
+
+
+def terminal_lines(doc: dict[str, Any]) -> list[str]:
+    """Plain lines for ``reproci run``: one per model and metric."""
+    return [f"{x['model']}: variance stage failed: {x['golden']}" if x["spread"] == "failed" else
+            f"{x['model']}: {x['metric']} {x['direction']} over {x['k']} seeds: {x['spread']}"
+            + (f"; against the golden: {x['golden']}" if x["inside"] is not None else "")
+            for x in rows(doc)]

@@ -1,0 +1,135 @@
+"""The variance stage: is a change inside seed noise?
+
+Per model, K strict runs (``--seeds K``, default 5) on the same image with seeds
+``--seed`` + 0 … K−1, each a fresh process through the same backend as every other run.
+Each run records its final training loss and, when the plugin offers an ``eval_fn``, its
+held-out metrics. The stage keeps per metric the per-seed values, their mean and sample
+standard deviation; ``reproci compare`` and the golden comparison judge a difference of
+means against that spread with Welch's interval (``pipeline.stats``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from .. import stats, verdicts
+from ..errors import WorkerFailed
+from ..models import ModelRef
+from ..options import RunOptions
+from ..runner import RunContext, background, run_worker, settle
+from ..worker.spec import WorkerSpec
+from .determinism import base_spec
+from .entry import add_result
+
+SUMMARY_VERSION = 1
+FINAL_LOSS = "final_loss"  # the last step's training loss
+
+
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> list[WorkerSpec]:
+    """One strict run per seed, with the held-out evaluation at its end (no per-step checksums:
+    this stage compares metrics, not bits)."""
+    base = base_spec(options, model, "variance", project_commit=project_commit, image=image)
+    return [dataclasses.replace(base, role=f"variance-seed{s}", output=f"record-variance-seed{s}.json", seed=s,
+                                fingerprints=False, evaluate=True)
+            for s in range(options.seed, options.seed + options.seeds)]
+
+
+def summarize(specs: list[WorkerSpec], records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Metric -> per-seed values, mean, std and direction: the final loss, then eval_fn's metrics."""
+    per_metric: dict[str, list[float]] = {FINAL_LOSS: [float(r["losses"][-1]) if r.get("losses") else float("nan")
+                                                       for r in records]}
+    for rec in records:
+        for name, value in (rec.get("eval") or {}).items():
+            per_metric.setdefault(name, []).append(float(value))
+    return {name: {**stats.describe(values), "lower_is_better": stats.lower_is_better(name)}
+            for name, values in per_metric.items() if len(values) == len(specs)}
+
+
+def run_all(options: RunOptions, ctx: RunContext, entries: list[dict[str, Any]], *, project_commit: str | None,
+            image: dict[str, Any], old_golden: Any = None) -> None:
+    """The variance stage for every model, attached to its entry. With ``--jobs`` ≥ 2 the seed
+    runs of every model share the slots; ``old_golden`` (a ``golden.store.Golden``) gives the
+    variance each model is judged against."""
+    plans = [plan(options, m, project_commit=project_commit, image=image) for m in options.models]
+    if options.jobs < 2:
+        outcomes: list[list[Any]] = [[_outcome(run_worker, ctx, s) for s in specs] for specs in plans]
+    else:
+        shared = dataclasses.replace(ctx, slots=ctx.slots or threading.BoundedSemaphore(options.jobs))
+        futures = [[background(run_worker, shared, s) for s in specs] for specs in plans]
+        settle(*(f for fs in futures for f in fs))
+        outcomes = [[_result(f) for f in fs] for fs in futures]
+    for model, entry, specs, results in zip(options.models, entries, plans, outcomes):
+        result = _model_result(options, model, specs, results)
+        golden = (old_golden.models.get(model.name) if old_golden is not None else None)
+        if golden is not None and golden.entry.get("variance") and result["metrics"]:
+            result["against_golden"] = against(golden.entry["variance"], result, model.name,
+                                               run_id=(golden.entry.get("run_id")))
+        attach(entry, result, options.stages)
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except WorkerFailed as e:
+        return e
+
+
+def _result(f: Future[Any]) -> Any:
+    e = f.exception()
+    if e is None:
+        return f.result()
+    if isinstance(e, WorkerFailed):
+        return e
+    raise e
+
+
+def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec], results: list[Any]) -> dict[str, Any]:
+    """The stage's result for one model; ``seconds`` adds up its runs' wall times (they may overlap)."""
+    seconds = round(sum(r.get("wall_s", 0.0) for r in results if isinstance(r, dict)), 3)
+    failed = next((r for r in results if isinstance(r, WorkerFailed)), None)
+    out: dict[str, Any] = {"version": SUMMARY_VERSION, "k": len(specs), "seeds": [s.seed for s in specs],
+                           "steps": options.steps, "metrics": {}, "error": None, "seconds": seconds,
+                           "records": [f"{model.name}/{s.output}" for s in specs]}
+    if failed is not None:
+        out["error"] = {"kind": failed.kind, "message": str(failed)}
+        return out
+    out["metrics"] = summarize(specs, results)
+    out["final_sha256"] = [r.get("final_sha256") for r in results]
+    return out
+
+
+def against(golden: dict[str, Any], current: dict[str, Any], model: str, *, run_id: str | None = None) -> dict[str, Any]:
+    """This run's variance judged against the golden's, metric by metric (B = this run)."""
+    out: dict[str, Any] = {"golden_run_id": run_id, "golden_k": golden.get("k"), "k": current.get("k"),
+                           "comparisons": [], "skipped": None}
+    if min(golden.get("k") or 0, current.get("k") or 0) < stats.MIN_SEEDS:
+        out["skipped"] = (f"not compared: {golden.get('k')} seed(s) in the golden, {current.get('k')} in this run; "
+                          f"at least {stats.MIN_SEEDS} on each side (--seeds)")
+        return out
+    out["golden_values"] = {}
+    for metric, now in current["metrics"].items():
+        then = (golden.get("metrics") or {}).get(metric)
+        if then and then.get("values"):
+            out["golden_values"][metric] = then["values"]
+            out["comparisons"].append(stats.judge(model, metric, then["values"], now["values"]).to_dict())
+    return out
+
+
+def attach(entry: dict[str, Any], result: dict[str, Any], stages: tuple[str, ...] = ()) -> None:
+    """Put a variance result on a model entry; a failed seed run makes the entry an ERROR."""
+    if entry.get("verdict") == verdicts.NOT_CHECKED and "determinism" not in stages:
+        entry["message"] = f"determinism not checked (stages: {', '.join(stages)})"
+    add_result(entry, "variance", result)
+
+
+def variance_summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """What a golden file keeps of a model's variance (empty when the stage did not run)."""
+    v = entry.get("variance") or {}
+    if not v.get("metrics"):
+        return {}
+    return {"version": SUMMARY_VERSION, "k": v["k"], "seeds": v["seeds"], "steps": v.get("steps"),
+            "metrics": {name: {k: m.get(k) for k in ("values", "mean", "std", "lower_is_better")}
+                        for name, m in v["metrics"].items()}}
