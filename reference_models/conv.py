@@ -107,10 +107,11 @@ def build(ctx: ModelContext) -> TrainSetup:
     cfg = ConvConfig.for_profile(ctx.profile)
     model = SmallResNet(cfg).to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    data = SyntheticImages(cfg, seed=ctx.seed)
     loader = torch.utils.data.DataLoader(
-        SyntheticImages(cfg, seed=ctx.seed),
-        batch_size=cfg.batch_size,
-        shuffle=True,
+        data,
+        batch_size=cfg.batch_size,  # per rank
+        **ctx.shuffling(data),  # shuffle=True; above one rank, this rank's shard of a seeded order
         num_workers=cfg.num_workers,
         worker_init_fn=ctx.seed_worker,
         generator=ctx.generator(),

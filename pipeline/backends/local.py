@@ -12,13 +12,14 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..worker.launch import launch_environment
+from ..worker.launch import launch_environment, worker_command
 from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
 
 # Names of the variables the launcher owns; inherited values are dropped first.
 _OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-          "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED")
+          "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED",
+          "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # torchrun sets these per rank
 
 
 class LocalBackend(Backend):
@@ -43,7 +44,7 @@ class LocalBackend(Backend):
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.worker", str(spec_file)],
+            worker_command(sys.executable, str(spec_file), world_size=spec.world_size),
             env=self.environment(spec),
             cwd=str(spec_file.parent),
             stdout=subprocess.PIPE,

@@ -1,0 +1,189 @@
+"""``--world-size N``: ranks under DDP launched by torchrun, each rank checked like one
+process, replicas compared with each other, a forgotten ``set_epoch`` reported, and world
+size part of a run's identity. The slow tests run gloo on the CPU at world size 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+
+import pytest
+import torch
+
+from pipeline import errors, matrix, verdicts
+from pipeline.backends import docker_spec
+from pipeline.backends.local import LocalBackend
+from pipeline.golden import drift
+from pipeline.golden import store as golden
+from pipeline.options import build
+from pipeline.stages import epochs, replicas
+from pipeline.worker.contract import ModelContext
+from pipeline.worker.launch import worker_command
+from pipeline.worker.spec import WorkerSpec, for_rank, rank_path
+
+from .helpers import PLUGINS, Cli, model_entry
+from .test_golden import fake_run
+from .test_options import cli
+
+DDP = PLUGINS / "ddp.py"
+
+
+def test_two_ranks_run_under_torchrun_and_one_runs_alone():
+    assert worker_command("python3", "spec-A.json") == ["python3", "-m", "pipeline.worker", "spec-A.json"]
+    assert worker_command("py", "s.json", world_size=2) == [
+        "py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "pipeline.worker", "s.json"]
+    spec = WorkerSpec(model_ref="conv", model_name="conv", role="A", steps=4, world_size=4)
+    assert docker_spec.worker_command(spec, PurePosixPath("/reproci/run/conv/spec-A.json"))[:5] == [
+        "python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4"]
+
+
+def test_each_rank_writes_its_own_files_and_rank_0_keeps_the_runs_names():
+    spec = WorkerSpec(model_ref="conv", model_name="conv", role="C", steps=4, output="record-C.json",
+                      resume_from="ckpt-2.pt", checkpoint_path="ckpt-2.pt", final_dump_path="final-A.pt", world_size=2)
+    assert for_rank(spec, 0) == spec
+    one = for_rank(spec, 1)
+    assert (one.output, one.resume_from, one.checkpoint_path) == ("record-C.rank1.json", "ckpt-2.rank1.pt", "ckpt-2.rank1.pt")
+    assert one.final_dump_path is None and one.checkpoint_pattern == "ckpt-{step}.rank1.pt"
+    assert rank_path("record-A.json", 3) == "record-A.rank3.json"
+
+
+@pytest.mark.parametrize("kw, fragment", [
+    (dict(world_size=0), "--world-size must be at least 1 (got 0)"),
+    (dict(world_size=2, device="cuda", image="img:1", gpus="1"), "--gpus 1 gives 1: lower --world-size"),
+    (dict(world_size=3, device="cuda", image="img:1", gpus="0,1"), "--gpus 0,1 gives 2"),
+])
+def test_bad_world_sizes_are_usage_errors(kw, fragment):
+    with pytest.raises(errors.UsageError, match="world-size") as e:
+        build(cli(**kw), env={})
+    assert fragment in str(e.value) and e.value.return_code == errors.EXIT_USAGE
+
+
+def test_world_size_comes_from_the_command_line_or_the_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert build(cli(), env={}).world_size == 1
+    (tmp_path / "reproci.yaml").write_text("world_size: 2\n")
+    o = build(cli(), env={})
+    assert o.world_size == 2 and o.jobs == max(1, min(3, len(__import__("os").sched_getaffinity(0)) // 2))
+    assert build(cli(world_size=4, device="cuda", image="img:1", gpus="all"), env={}).world_size == 4
+
+
+def test_a_factory_written_for_one_process_keeps_working_and_shards_above_one():
+    ctx = ModelContext(profile="quick", device=torch.device("cpu"), seed=3)
+    assert (ctx.rank, ctx.world_size) == (0, 1) and ctx.shuffling([1, 2]) == {"shuffle": True}
+    sampler = ModelContext("quick", torch.device("cpu"), 3, rank=1, world_size=2).shuffling(list(range(8)))["sampler"]
+    assert isinstance(sampler, torch.utils.data.DistributedSampler) and len(list(sampler)) == 4
+    assert (sampler.rank, sampler.num_replicas, sampler.seed, sampler.shuffle) == (1, 2, 3, True)
+
+
+def test_the_matrix_asks_for_the_manifests_world_size():
+    assert matrix.entry("gpu-b", {"gpu": True, "world_size": 2}, ("gpu",))["world_size"] == 2
+    assert matrix.entry("cpu-a", {}, ("gpu",))["world_size"] == 1
+    with pytest.raises(errors.ConfigError, match="world_size must be a positive integer"):
+        matrix.entry("gpu-b", {"world_size": "two"}, ("gpu",))
+
+
+# -- replicas and epochs, on records as the worker writes them --------------------------------
+
+NAMES = ["param:w", "grad:w", "buffer:bn.running_mean", "optim:w.momentum_buffer"]
+
+
+def _record(rows, *, broadcast_buffers=True, epochs_=None, batches=None, shuffles=True):
+    return {"tensor_names": NAMES, "fingerprints": rows, "start_step": 0, "final_sha256": "f",
+            "tensor_sha256": {n: "h" for n in NAMES}, "losses": [0.5] * len(rows),
+            "batch_fingerprints": batches or [1] * len(rows), "batch_epochs": epochs_ or [0] * len(rows),
+            "initial_fingerprint": {"step": 0, "names": NAMES, "row": [1, 0, 0, 0]},
+            "distributed": {"ddp": {"broadcast_buffers": broadcast_buffers}}, "loader": {"shuffles": shuffles}}
+
+
+def test_a_rank_whose_buffers_leave_rank_0s_is_named_with_run_step_and_tensor():
+    rank0 = _record([[1, 2, 3, 4], [5, 6, 7, 8]], broadcast_buffers=False)
+    rank1 = _record([[1, 2, 3, 4], [5, 6, 9, 8]], broadcast_buffers=False)
+    rank1["losses"], rank1["batch_fingerprints"] = [0.7, 0.1], [8, 9]  # its own shard: never compared
+    records = {"A": rank0, "B": rank0, "C": rank0}
+    verdict, pair, div, rank = replicas.decide(records, {1: {"A": rank1, "B": rank1, "C": rank1}},
+                                               lambda recs: (verdicts.PASS, None, None))
+    assert (verdict, pair, rank, div.step, div.tensor) == (verdicts.REPLICAS_DIVERGE, ("A", "A"), 1, 2,
+                                                           "buffer:bn.running_mean")
+    message = replicas.describe(verdict, div, pair, rank, rank1)
+    assert message.startswith("rank 1's replica ≠ rank 0's in run A from step 2, first at buffer:bn.running_mean")
+    assert "broadcast_buffers=False" in message
+
+
+def test_buffers_that_ddp_broadcasts_before_each_forward_may_differ_at_a_steps_end():
+    rank0, rank1 = _record([[1, 2, 3, 4]]), _record([[1, 2, 9, 4]])
+    assert replicas.replica_divergence(rank0, rank1) is None
+    rank1["fingerprints"] = [[1, 5, 9, 4]]  # a gradient, though, is reduced: it must agree
+    assert replicas.replica_divergence(rank0, rank1).tensor == "grad:w"
+
+
+def test_a_rank_that_does_not_reproduce_itself_is_named():
+    a, b = _record([[1, 2, 3, 4]]), _record([[1, 2, 3, 5]])
+    from pipeline.stages.determinism import _decide
+
+    verdict, pair, div, rank = replicas.decide({"A": a, "B": a, "C": a}, {1: {"A": a, "B": b, "C": a}}, _decide)
+    assert (verdict, pair, rank) == (verdicts.NONDETERMINISTIC, ("A", "B"), 1)
+    assert replicas.describe(verdict, div, pair, rank, a).startswith("A ≠ B on rank 1 from step 1")
+
+
+def test_a_shuffling_loader_that_repeats_its_order_each_epoch_is_reported():
+    repeated = _record([[0] * 4] * 6, epochs_=[0, 0, 1, 1, 2, 2], batches=[7, 8, 7, 8, 7, 8])
+    assert epochs.repeated_order(repeated).startswith("epoch 2 visits the samples in the same order as epoch 1")
+    reshuffled = _record([[0] * 4] * 6, epochs_=[0, 0, 1, 1, 2, 2], batches=[7, 8, 9, 7, 8, 9])
+    assert epochs.repeated_order(reshuffled) is None
+    assert epochs.repeated_order({**repeated, "loader": {"shuffles": False}}) is None  # an ordered loader repeats by design
+
+
+def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
+    document, records, states = fake_run(0)
+    document["environment"]["world_size"] = 4
+    golden.write(tmp_path, "img", document, records, states)
+    old = golden.load(tmp_path, "img")
+    now, records_now, _ = fake_run(1)
+    now["environment"]["world_size"] = 2
+    section = drift.compare(now["models"][0], records_now["m"], None, now, old, ci=False, image_name="img")
+    assert section["verdict"] == verdicts.ENV_CHANGED
+    assert section["message"].endswith("(world size 4 → 2)") and section["env_diff"] == {"world_size": [4, 2]}
+
+
+# -- world size 2 on the CPU, gloo ------------------------------------------------------------
+
+def _rank_run(tmp_path, factory: str) -> dict[int, dict]:
+    """Run A of ``factory`` at world size 2 through torchrun; each rank's record."""
+    spec = WorkerSpec(model_ref=f"{DDP}:{factory}", model_name=factory, role="A", steps=6, output="record-A.json",
+                      world_size=2)
+    spec.write(tmp_path / "spec.json")
+    result = LocalBackend(build(cli(), env={})).launch(spec, tmp_path / "spec.json", timeout=120)
+    assert result.returncode == 0, result.log_tail
+    return {r: json.loads((tmp_path / rank_path("record-A.json", r)).read_text()) for r in (0, 1)}
+
+
+@pytest.mark.slow
+def test_two_ranks_pass_a_b_and_a_resume(tmp_path):
+    out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
+    assert out.returncode == 0, out.stderr
+    doc = Cli(tmp_path).latest()
+    entry = model_entry(doc, "ddp.sharded")
+    assert entry["verdict"] == verdicts.NEW and entry["message"].startswith("A = B = C: bitwise reproducible")
+    assert entry["world_size"] == 2 and doc["options"]["world_size"] == 2 and doc["environment"]["world_size"] == 2
+    assert entry["epoch_order"] is None and "warning" not in entry["message"]
+    work = tmp_path / "results" / doc["run_id"] / "ddp.sharded"
+    rank1 = json.loads((work / "record-C.rank1.json").read_text())
+    assert rank1["distributed"] == {"rank": 1, "world_size": 2, "backend": "gloo",
+                                    "ddp": {"wrapped_by": "harness", "bucket_cap_mb": 25, "broadcast_buffers": True}}
+    assert rank1["start_step"] == 3 and rank1["replayed"] == "index"
+
+
+@pytest.mark.slow
+def test_rank_local_batchnorm_statistics_are_a_replica_divergence_on_rank_1(tmp_path):
+    ranks = _rank_run(tmp_path, "rank_local_buffers")
+    div = replicas.replica_divergence(ranks[0], ranks[1])
+    assert (div.step, div.tensor) == (1, "buffer:1.running_mean")
+    assert ranks[0]["final_sha256"] != ranks[1]["final_sha256"]
+
+
+@pytest.mark.slow
+def test_a_sampler_hidden_from_set_epoch_repeats_its_order(tmp_path):
+    ranks = _rank_run(tmp_path, "custom_batches")
+    assert ranks[0]["batch_epochs"] == [0, 0, 0, 0, 1, 1] and ranks[0]["loader"]["shuffles"] is True
+    assert epochs.repeated_order(ranks[0]).startswith("epoch 2 visits the samples in the same order as epoch 1")
+    assert replicas.replica_divergence(ranks[0], ranks[1]) is None
