@@ -187,3 +187,13 @@ def test_a_sampler_hidden_from_set_epoch_repeats_its_order(tmp_path):
     assert ranks[0]["batch_epochs"] == [0, 0, 0, 0, 1, 1] and ranks[0]["loader"]["shuffles"] is True
     assert epochs.repeated_order(ranks[0]).startswith("epoch 2 visits the samples in the same order as epoch 1")
     assert replicas.replica_divergence(ranks[0], ranks[1]) is None
+
+
+def test_a_run_whose_rank_1_failed_says_so(tmp_path):
+    from pipeline.runner import rank_failure
+
+    spec = WorkerSpec(model_ref="m", model_name="m", role="B", steps=4, output="record-B.json", world_size=3)
+    assert rank_failure(tmp_path, spec) is None
+    (tmp_path / "record-B.rank2.json").write_text(json.dumps({"status": "error", "error_kind": "crash",
+                                                               "message": "ZeroDivisionError: division by zero"}))
+    assert rank_failure(tmp_path, spec)["message"] == "rank 2: ZeroDivisionError: division by zero"
