@@ -5,7 +5,7 @@ size part of a run's identity. The slow tests run gloo on the CPU at world size 
 from __future__ import annotations
 
 import json
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 import torch
@@ -147,12 +147,16 @@ def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
 
 # -- world size 2 on the CPU, gloo ------------------------------------------------------------
 
-def _rank_run(tmp_path, factory: str) -> dict[int, dict]:
-    """Run A of ``factory`` at world size 2 through torchrun; each rank's record."""
+def _launch(tmp_path, factory: str, timeout: float = 120):
     spec = WorkerSpec(model_ref=f"{DDP}:{factory}", model_name=factory, role="A", steps=6, output="record-A.json",
                       world_size=2)
     spec.write(tmp_path / "spec.json")
-    result = LocalBackend(build(cli(), env={})).launch(spec, tmp_path / "spec.json", timeout=120)
+    return LocalBackend(build(cli(), env={})).launch(spec, tmp_path / "spec.json", timeout=timeout)
+
+
+def _rank_run(tmp_path, factory: str) -> dict[int, dict]:
+    """Run A of ``factory`` at world size 2 through torchrun; each rank's record."""
+    result = _launch(tmp_path, factory)
     assert result.returncode == 0, result.log_tail
     return {r: json.loads((tmp_path / rank_path("record-A.json", r)).read_text()) for r in (0, 1)}
 
@@ -174,19 +178,14 @@ def test_two_ranks_pass_a_b_and_a_resume(tmp_path):
 
 
 @pytest.mark.slow
-def test_rank_local_batchnorm_statistics_are_a_replica_divergence_on_rank_1(tmp_path):
-    ranks = _rank_run(tmp_path, "rank_local_buffers")
+def test_rank_local_batchnorm_statistics_and_a_sampler_hidden_from_set_epoch_are_caught(tmp_path):
+    """One run of the twin of ``sharded`` (which passes both checks above) with both mistakes."""
+    ranks = _rank_run(tmp_path, "careless")
     div = replicas.replica_divergence(ranks[0], ranks[1])
     assert (div.step, div.tensor) == (1, "buffer:1.running_mean")
     assert ranks[0]["final_sha256"] != ranks[1]["final_sha256"]
-
-
-@pytest.mark.slow
-def test_a_sampler_hidden_from_set_epoch_repeats_its_order(tmp_path):
-    ranks = _rank_run(tmp_path, "custom_batches")
     assert ranks[0]["batch_epochs"] == [0, 0, 0, 0, 1, 1] and ranks[0]["loader"]["shuffles"] is True
     assert epochs.repeated_order(ranks[0]).startswith("epoch 2 visits the samples in the same order as epoch 1")
-    assert replicas.replica_divergence(ranks[0], ranks[1]) is None
 
 
 def test_a_run_whose_rank_1_failed_says_so(tmp_path):
@@ -197,3 +196,56 @@ def test_a_run_whose_rank_1_failed_says_so(tmp_path):
     (tmp_path / "record-B.rank2.json").write_text(json.dumps({"status": "error", "error_kind": "crash",
                                                                "message": "ZeroDivisionError: division by zero"}))
     assert rank_failure(tmp_path, spec)["message"] == "rank 2: ZeroDivisionError: division by zero"
+
+
+@pytest.mark.slow
+def test_a_stopped_run_leaves_no_rank_behind(tmp_path):
+    """torchrun starts each rank in a session of its own: stopping torchrun's process group
+    alone (as for one process) would leave them running. Stopped as on Ctrl-C or a timeout,
+    once both ranks are in their first step."""
+    import threading
+    import time
+
+    backend = LocalBackend(build(cli(), env={}))
+    spec = WorkerSpec(model_ref=f"{DDP}:stalls", model_name="stalls", role="A", steps=2, world_size=2)
+    spec.write(tmp_path / "spec.json")
+    results = []
+    launcher = threading.Thread(target=lambda: results.append(backend.launch(spec, tmp_path / "spec.json", timeout=300)))
+    launcher.start()
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("stalled.rank*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert {p.name for p in tmp_path.glob("stalled.rank*")} == {"stalled.rank0", "stalled.rank1"}
+    backend.close()
+    launcher.join(timeout=30)
+    assert not launcher.is_alive() and results[0].returncode != 0
+    spec_file = str(tmp_path / "spec.json").encode()
+    left = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and spec_file in (proc / "cmdline").read_bytes():
+                left.append(proc.name)
+        except OSError:
+            pass
+    assert not left
+
+def test_the_stage_gives_the_verdict_of_a_diverging_replica_with_its_rank(tmp_path, monkeypatch):
+    from pipeline.runner import RunContext
+    from pipeline.stages import determinism
+
+    rank0 = _record([[1, 2, 3, 4], [5, 6, 7, 8]], broadcast_buffers=False, epochs_=[0, 1], batches=[3, 3])
+    rank1 = _record([[1, 2, 3, 4], [5, 6, 9, 8]], broadcast_buffers=False, epochs_=[0, 1], batches=[4, 4])
+    options = build(cli(models=(f"{DDP}:careless",), world_size=2, steps=2, resume_at=1), env={})
+    model = options.models[0]
+    work = tmp_path / model.name
+    work.mkdir()
+    for role in "ABC":
+        (work / f"record-{role}.rank1.json").write_text(json.dumps({**rank1, "status": "ok"}))
+    monkeypatch.setattr(determinism, "_run_all", lambda o, c, s, records: records.update(A=rank0, B=rank0, C=rank0))
+    entry = determinism.run_model(options, RunContext(backend=None, run_dir=tmp_path, timeout=1), model,  # type: ignore[arg-type]
+                                  project_commit=None, image={})
+    assert entry["verdict"] == verdicts.REPLICAS_DIVERGE and entry["world_size"] == 2
+    assert entry["message"].startswith("rank 1's replica ≠ rank 0's in run A from step 2, first at buffer:bn.running_mean")
+    assert entry["message"].endswith("; warning: " + entry["epoch_order"])
+    assert entry["evidence"]["comparison"] == "run A: rank 0 vs rank 1" and entry["evidence"]["rank"] == 1
+    assert verdicts.first_difference(entry["evidence"]) == "step 2, buffer:bn.running_mean"
