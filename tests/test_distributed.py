@@ -249,3 +249,24 @@ def test_the_stage_gives_the_verdict_of_a_diverging_replica_with_its_rank(tmp_pa
     assert entry["message"].endswith("; warning: " + entry["epoch_order"])
     assert entry["evidence"]["comparison"] == "run A: rank 0 vs rank 1" and entry["evidence"]["rank"] == 1
     assert verdicts.first_difference(entry["evidence"]) == "step 2, buffer:bn.running_mean"
+
+
+def test_more_ranks_than_gpus_is_named_before_any_rank_starts(monkeypatch):
+    from pipeline.worker import distributed
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert distributed.missing_gpus(2, torch.device("cuda")) == (
+        "--world-size 2 needs 2 GPUs, one per rank, but this process sees 1: lower --world-size or make more GPUs visible")
+    assert distributed.missing_gpus(1, torch.device("cuda")) is None
+    assert distributed.missing_gpus(2, torch.device("cpu")) is None
+
+
+def test_a_changed_nccl_algorithm_is_named_in_the_drift(tmp_path):
+    document, records, states = fake_run(0)
+    document["environment"]["env"] = {"NCCL_ALGO": "Ring"}
+    golden.write(tmp_path, "img", document, records, states)
+    now, records_now, _ = fake_run(1)
+    now["environment"]["env"] = {"NCCL_ALGO": "Tree"}
+    section = drift.compare(now["models"][0], records_now["m"], None, now, golden.load(tmp_path, "img"), ci=False,
+                            image_name="img")
+    assert section["verdict"] == verdicts.ENV_CHANGED and section["message"].endswith("(NCCL_ALGO Ring → Tree)")
