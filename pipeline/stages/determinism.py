@@ -147,10 +147,9 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     a = records["A"]
     result.update(
         verdict=verdict,
-        message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]])
-                 if rank is not None and evidence is not None and pair is not None
+        message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
                  else describe(verdict, evidence, pair, switched)) + (f"; {hint}" if hint else "")
-                + (f"; warning: {order}" if order else ""),
+                + (f"; warning: {order}" if order else ""),  # the order warning never changes the verdict
         epoch_order=order,
         final_sha256=a["final_sha256"],
         config=a.get("config", {}),

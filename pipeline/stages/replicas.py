@@ -89,8 +89,10 @@ def decide(records: Records, ranks: dict[int, Records],
     return verdicts.PASS, None, None, None
 
 
-def describe(verdict: str, div: Divergence, pair: tuple[str, str], rank: int, record: dict[str, Any]) -> str:
-    """The message of a failure found on a rank other than 0."""
+def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None, rank: int,
+             record: dict[str, Any]) -> str:
+    """The message of a failure found on a rank other than 0 (``decide`` gave its divergence)."""
+    assert div is not None and pair is not None
     d = div.to_dict()
     if verdict != verdicts.REPLICAS_DIVERGE:
         return f"{pair[0]} ≠ {pair[1]} on rank {rank} {verdicts.where_text(d)}"
