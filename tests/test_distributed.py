@@ -270,3 +270,17 @@ def test_a_changed_nccl_algorithm_is_named_in_the_drift(tmp_path):
     section = drift.compare(now["models"][0], records_now["m"], None, now, golden.load(tmp_path, "img"), ci=False,
                             image_name="img")
     assert section["verdict"] == verdicts.ENV_CHANGED and section["message"].endswith("(NCCL_ALGO Ring → Tree)")
+
+
+def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():
+    import io
+
+    from rich.console import Console
+
+    from pipeline.reports.terminal import print_report
+
+    out, err = Console(file=io.StringIO(), width=200), Console(file=io.StringIO(), width=200)
+    said = "epoch 2 visits the samples in the same order as epoch 1: the sampler's set_epoch is not called"
+    print_report({"models": [{"model": "m", "verdict": verdicts.PASS, "message": f"A = B = C; warning: {said}",
+                              "epoch_order": said}], "image": {"name": "local"}}, out, None, err)
+    assert f"warning: m: {said}" in err.file.getvalue()
