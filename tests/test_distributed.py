@@ -21,9 +21,10 @@ from pipeline.worker.contract import ModelContext
 from pipeline.worker.launch import worker_command
 from pipeline.worker.spec import WorkerSpec, for_rank, rank_path
 
-from .helpers import PLUGINS, Cli, model_entry
+from .helpers import PLUGINS, Cli, load, model_entry, run_step, step_named
 from .test_golden import fake_run
 from .test_options import cli
+from .test_workflows import stub_reproci  # noqa: F401 - a fixture
 
 DDP = PLUGINS / "ddp.py"
 
@@ -284,3 +285,17 @@ def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():
     print_report({"models": [{"model": "m", "verdict": verdicts.PASS, "message": f"A = B = C; warning: {said}",
                               "epoch_order": said}], "image": {"name": "local"}}, out, None, err)
     assert f"warning: m: {said}" in err.file.getvalue()
+
+
+@pytest.mark.parametrize("workflow, job, name", [
+    ("reproci", "image", "Run the reference models in the image"),
+    ("golden-update", "record", "Run the strict stage (and its cost) and record the golden"),
+])
+def test_the_workflows_pass_the_matrix_world_size_on(stub_reproci, tmp_path, workflow, job, name):
+    step = step_named(load(workflow), job, name)
+    env = {"IMAGE": "cuda12.6-torch2.7", "DEVICE": "cuda", "GPUS": "all", "PROFILE": "full", "RANKS": "2",
+           "REPROCI_WEBHOOK": "", "STUB_ARGS": str(tmp_path / "args")}
+    out, _ = run_step(step, env, tmp_path, stub_reproci, tmp_path)
+    assert out.returncode == 0, out.stderr
+    args = (tmp_path / "args").read_text().split("\n")
+    assert args[args.index("--world-size") + 1] == "2"
