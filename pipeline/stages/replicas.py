@@ -5,9 +5,10 @@ Each rank r > 0 of a run writes its own record (``record-A.rank1.json``, ...; ra
 the run's record, ``spec.rank_path``) and its own checkpoint. Per rank, A, B and C are
 compared as rank 0's are (A ≠ B, A = B ≠ C). Then, within each run, every rank's per-step
 fingerprints are compared with rank 0's: DistributedDataParallel keeps every replica's
-parameters, gradients, buffers and optimizer state identical, so any difference is
-REPLICAS_DIVERGE, named by run, rank, step and tensor. Batches and losses are left out of
-that comparison: ranks train on different shards of the data by design.
+parameters, gradients and optimizer state identical, so any difference is REPLICAS_DIVERGE,
+named by run, rank, step and tensor. Buffers are compared where DDP leaves them to each rank
+(``broadcast_buffers=False``); batches and losses never are: ranks train on different shards
+of the data by design.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..golden.compare import Divergence, first_divergence
 from ..worker.spec import rank_path
 
 Records = dict[str, dict[str, Any]]
-Decide = Callable[[Records], tuple[str, "tuple[str, str] | None", "Divergence | None"]]
+Decide = Callable[[Records], tuple[str, tuple[str, str] | None, Divergence | None]]  # determinism._decide
 
 
 def load(work: Path, roles: tuple[str, ...], world_size: int) -> dict[int, Records]:

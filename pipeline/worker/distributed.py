@@ -4,7 +4,7 @@
 rank through the environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``). Each joins the process group (gloo on the CPU, NCCL on CUDA, one GPU
 per rank), builds the plugin's model with its rank in ``ModelContext``, and the harness
-wraps the model in DDP: the plugin never wraps it itself (one it already wrapped is used
+wraps the model in DDP: the plugin returns the plain module (one it wrapped itself is used
 as it is). Bucketing is fixed (``bucket_cap_mb``), so gradients are reduced in the same
 groups in every run; the plugin may set DDP's options through ``TrainSetup.ddp_options``.
 Each rank records its own run; the orchestrator compares ranks' per-step fingerprints.
