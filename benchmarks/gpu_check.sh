@@ -9,14 +9,15 @@
 #   bash benchmarks/gpu_check.sh                      # every part below, in order
 #   bash benchmarks/gpu_check.sh tests bench          # some parts (env always runs first)
 #
-# Parts: env, tests, bench, strict, throughput. Each has its own timeout, so that two calls
-# of at most 10 minutes (tests bench | strict throughput) cover everything.
+# Parts: env, tests, bench, strict, ddp, throughput. Each has its own timeout, so that three
+# calls of at most 10 minutes (tests bench | strict throughput | ddp) cover everything.
 #
 # 1. the environment (GPU, driver, torch, CUDA, cuDNN, NCCL);
 # 2. tests/gpu/ (reference models on CUDA with -j 3, every optimizer state layout, AMP, real
 #    CUDA nondeterminism caught, an op without a deterministic kernel, throughput on CUDA);
 # 3. the per-step fingerprint cost on CUDA and the stage against a seed-style check;
-# 4. the strict stage on the full profile (-j 3) and the throughput stage on the full profile.
+# 4. the strict stage on the full profile (-j 3, world size 1) and the throughput stage on the full profile;
+# 5. the strict stage at world size 2 (DDP over NCCL, one GPU per rank) where two GPUs are visible.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -26,7 +27,7 @@ reproci() { "$PY" -m pipeline.cli "$@"; }
 start=$(date +%s)
 status=0
 step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
-PARTS=" ${*:-tests bench strict throughput} "
+PARTS=" ${*:-tests bench strict throughput ddp} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 
 step "environment"
@@ -67,9 +68,20 @@ timeout 150 "$PY" benchmarks/determinism_overhead.py --device cuda --profile ful
 fi
 
 if want strict; then
-step "strict stage, full profile, -j 3"
-timeout 270 reproci run --device cuda --profile full -j 3 --results-dir "$OUT/results" --goldens-dir "$OUT/goldens" \
-    || status=1
+step "strict stage, full profile, -j 3, world size 1"
+timeout 270 reproci run --device cuda --profile full -j 3 --world-size 1 --results-dir "$OUT/results" \
+    --goldens-dir "$OUT/goldens" || status=1
+fi
+
+if want ddp; then
+gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+if [ "${gpus:-0}" -ge 2 ]; then
+    step "strict stage at world size 2 (DDP, NCCL, one GPU per rank), full profile, 100 steps"
+    timeout 400 reproci run --device cuda --profile full --world-size 2 --steps 100 --resume-at 50 \
+        --results-dir "$OUT/ddp" --goldens-dir "$OUT/goldens-ddp" || status=1
+else
+    step "world size 2 skipped: this machine has ${gpus:-0} GPU(s), DDP over NCCL needs 2"
+fi
 fi
 
 if want throughput; then

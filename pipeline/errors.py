@@ -7,8 +7,8 @@ Exit codes (stable, documented in the README):
 
 ====  ==========================================================================
 0     every model passed (or is NEW outside CI)
-1     reproducibility failure: NONDETERMINISTIC or RESUME_BROKEN (or, with --probes-fail,
-      a portability dependency)
+1     reproducibility failure: NONDETERMINISTIC, RESUME_BROKEN or REPLICAS_DIVERGE (or, with
+      --probes-fail, a portability dependency)
 2     usage or configuration error (bad flag, malformed reproci.yaml, unknown model)
 3     golden drift: UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, or NEW in CI
 4     a run could not complete (ERROR verdict: crash, timeout, broken plugin)

@@ -4,7 +4,7 @@ The workflows never copy image names by hand: a planning job runs ``reproci matr
 and feeds its output to ``strategy.matrix``, one job per image of ``docker/manifest.yaml``::
 
     {"include": [{"image": "cuda12.6-torch2.7", "tag": "reproci/cuda12.6-torch2.7:1",
-                  "gpu": true, "device": "cuda", "gpus": "all", "profile": "full",
+                  "gpu": true, "device": "cuda", "gpus": "all", "profile": "full", "world_size": 1,
                   "runs_on": ["self-hosted", "linux", "x64", "gpu"]}, ...]}
 
 This module needs only PyYAML (through ``pipeline.images``), so the planning job can run
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import ConfigError, UsageError
 from .images import load_manifest
 
 DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
@@ -26,6 +26,9 @@ DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
 def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> dict[str, Any]:
     """One matrix row: what a job needs to run ``reproci run`` for this image."""
     gpu = bool(image.get("gpu", False))
+    world_size = image.get("world_size", 1)  # ranks per run (--world-size): one GPU each on a GPU image
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ConfigError(f"image {name!r}: world_size must be a positive integer, got {world_size!r}; fix the manifest")
     return {
         "image": name,
         "tag": image.get("tag"),
@@ -33,6 +36,7 @@ def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> d
         "device": "cuda" if gpu else "cpu",
         "gpus": "all" if gpu else "",
         "profile": "full" if gpu else "quick",
+        "world_size": world_size,
         "runs_on": list(runner_labels),
     }
 

@@ -39,6 +39,7 @@ class RunOptions:
     seed: int = 0
     threads: int = 1  # CPU intra-op threads: part of a run's identity (changes conv/transformer hashes)
     device: str = "cpu"
+    world_size: int = 1  # determinism stage: ranks under DDP (torchrun); part of a run's identity, like threads
     gpus: str | None = None  # docker: "all", a count, or comma-separated ids
     timeout: float = 600.0  # seconds per worker run
     jobs: int = 1  # worker runs at once (build() defaults it to default_jobs)
@@ -90,6 +91,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "seed": ("an integer", _is_int),
     "threads": ("an integer", _is_int),
     "device": ("cpu or cuda", lambda v: isinstance(v, str)),
+    "world_size": ("an integer", _is_int),
     "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
     "timeout": ("a number of seconds", _is_number),
     "jobs": ("an integer", _is_int),
@@ -225,8 +227,9 @@ def _resources(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
     threads = int(pick("threads", 1))
     if threads < 1:
         raise UsageError("--threads must be at least 1")
+    world_size = _world_size(pick)
     jobs = pick("jobs", None)
-    jobs = default_jobs(threads) if jobs is None else int(jobs)
+    jobs = default_jobs(threads * world_size) if jobs is None else int(jobs)
     if jobs < 1:
         raise UsageError("--jobs must be at least 1")
     timeout = float(pick("timeout", 600.0))
@@ -235,7 +238,23 @@ def _resources(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
     device = pick("device", "cpu")
     if device not in ("cpu", "cuda"):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda")
-    return {"threads": threads, "jobs": jobs, "timeout": timeout, "device": device}
+    return {"threads": threads, "jobs": jobs, "timeout": timeout, "device": device, "world_size": world_size}
+
+
+def _world_size(pick: Callable[[str, Any], Any]) -> int:
+    """Ranks per run (DDP under torchrun), checked against the GPUs asked of Docker: one per rank on CUDA."""
+    world_size = int(pick("world_size", 1))
+    if world_size < 1:
+        raise UsageError(f"--world-size must be at least 1 (got {world_size}); use 1 for one process, N for N ranks")
+    gpus = pick("gpus", None)
+    if pick("device", "cpu") != "cuda" or gpus is None or world_size == 1:
+        return world_size
+    text = str(gpus)
+    given = int(text) if text.isdigit() else None if text == "all" else len([g for g in text.split(",") if g.strip()])
+    if given is not None and given < world_size:
+        raise UsageError(f"--world-size {world_size} on CUDA needs one GPU per rank but --gpus {text} gives {given}: "
+                         f"lower --world-size or pass --gpus all (or {world_size} GPUs)")
+    return world_size
 
 
 def _image(pick: Callable[[str, Any], Any]) -> dict[str, Any]:

@@ -162,7 +162,7 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
         image=image,
         options={
             "stages": list(options.stages), "profile": options.profile, "steps": options.steps,
-            "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads,
+            "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads, "world_size": options.world_size,
             "device": options.device, "fault": options.fault, "ci": options.ci,
             "slowdown_fails": options.slowdown_fails, "probes_fail": options.probes_fail,
         },

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .backends import Backend
 from .errors import InfrastructureError, WorkerFailed
-from .worker.spec import WorkerSpec
+from .worker.spec import WorkerSpec, rank_path
 
 Progress = Callable[[str], None]
 StepProgress = Callable[[str, str, int, int], None]
@@ -80,6 +80,8 @@ def run_worker(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
             record = json.loads(out.read_text())
         except json.JSONDecodeError:
             record = None
+    if record is None and spec.world_size > 1:
+        record = rank_failure(work, spec)
     if record is None:
         last = result.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         raise WorkerFailed(f"run {spec.role} died with exit code {result.returncode} and wrote no record: {last[0][:300]}")
@@ -94,3 +96,17 @@ def run_worker(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     ctx.progress(f"{spec.model_name}: run {spec.role} done: {done} steps, "
                  f"{f'{rate:.1f} steps/s, ' if rate else ''}{result.seconds:.1f} s")
     return record
+
+
+def rank_failure(work: Path, spec: WorkerSpec) -> dict[str, Any] | None:
+    """The error record of the first rank above 0 that failed, its message naming the rank:
+    when a rank fails, torchrun stops the others, and rank 0 then has no record to write."""
+    for rank in range(1, spec.world_size):
+        path = work / rank_path(spec.output, rank)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if record.get("status") != "ok":
+            return {**record, "message": f"rank {rank}: {record.get('message', 'failed')}"}
+    return None

@@ -16,6 +16,7 @@ PASS = "PASS"
 NEW = "NEW"  # no golden yet for this image and model
 NONDETERMINISTIC = "NONDETERMINISTIC"  # A != B
 RESUME_BROKEN = "RESUME_BROKEN"  # A == B != C
+REPLICAS_DIVERGE = "REPLICAS_DIVERGE"  # above one rank: a rank's replica leaves rank 0's
 UPGRADE_CHANGED = "UPGRADE_CHANGED"  # runs agree, golden differs, image/packages differ
 ENV_CHANGED = "ENV_CHANGED"  # runs agree, golden differs, same image, hardware/threads differ
 GOLDEN_MISMATCH = "GOLDEN_MISMATCH"  # runs agree, golden differs, identical identity
@@ -23,7 +24,7 @@ MODEL_CHANGED = "MODEL_CHANGED"  # model code/config identity differs: re-record
 ERROR = "ERROR"  # the run could not complete
 NOT_CHECKED = "NOT_CHECKED"  # only the throughput stage ran: nothing was claimed about reproducibility
 
-ALL = (PASS, NEW, NONDETERMINISTIC, RESUME_BROKEN, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH,
+ALL = (PASS, NEW, NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH,
        MODEL_CHANGED, ERROR, NOT_CHECKED)
 
 EXIT_CODES = {
@@ -32,6 +33,7 @@ EXIT_CODES = {
     MODEL_CHANGED: errors.EXIT_PASS,
     NONDETERMINISTIC: errors.EXIT_REPRO_FAILURE,
     RESUME_BROKEN: errors.EXIT_REPRO_FAILURE,
+    REPLICAS_DIVERGE: errors.EXIT_REPRO_FAILURE,
     UPGRADE_CHANGED: errors.EXIT_DRIFT,
     ENV_CHANGED: errors.EXIT_DRIFT,
     GOLDEN_MISMATCH: errors.EXIT_DRIFT,
@@ -43,19 +45,19 @@ EXIT_CODES = {
 SEVERITY = [errors.EXIT_PASS, errors.EXIT_DRIFT, errors.EXIT_REPRO_FAILURE, errors.EXIT_RUN_ERROR]
 
 # The runs themselves are broken: not reproducible, or they did not complete.
-FAILING = frozenset({NONDETERMINISTIC, RESUME_BROKEN, ERROR})
+FAILING = frozenset({NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR})
 # The runs agree with each other but not with the golden.
 DRIFTING = frozenset({UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH})
 # Worth saying, not failing (outside CI): a first golden to record, a model to re-record.
 NOTICES = frozenset({NEW, MODEL_CHANGED})
 # Most serious first: the order of rows wherever verdicts are listed.
-ORDER = (ERROR, NONDETERMINISTIC, RESUME_BROKEN, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, NEW, MODEL_CHANGED,
+ORDER = (ERROR, NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, NEW, MODEL_CHANGED,
          PASS, NOT_CHECKED)
-ICON = {PASS: "✅", NEW: "🆕", MODEL_CHANGED: "🔁", NONDETERMINISTIC: "❌", RESUME_BROKEN: "❌", ERROR: "💥",
+ICON = {PASS: "✅", NEW: "🆕", MODEL_CHANGED: "🔁", NONDETERMINISTIC: "❌", RESUME_BROKEN: "❌", REPLICAS_DIVERGE: "❌", ERROR: "💥",
         UPGRADE_CHANGED: "⚠️", ENV_CHANGED: "⚠️", GOLDEN_MISMATCH: "⚠️", NOT_CHECKED: "·"}
 
 STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: "bold red",
-         RESUME_BROKEN: "bold red", UPGRADE_CHANGED: "bold magenta", ENV_CHANGED: "magenta",
+         RESUME_BROKEN: "bold red", REPLICAS_DIVERGE: "bold red", UPGRADE_CHANGED: "bold magenta", ENV_CHANGED: "magenta",
          GOLDEN_MISMATCH: "bold magenta", ERROR: "bold red", NOT_CHECKED: "dim"}
 
 

@@ -128,8 +128,8 @@ def build(ctx: ModelContext) -> TrainSetup:
     data = SyntheticImages(cfg, seed=ctx.seed)
     loader = torch.utils.data.DataLoader(
         data,
-        batch_size=cfg.batch_size,
-        shuffle=True,
+        batch_size=cfg.batch_size,  # per rank
+        **ctx.shuffling(data),  # shuffle=True; above one rank, this rank's shard of a seeded order
         num_workers=cfg.num_workers,
         worker_init_fn=ctx.seed_worker,
         generator=ctx.generator(),

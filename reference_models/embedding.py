@@ -129,9 +129,9 @@ def build(ctx: ModelContext) -> TrainSetup:
     cfg = DLRMConfig.for_profile(ctx.profile)
     model = DLRM(cfg).to(ctx.device)
     optimizer = torch.optim.Adagrad(model.parameters(), lr=cfg.lr)  # the usual choice for sparse tables
-    clicks = Clicks(cfg, seed=ctx.seed)
-    loader = torch.utils.data.DataLoader(
-        clicks, batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
+    data = Clicks(cfg, seed=ctx.seed)
+    loader = torch.utils.data.DataLoader(  # above one rank: this rank's shard of a seeded order
+        data, batch_size=cfg.batch_size, **ctx.shuffling(data), generator=ctx.generator(), drop_last=True
     )
     return TrainSetup(model=model, optimizer=optimizer, loader=loader, loss_fn=_loss,
-                      batch_size=cfg.batch_size, config=asdict(cfg), eval_fn=evaluator(cfg, clicks.w, ctx.seed))
+                      batch_size=cfg.batch_size, config=asdict(cfg), eval_fn=evaluator(cfg, data.w, ctx.seed))

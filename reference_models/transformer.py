@@ -174,11 +174,11 @@ def build(ctx: ModelContext) -> TrainSetup:
         lr=cfg.lr, betas=(0.9, 0.95),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(cfg))
-    corpus = MarkovCorpus(cfg, seed=ctx.seed)
-    loader = torch.utils.data.DataLoader(
-        corpus, batch_size=cfg.batch_size, shuffle=True, generator=ctx.generator(), drop_last=True
+    data = MarkovCorpus(cfg, seed=ctx.seed)
+    loader = torch.utils.data.DataLoader(  # above one rank: this rank's shard of a seeded order
+        data, batch_size=cfg.batch_size, **ctx.shuffling(data), generator=ctx.generator(), drop_last=True
     )
     return TrainSetup(
         model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, loss_fn=_loss,
-        grad_clip=1.0, batch_size=cfg.batch_size, config=asdict(cfg), eval_fn=evaluator(cfg, corpus.cdf, ctx.seed),
+        grad_clip=1.0, batch_size=cfg.batch_size, config=asdict(cfg), eval_fn=evaluator(cfg, data.cdf, ctx.seed),
     )

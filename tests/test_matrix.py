@@ -80,7 +80,7 @@ def test_project_manifest_gives_one_job_per_image_in_manifest_order(reproci) -> 
 def test_gpu_images_ask_for_the_gpu_and_the_full_profile(cli, manifest: Path) -> None:
     rows = {r["image"]: r for r in matrix_of(cli, "--manifest", str(manifest))["include"]}
     assert rows["gpu-b"] == {"image": "gpu-b", "tag": "reproci/gpu-b:1", "gpu": True, "device": "cuda",
-                             "gpus": "all", "profile": "full", "runs_on": ["self-hosted", "linux", "x64", "gpu"]}
+                             "gpus": "all", "profile": "full", "world_size": 1, "runs_on": ["self-hosted", "linux", "x64", "gpu"]}
     assert rows["cpu-a"]["device"] == "cpu" and rows["cpu-a"]["gpus"] == "" and rows["cpu-a"]["profile"] == "quick"
 
 

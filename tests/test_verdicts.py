@@ -57,7 +57,8 @@ def test_summarize_counts_and_sets_the_exit_code_once():
 def test_annotation_levels_follow_the_exit_code_meaning():
     assert {v: verdicts.annotation_level(v) for v in verdicts.ALL} == {
         verdicts.PASS: None, verdicts.NOT_CHECKED: None, verdicts.NEW: "notice", verdicts.MODEL_CHANGED: "notice",
-        verdicts.NONDETERMINISTIC: "error", verdicts.RESUME_BROKEN: "error", verdicts.ERROR: "error",
+        verdicts.NONDETERMINISTIC: "error", verdicts.RESUME_BROKEN: "error", verdicts.REPLICAS_DIVERGE: "error",
+        verdicts.ERROR: "error",
         verdicts.UPGRADE_CHANGED: "warning", verdicts.ENV_CHANGED: "warning", verdicts.GOLDEN_MISMATCH: "warning"}
     assert verdicts.annotation_level(verdicts.NEW, ci=True) == "warning"  # fails as drift in CI
 

@@ -28,7 +28,8 @@ from ..worker.spec import WorkerSpec
 from .base import Backend, BackendOptions, LaunchResult, OnStep
 from .container import Container
 from .docker_engine import Engine, device_requests, image_digest, no_python3_error
-from .docker_spec import RUN, Bind, code_binds, container_path, container_user, environment, translate_spec
+from .docker_spec import (RUN, Bind, code_binds, container_path, container_user, environment, translate_spec,
+                          worker_command)
 
 LABEL = "reproci"  # every container: reproci=worker|preflight
 MIN_PYTHON = (3, 10)
@@ -114,7 +115,7 @@ class DockerBackend(Backend):
         inner = container_path(spec_file, run_dir)
         labels = {"reproci.run_id": run_dir.name, "reproci.model": spec.model_name, "reproci.role": spec.role}
         t0 = time.monotonic()
-        with self._container(["python3", "-m", "pipeline.worker", str(inner)], role="worker", labels=labels,
+        with self._container(worker_command(spec, inner), role="worker", labels=labels,
                              environment=environment(spec), working_dir=str(inner.parent), mounts=binds,
                              on_step=on_step) as c:
             self.refuse_if_closed(spec)  # left while the container was made: close() may not have seen it

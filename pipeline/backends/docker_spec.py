@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..worker import launch
 from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT
 
@@ -65,6 +66,12 @@ def environment(spec: WorkerSpec) -> dict[str, str]:
     env["PYTHONPATH"] = str(CODE)
     env["HOME"] = "/tmp"
     return env
+
+
+def worker_command(spec: WorkerSpec, inner_spec_file: PurePosixPath) -> list[str]:
+    """The container's command: the worker on the image's python3, under torchrun when the
+    spec asks for more than one rank (all ranks in this one container, GPUs as requested)."""
+    return launch.worker_command("python3", str(inner_spec_file), world_size=spec.world_size)
 
 
 def translate_spec(spec: WorkerSpec, run_dir: Path, *, registry: tuple[str, ...] = ()) -> tuple[WorkerSpec, list[Bind]]:

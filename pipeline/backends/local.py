@@ -12,13 +12,14 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..worker.launch import launch_environment
+from ..worker.launch import launch_environment, worker_command
 from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
 
 # Names of the variables the launcher owns; inherited values are dropped first.
 _OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-          "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED")
+          "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED",
+          "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # torchrun sets these per rank
 
 
 class LocalBackend(Backend):
@@ -26,7 +27,7 @@ class LocalBackend(Backend):
 
     def __init__(self, options: BackendOptions) -> None:
         self.options = options
-        self._procs: set[subprocess.Popen[bytes]] = set()
+        self._procs: dict[subprocess.Popen[bytes], bool] = {}  # each running worker: under torchrun?
         self._lock = threading.Lock()
 
     def image_info(self) -> dict[str, Any]:
@@ -44,7 +45,7 @@ class LocalBackend(Backend):
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.worker", str(spec_file)],
+            worker_command(sys.executable, str(spec_file), world_size=spec.world_size),
             env=self.environment(spec),
             cwd=str(spec_file.parent),
             stdout=subprocess.PIPE,
@@ -55,9 +56,9 @@ class LocalBackend(Backend):
         with self._lock:
             refused = self.closed  # left while this run started: close() will not see it, so stop it here
             if not refused:
-                self._procs.add(proc)
+                self._procs[proc] = spec.world_size > 1
         if refused:
-            _kill_group(proc)
+            _kill_group(proc, torchrun=spec.world_size > 1)
             self.refuse_if_closed(spec)
         tail: deque[str] = deque(maxlen=40)
         reader = threading.Thread(target=_drain, args=(proc, tail, on_step), daemon=True)
@@ -67,22 +68,22 @@ class LocalBackend(Backend):
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            _kill_group(proc, torchrun=spec.world_size > 1)
         except BaseException:  # Ctrl-C or SIGTERM while waiting: the run must not outlive this process
-            _kill_group(proc)
+            _kill_group(proc, torchrun=spec.world_size > 1)
             raise
         finally:
             reader.join(timeout=5)
             with self._lock:
-                self._procs.discard(proc)
+                self._procs.pop(proc, None)
         return LaunchResult(returncode=proc.returncode, seconds=time.monotonic() - t0, timed_out=timed_out,
                             log_tail="\n".join(tail))
 
     def close(self) -> None:
         with self._lock:
-            procs = list(self._procs)
-        for p in procs:
-            _kill_group(p)
+            procs = list(self._procs.items())
+        for p, torchrun in procs:
+            _kill_group(p, torchrun=torchrun)
 
 
 def _drain(proc: subprocess.Popen[bytes], tail: deque[str], on_step: OnStep | None) -> None:
@@ -91,12 +92,16 @@ def _drain(proc: subprocess.Popen[bytes], tail: deque[str], on_step: OnStep | No
         take_line(raw.decode("utf-8", "replace").rstrip(), tail, on_step)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
+def _kill_group(proc: subprocess.Popen[bytes], *, torchrun: bool = False) -> None:
+    """Stop a worker and its process group (loader workers too) with SIGKILL. Under torchrun,
+    SIGTERM first: torchrun passes it on to its ranks, each of which runs in a session of its
+    own, out of the group's reach."""
+    for sig in (signal.SIGTERM, signal.SIGKILL) if torchrun else (signal.SIGKILL,):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass

@@ -29,7 +29,7 @@ def update_cmd(**kwargs: Any) -> None:
     """Run the strict stage and record its hashes as the golden for --image.
 
     Takes every option of `reproci run`. Refuses to record from a run that is not
-    reproducible by itself (NONDETERMINISTIC, RESUME_BROKEN, ERROR) and says why.
+    reproducible by itself (NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR) and says why.
     """
     run_and_report({**kwargs, "update_golden": True})
 

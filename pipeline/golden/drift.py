@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import verdicts
 from .compare import first_divergence, tensor_magnitude
-from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys, package_diff, split_packages
+from .environment import HOST_KEYS, HOST_LABELS, TOOLCHAIN_KEYS, diff_keys, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
 
 def state_name(tensor: str | None) -> str | None:
@@ -102,7 +102,7 @@ def _why(changes: dict[str, Any]) -> tuple[str, str]:
             said = [f"image digest {str(digest[0])[:19]} → {str(digest[1])[:19]}"]
         return verdicts.UPGRADE_CHANGED, ", ".join(said[:5])
     if host:
-        return verdicts.ENV_CHANGED, ", ".join(f"{k} {v[0]} → {v[1]}" for k, v in host.items())
+        return verdicts.ENV_CHANGED, ", ".join(f"{HOST_LABELS.get(k, k)} {v[0]} → {v[1]}" for k, v in host.items())
     return verdicts.GOLDEN_MISMATCH, "same image, packages and host: nondeterminism across runs or hosts"
 
 

@@ -11,7 +11,9 @@ from typing import Any, Mapping
 TOOLCHAIN_KEYS = ("torch", "torch_git", "cuda", "cudnn", "nccl", "hip", "python", "numpy")
 # Host fields: a difference with the same toolchain is an environment change.
 HOST_KEYS = ("gpu.names", "gpu.count", "gpu.driver", "gpu.capability", "threads.intra_op", "threads.inter_op",
-             "world_size", "cpu", "machine", "device")
+             "world_size", "env.NCCL_ALGO", "env.NCCL_PROTO", "cpu", "machine", "device")
+# How a host field reads in a sentence, where its key does not ("world size 4 → 2").
+HOST_LABELS = {"world_size": "world size", "env.NCCL_ALGO": "NCCL_ALGO", "env.NCCL_PROTO": "NCCL_PROTO"}
 
 
 def _get(d: Mapping[str, Any] | None, dotted: str) -> Any:

@@ -243,6 +243,7 @@ def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any
         "ref": m.get("ref"), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
         "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
         "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
+        "world_size": opts.get("world_size", 1),
         "final_sha256": rec["final_sha256"], "batch_checksum": rec.get("batch_checksum"),
         "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
         "run_id": document.get("run_id"), "recorded_at": now,

@@ -43,6 +43,8 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
     for m in verdicts.by_severity(document.get("models", [])):
         if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(str(m.get('message')))}", highlight=False)
+        elif m.get("epoch_order"):  # said in the message above otherwise
+            err.print(f"[bold yellow]warning[/]: {m['model']}: {escape(m['epoch_order'])}", highlight=False)
     new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
     if new and not (document.get("golden") or {}).get("updated"):
         image = (document.get("image") or {}).get("name")

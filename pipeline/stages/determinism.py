@@ -29,6 +29,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
+from . import epochs, replicas
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -36,7 +37,7 @@ def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit
     return WorkerSpec(
         model_ref=model.ref, model_name=model.name, role=role, steps=options.steps, seed=options.seed,
         profile=options.profile, device=options.device, threads=options.threads, mode="strict",
-        output=f"record-{role}.json", project_commit=project_commit, image=image,
+        output=f"record-{role}.json", project_commit=project_commit, image=image, world_size=options.world_size,
     )
 
 
@@ -119,10 +120,11 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         "model": model.name, "ref": model.ref if not model.plugin else model.ref, "plugin": model.plugin,
         "description": model.description, "source": str(model.source), "code_sha256": model.code_sha256,
         "steps": options.steps, "resume_at": options.resume_at, "seed": options.seed,
-        "fault": options.fault,
+        "fault": options.fault, "world_size": options.world_size,
     }
     try:
         _run_all(options, ctx, specs, records)
+        ranks = replicas.load(ctx.run_dir / model.name, tuple(records), options.world_size)
     except WorkerFailed as e:
         result.update(verdict=verdicts.ERROR, message=str(e), error={"kind": e.kind, "message": str(e)},
                       runs={r: _run_summary(rec) for r, rec in records.items()}, seconds=time.monotonic() - t0,
@@ -131,9 +133,13 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         return result
 
     verdict, pair, evidence = _decide(records)
-    if evidence is not None and pair is not None and evidence.cause != "restore":
+    rank = None
+    if verdict == verdicts.PASS and ranks:
+        verdict, pair, evidence, rank = replicas.decide(records, ranks, _decide)
+    if evidence is not None and pair is not None and evidence.cause != "restore" and rank is None:
         measure(ctx, evidence, specs, pair[0], pair[1], records)
     hint = known_cause(verdict, evidence, records["A"])
+    order = epochs.repeated_order(records["A"]) if options.world_size > 1 else None
     switched = controls_switched_off(records)
     if switched and verdict == verdicts.PASS:
         # The runs agreed, but not under strict determinism: no guarantee on other hardware.
@@ -141,14 +147,17 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     a = records["A"]
     result.update(
         verdict=verdict,
-        message=describe(verdict, evidence, pair, switched) + (f"; {hint}" if hint else ""),
+        message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
+                 else describe(verdict, evidence, pair, switched)) + (f"; {hint}" if hint else "")
+                + (f"; warning: {order}" if order else ""),  # the order warning never changes the verdict
+        epoch_order=order,
         final_sha256=a["final_sha256"],
         config=a.get("config", {}),
         config_sha256=config_sha256(a.get("config", {})),
         batch_size=a.get("batch_size"),
         attestation=a.get("attestation"),
         runs={r: _run_summary(rec) for r, rec in records.items()},
-        evidence=_evidence(evidence, pair, switched, hint),
+        evidence=_evidence(evidence, pair, switched, hint, rank),
         error=None,
         records={r: f"{model.name}/record-{r}.json" for r in records},
         seconds=round(time.monotonic() - t0, 3),
@@ -235,11 +244,14 @@ def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -
 
 
 def _evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
-              hint: str | None = None) -> dict[str, Any] | None:
+              hint: str | None = None, rank: int | None = None) -> dict[str, Any] | None:
     if ev is None and not switched:
         return None
     out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
         "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
+    if rank is not None and pair is not None:  # found on another rank than 0
+        out.update(rank=rank, comparison=(f"run {pair[0]}: rank 0 vs rank {rank}" if pair[0] == pair[1]
+                                          else f"{pair[0]} vs {pair[1]} on rank {rank}"))
     if switched:
         out["controls"] = switched
     if hint:

@@ -58,9 +58,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pipeline.worker SPEC.json", file=sys.stderr)
         return EXIT_USAGE
     spec_file = Path(argv[0]).resolve()
-    from .spec import WorkerSpec, resolve
+    from .spec import WorkerSpec, for_rank, resolve
 
-    spec = WorkerSpec.from_json(spec_file.read_text())
+    # Under torchrun each rank writes its own files (spec.for_rank); rank 0's are the run's.
+    spec = for_rank(WorkerSpec.from_json(spec_file.read_text()), int(os.environ.get("RANK", "0")))
     out = resolve(spec_file, spec.output)
     assert out is not None
     try:

@@ -33,12 +33,23 @@ class ModelContext:
     profile: str  # "quick" (CPU-sized) or "full" (GPU-sized)
     device: torch.device
     seed: int
+    rank: int = 0  # this process's rank under DistributedDataParallel (--world-size)
+    world_size: int = 1  # ranks in the job; the harness wraps the model in DDP when above 1
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A CPU generator seeded from the run seed; give one to every DataLoader."""
         g = torch.Generator()
         g.manual_seed(self.seed * 1_000_003 + offset)
         return g
+
+    def shuffling(self, dataset: Any) -> dict[str, Any]:
+        """DataLoader arguments that shuffle ``dataset``: ``shuffle=True`` in one process, and
+        above one rank this rank's shard from a seeded ``DistributedSampler`` (the harness calls
+        its ``set_epoch`` each epoch, so each epoch has its own order)."""
+        if self.world_size <= 1:
+            return {"shuffle": True}
+        return {"sampler": torch.utils.data.DistributedSampler(
+            dataset, num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=self.seed)}
 
     @staticmethod
     def seed_worker(worker_id: int) -> None:
@@ -68,6 +79,7 @@ class TrainSetup:
     # model in eval mode (train mode is put back after): metric name -> value. A name ending
     # in "loss" or "error" is lower-is-better; any other metric (accuracy) is higher-is-better.
     eval_fn: Callable[[torch.nn.Module], dict[str, float]] | None = None
+    ddp_options: dict[str, Any] = field(default_factory=dict)  # DistributedDataParallel keyword arguments
 
     def generator(self) -> torch.Generator | None:
         """The generator that decides the loader's order and worker seeds, if any."""

@@ -21,3 +21,13 @@ def launch_environment(*, seed: int, threads: int, strict: bool, hash_seed: int 
     if strict:
         env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
     return env
+
+
+def worker_command(python: str, spec_file: str, *, world_size: int = 1) -> list[str]:
+    """The command line of one worker run: ``python -m pipeline.worker SPEC``, or, above one
+    rank, the same module under torchrun (``torch.distributed.run``: one node, ``world_size``
+    processes, a free rendezvous port), so it works alike on the host and in a container."""
+    worker = ["-m", "pipeline.worker", spec_file]
+    if world_size <= 1:
+        return [python, *worker]
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}", *worker]

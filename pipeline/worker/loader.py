@@ -173,7 +173,17 @@ def describe(loader: Any) -> dict[str, Any]:
         "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
         "iterable_dataset": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
         "set_epoch": len(epoch_hooks(loader)),
+        "shuffles": shuffles(loader),
     }
+
+
+def shuffles(loader: Any) -> bool:
+    """Whether the loader's sampler (or one inside its batch sampler) draws a random order."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for part in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        if isinstance(part, torch.utils.data.RandomSampler) or getattr(part, "shuffle", None) is True:
+            return True
+    return False
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -51,10 +51,12 @@ class Trace:
         self.fps = StepFingerprints(setup.model, setup.optimizer) if fingerprints else None
         self.losses: list[torch.Tensor] = []
         self.batch_sums: list[torch.Tensor] = []
+        self.epochs: list[int] = []  # the epoch of each step's batch
         self._workspace: dict[Any, torch.Tensor] = {}  # reused buffers for the batch checksum
 
-    def batch(self, batch: Any) -> None:
-        """The batch this step trains on."""
+    def batch(self, batch: Any, epoch: int) -> None:
+        """The batch this step trains on, from epoch ``epoch``."""
+        self.epochs.append(epoch)
         if self.fps is not None:
             bs = batch_checksum(batch, self._workspace)
             self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
@@ -100,6 +102,7 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         "tensor_names": trace.fps.names if trace.fps is not None else [],
         "fingerprints": trace.fps.to_lists() if trace.fps is not None else [],
         "batch_fingerprints": torch.stack(trace.batch_sums).cpu().tolist() if trace.batch_sums else [],
+        "batch_epochs": trace.epochs,
         "losses": [v if math.isfinite(v) else repr(v) for v in loss_values],
         "final_sha256": final[0],
         "tensor_sha256": final[1],

@@ -71,6 +71,7 @@ class WorkerSpec:
     plugin_paths: tuple[str, ...] = ()  # extra sys.path entries for plugin files
     project_commit: str | None = None
     image: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1  # ranks under DistributedDataParallel, launched by torchrun when above 1
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:
@@ -109,3 +110,26 @@ def resolve(spec_file: Path, rel: str | None) -> Path | None:
         return None
     p = Path(rel)
     return p if p.is_absolute() else spec_file.parent / p
+
+
+# The files a rank writes: rank 0 keeps the spec's names (its record is the run's record),
+# rank r > 0 writes ``record-A.rank{r}.json``, ``ckpt-3.rank{r}.pt``, ...; the final state
+# and probe dumps are rank 0's alone (its replicas are compared step by step instead).
+RANK_FILES = ("output", "checkpoint_path", "resume_from", "checkpoint_pattern")
+RANK_0_ONLY = ("dump_path", "final_dump_path", "ops_path")
+
+
+def rank_path(path: str, rank: int) -> str:
+    """``path`` for rank ``rank``: unchanged for rank 0, else ``.rank{r}`` before its suffix."""
+    if rank == 0:
+        return path
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix}"))
+
+
+def for_rank(spec: WorkerSpec, rank: int) -> WorkerSpec:
+    """The spec as rank ``rank`` of a distributed run carries it out."""
+    if rank == 0:
+        return spec
+    files = {k: rank_path(getattr(spec, k), rank) for k in RANK_FILES if getattr(spec, k) is not None}
+    return dataclasses.replace(spec, **files, **{k: None for k in RANK_0_ONLY})

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
-from . import checkpoint, determinism, loader, perturb, record, rng
+from . import checkpoint, determinism, distributed, loader, perturb, record, rng
 from .checkpoint import LoopPosition, Resume
 from .loader import to_device
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
@@ -53,18 +53,26 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
         raise DeviceUnavailable(
             f"--device cuda: torch {torch.__version__} in this process sees no GPU (torch.cuda.is_available() is "
             "False); run where a GPU and a CUDA build of torch are, or use --device cpu")
+    missing = distributed.missing_gpus(spec.world_size, device)
+    if missing:
+        raise DeviceUnavailable(missing)
+    rank = distributed.join(spec.world_size, device)
     pos = LoopPosition()
     watch = ControlWatch(step=lambda: pos.step)
     with watch if spec.mode == "strict" else contextlib.nullcontext():
-        return _train(spec, spec_file, device, pos, watch, faults, record.Start(t_start, attestation, steady))
+        out = _train(spec, spec_file, distributed.device_of(rank, device), pos, watch, faults,
+                     record.Start(t_start, attestation, steady), rank)
+    distributed.leave(rank)
+    return out
 
 
 def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPosition, watch: ControlWatch,
-           faults: Faults, start: record.Start) -> dict[str, Any]:
+           faults: Faults, start: record.Start, rank: distributed.Rank) -> dict[str, Any]:
     """Set the model up (or restore it), take the steps, then hash and record the result."""
     listings = perturb.reverse_listings() if spec.reverse_listing else None
-    setup = _set_up(spec, spec_file, device)
+    setup = _set_up(spec, spec_file, device, rank)
     perturbed = _perturb(spec, spec_file, setup, device, listings)
+    net, ddp = distributed.wrap(setup, rank)  # setup.model stays the plain module: hashed, checkpointed
     faults.after_setup()
     resume = _resume(spec, spec_file, setup, device, pos)
     trace = record.Trace(setup, fingerprints=spec.fingerprints, start_step=pos.step)
@@ -77,7 +85,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
                       profile_ops=spec.profile_ops)
     batches = _batches(setup, pos, resume, spec, faults)
     watch.step = lambda: pos.step + 1  # from here on, a control set is set in the step being taken
-    step_line = StepLine(stop)
+    step_line = StepLine(stop) if rank.rank == 0 else (lambda step: None)
     sync(device)
     while pos.step < stop:
         in_turn = turns is not None and clock.past_warmup(pos.step)
@@ -88,8 +96,8 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         t_fetch = time.perf_counter()
         batch = to_device(next(batches), device)
         fetch_s = time.perf_counter() - t_fetch
-        trace.batch(batch)
-        loss = _recorded_step(spec, spec_file, setup, batch, pos.step + 1)
+        trace.batch(batch, pos.epoch)
+        loss = _recorded_step(spec, spec_file, setup, net, batch, pos.step + 1)
         pos.step += 1
         faults.after_step(setup.model, pos.step)
         trace.step(loss)
@@ -113,6 +121,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     out["perturbed"] = perturbed
     if spec.evaluate:
         out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
+    out["distributed"] = distributed.describe(rank, ddp)
     return out
 
 
@@ -138,9 +147,9 @@ def _attest(spec: WorkerSpec) -> dict[str, Any]:
                               hash_seed=spec.hash_seed)
 
 
-def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device) -> TrainSetup:
+def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device, rank: distributed.Rank) -> TrainSetup:
     """The plugin's TrainSetup, checked against the contract, its model on the device and training."""
-    ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed)
+    ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed, rank=rank.rank, world_size=rank.world_size)
     plugin_paths = [str(resolve(spec_file, p)) for p in spec.plugin_paths]
     factory = load_factory(spec.model_ref, plugin_paths)
     setup = validate(factory(ctx), spec.model_ref)
@@ -159,28 +168,30 @@ def _resume(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.
     return resume
 
 
-def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, batch: Any, step: int) -> torch.Tensor:
+def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, net: torch.nn.Module, batch: Any,
+                   step: int) -> torch.Tensor:
     """One training step; every op recorded where the spec asks: the audit's first step
     (``audit``), a probed step (``oprecord``)."""
     if spec.audit_path is not None and step == 1:
         from .audit import audited_step
 
-        return audited_step(setup.model, setup.optimizer, lambda: _train_step(setup, batch),
+        return audited_step(setup.model, setup.optimizer, lambda: _train_step(setup, net, batch),
                             str(resolve(spec_file, spec.audit_path)))
     several = step in spec.ops_steps
     if spec.ops_path is None or not (several or (step == spec.dump_at and not spec.ops_steps)):
-        return _train_step(setup, batch)
+        return _train_step(setup, net, batch)
     from .oprecord import OpRecorder
 
     with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
-        loss = _train_step(setup, batch)
+        loss = _train_step(setup, net, batch)
     recorder.save(str(resolve(spec_file, spec.ops_path.format(step=step) if several else spec.ops_path)))
     return loss
 
 
-def _train_step(setup: TrainSetup, batch: Any) -> torch.Tensor:
+def _train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any) -> torch.Tensor:
+    """One optimizer step; ``net`` is the model as the step calls it (DDP-wrapped above one rank)."""
     setup.optimizer.zero_grad(set_to_none=True)
-    loss = setup.loss_fn(setup.model, batch)
+    loss = setup.loss_fn(net, batch)
     if setup.scaler is not None:
         setup.scaler.scale(loss).backward()
         if setup.grad_clip is not None:

@@ -1,6 +1,7 @@
 """Every stage on a GPU through the real CLI (local backend): the reference models, every
 optimizer state layout, AMP, real CUDA nondeterminism caught, an op without a deterministic
-kernel reported in one line, and the throughput stage with the allocator's peak memory."""
+kernel reported in one line, the throughput stage with the allocator's peak memory, and
+DDP: more ranks than GPUs refused, two ranks over NCCL (where two GPUs are visible)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,33 @@ def test_the_throughput_stage_reports_the_allocator_peak(reproci, device):
     assert strict["steps_per_s"] > 0 and t["slowdown"]["median"] > 0
     kind = "cuda.max_memory_allocated" if device == "cuda" else "ru_maxrss"
     assert (strict.get("peak_memory_kind") or "").startswith(kind.split(".")[0])
+
+
+@pytest.mark.cuda_only
+def test_more_ranks_than_gpus_stop_the_run_with_one_line_and_exit_5(reproci, device):
+    import torch
+
+    n = torch.cuda.device_count() + 1
+    p = run(reproci, device, "embedding", extra=("--world-size", str(n)))
+    assert p.returncode == 5, p.stdout + p.stderr
+    assert f"--world-size {n} needs {n} GPUs, one per rank" in p.stderr
+
+
+@pytest.mark.cuda_only
+def test_two_ranks_over_nccl_pass_with_the_nccl_settings_recorded(reproci, device):
+    import json
+
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("DDP over NCCL needs two GPUs, one per rank")
+    p = run(reproci, device, "conv", "embedding", extra=("--world-size", "2"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = reproci.latest()
+    for name in ("conv", "embedding"):
+        entry = model_entry(doc, name)
+        assert entry["verdict"] == "NEW", entry["message"]
+        assert len({entry["runs"][r]["final_sha256"] for r in "ABC"}) == 1
+    rank1 = json.loads((reproci.cwd / "results" / doc["run_id"] / "conv" / "record-A.rank1.json").read_text())
+    assert rank1["distributed"]["backend"] == "nccl" and rank1["distributed"]["nccl"]["version"]
+    assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(rank1["distributed"]["nccl"])

@@ -1,0 +1,108 @@
+"""The strict stage above one rank (``--world-size N``): every rank checked like rank 0,
+and the ranks' replicas checked against each other.
+
+Each rank r > 0 of a run writes its own record (``record-A.rank1.json``, ...; rank 0's is
+the run's record, ``spec.rank_path``) and its own checkpoint. Per rank, A, B and C are
+compared as rank 0's are (A ≠ B, A = B ≠ C). Then, within each run, every rank's per-step
+fingerprints are compared with rank 0's: DistributedDataParallel keeps every replica's
+parameters, gradients and optimizer state identical, so any difference is REPLICAS_DIVERGE,
+named by run, rank, step and tensor. Buffers are compared where DDP leaves them to each rank
+(``broadcast_buffers=False``); batches and losses never are: ranks train on different shards
+of the data by design.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import verdicts
+from ..errors import WorkerFailed
+from ..golden.compare import Divergence, first_divergence
+from ..worker.spec import rank_path
+
+Records = dict[str, dict[str, Any]]
+Decide = Callable[[Records], tuple[str, tuple[str, str] | None, Divergence | None]]  # determinism._decide
+
+
+def load(work: Path, roles: tuple[str, ...], world_size: int) -> dict[int, Records]:
+    """Rank -> role -> record, for ranks 1..N-1 (rank 0's records are the runs' own)."""
+    out: dict[int, Records] = {}
+    for rank in range(1, world_size):
+        for role in roles:
+            path = work / rank_path(f"record-{role}.json", rank)
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                raise WorkerFailed(f"run {role}: rank {rank} wrote no record ({path.name})") from None
+            if record.get("status") != "ok":
+                raise WorkerFailed(f"run {role}, rank {rank}: {record.get('message', 'failed')}",
+                                   kind=record.get("error_kind", "crash"))
+            out.setdefault(rank, {})[role] = record
+    return out
+
+
+def _compared(record: dict[str, Any], *, buffers: bool) -> dict[str, Any]:
+    """The record's state rows, without batches and losses (each rank has its own shard) and,
+    unless ``buffers``, without buffers."""
+    names = list(record.get("tensor_names") or [])
+    keep = [i for i, n in enumerate(names) if buffers or not n.startswith("buffer:")]
+    out = {**record, "batch_fingerprints": [], "losses": [], "tensor_names": [names[i] for i in keep],
+           "fingerprints": [[row[i] for i in keep] for row in record.get("fingerprints") or []]}
+    final = {n: h for n, h in (record.get("tensor_sha256") or {}).items() if buffers or not n.startswith("buffer:")}
+    out.update(tensor_sha256=final, final_sha256=json.dumps(sorted(final.items())))
+    init = record.get("initial_fingerprint")
+    if init:
+        pairs = [(n, v) for n, v in zip(init["names"], init["row"]) if buffers or not n.startswith("buffer:")]
+        out["initial_fingerprint"] = {**init, "names": [n for n, _ in pairs], "row": [v for _, v in pairs]}
+    return out
+
+
+def replica_divergence(rank0: dict[str, Any], other: dict[str, Any]) -> Divergence | None:
+    """Where another rank's replica first leaves rank 0's within one run, or None.
+
+    With DDP's default ``broadcast_buffers=True`` each forward starts from rank 0's buffers
+    and then updates them from the rank's own batch: at a step's end the ranks' BatchNorm
+    statistics differ by design, and only rank 0's are carried on. Buffers are compared only
+    where the ranks keep their own (``broadcast_buffers=False``)."""
+    ddp = (rank0.get("distributed") or {}).get("ddp") or {}
+    buffers = ddp.get("broadcast_buffers") is False
+    div = first_divergence(_compared(rank0, buffers=buffers), _compared(other, buffers=buffers))
+    if div is not None:
+        div.cause, div.losses_equal = "replicas", None
+    return div
+
+
+def decide(records: Records, ranks: dict[int, Records],
+           decide_one: Decide) -> tuple[str, tuple[str, str] | None, Divergence | None, int | None]:
+    """(verdict, compared runs, divergence, rank) once rank 0's runs agree: each rank's own
+    A, B, C first, then every rank's replica against rank 0's in each run."""
+    for rank, own in sorted(ranks.items()):
+        verdict, pair, div = decide_one(own)
+        if verdict != verdicts.PASS:
+            return verdict, pair, div, rank
+    for role, record in records.items():
+        for rank, own in sorted(ranks.items()):
+            div = replica_divergence(record, own[role])
+            if div is not None:
+                return verdicts.REPLICAS_DIVERGE, (role, role), div, rank
+    return verdicts.PASS, None, None, None
+
+
+def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None, rank: int,
+             record: dict[str, Any]) -> str:
+    """The message of a failure found on a rank other than 0 (``decide`` gave its divergence)."""
+    assert div is not None and pair is not None
+    d = div.to_dict()
+    if verdict != verdicts.REPLICAS_DIVERGE:
+        return f"{pair[0]} ≠ {pair[1]} on rank {rank} {verdicts.where_text(d)}"
+    text = (f"rank {rank}'s replica ≠ rank 0's in run {pair[0]} {verdicts.where_text(d)} "
+            f"({div.differing_tensors} tensors differ): DDP replicas must hold identical state")
+    ddp = (record.get("distributed") or {}).get("ddp") or {}
+    if div.kind == "buffer" and ddp.get("broadcast_buffers") is False:
+        text += ("; DDP was built with broadcast_buffers=False, so each rank keeps its own buffers (BatchNorm "
+                 "statistics of its shard): drop it, or convert BatchNorm with SyncBatchNorm.convert_sync_batchnorm")
+    elif div.cause == "replicas" and div.step == 0:
+        text += "; the ranks start from different states, which DDP did not broadcast"
+    return text
