@@ -26,7 +26,8 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     """The audit of one model: its findings, its op inventory, or why it could not run."""
     t0 = time.monotonic()
     spec = dataclasses.replace(base_spec(options, model, "audit", project_commit=project_commit, image=image),
-                               steps=1, audit_path="audit.json", fingerprints=False)
+                               steps=1, audit_path="audit.json", fingerprints=False,
+                               world_size=1)  # one process: the ops of a rank are the ops of the model
     try:
         run_worker(ctx, spec)
         data = json.loads((ctx.run_dir / model.name / "audit.json").read_text())

@@ -35,7 +35,8 @@ def _spec(options: RunOptions, model: ModelRef, steps: tuple[int, ...], *, proje
           image: dict[str, Any]) -> WorkerSpec:
     return dataclasses.replace(base_spec(options, model, "ops", project_commit=project_commit, image=image),
                                output="record-ops.json", dump_at=max(steps), ops_path="ops-golden-{step}.pt",
-                               ops_steps=steps, fingerprints=False)
+                               ops_steps=steps, fingerprints=False,
+                               world_size=1)  # both sides in one process: comparable across goldens
 
 
 def compact(rows: list[dict[str, Any]]) -> tuple[list[str], list[str]]:

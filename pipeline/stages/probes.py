@@ -43,7 +43,7 @@ PROBES = (*PERTURBED, *INSPECTED)
 
 def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> dict[str, WorkerSpec]:
     base = dataclasses.replace(base_spec(options, model, "P-base", project_commit=project_commit, image=image),
-                               output="record-P-base.json")
+                               output="record-P-base.json", world_size=1)  # one process: one factor at a time
     specs = {"base": base}
     for name, (_, change) in PERTURBED.items():
         specs[name] = dataclasses.replace(change(base), role=f"P-{name}", output=f"record-P-{name}.json")
