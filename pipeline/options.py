@@ -166,6 +166,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     if update_golden and "determinism" not in shape["stages"]:
         raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
                          "add --stage determinism")
+    if pick("probes_fail", False) and "probes" not in shape["stages"]:
+        raise UsageError("--probes-fail fails a run on what the portability probes find: add --stage probes")
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
         models=resolve_all(tuple(model_texts)),

@@ -29,6 +29,7 @@ def test_ci_mode_comes_from_the_environment():
     (dict(threads=0), "--threads"),
     (dict(fault="gremlins"), "unknown fault"),
     (dict(stages=("throughput",), update_golden=True), "add --stage determinism"),
+    (dict(stages=("determinism",), probes_fail=True), "add --stage probes"),
     (dict(jobs=0), "--jobs"),
     (dict(timeout=-1), "--timeout must be positive"),
     (dict(device="tpu"), "unknown device"),

@@ -99,3 +99,14 @@ def test_each_dependency_of_a_leaky_model_is_named_and_its_twin_is_clean(reproci
     md = reproci("report", "--format", "json")
     report = json.loads(md.stdout)
     assert len(next(m for m in report["models"] if m["model"] == "portability.leaky")["probes"]) == len(probes.PROBES)
+
+
+def test_the_webhook_says_which_dependency_failed_the_run() -> None:
+    from pipeline.reports import webhook
+
+    doc = _doc(["hash-seed"], True)
+    doc["models"][0]["probes"]["rows"] = [{"probe": "hash-seed", "factor": "PYTHONHASHSEED", "status": probes.DEPENDS,
+                                           "message": "depends on PYTHONHASHSEED (0 → 1): from step 1"}]
+    msg = webhook.slack_message(doc)
+    assert msg["text"].startswith("reproci: 1 model(s) need attention")
+    assert "• *m*: depends on PYTHONHASHSEED (0 → 1)" in msg["text"]

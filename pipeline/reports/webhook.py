@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import verdicts
+from ..stages import probes
 
 
 def needs_alert(document: dict[str, Any]) -> bool:
@@ -22,8 +23,13 @@ def slack_message(document: dict[str, Any]) -> dict[str, Any]:
     image = (document.get("image") or {}).get("name")
     bad = [m for m in verdicts.by_severity(document.get("models", []))
            if m.get("verdict") in verdicts.FAILING | verdicts.DRIFTING]
+    lines = [f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}" for m in bad]
+    if (document.get("options") or {}).get("probes_fail"):  # what failed the run with --probes-fail
+        depends = [r for r in probes.rows(document) if r["status"] == probes.DEPENDS]
+        bad += [m for m in document.get("models", []) if m not in bad and any(r["model"] == m["model"] for r in depends)]
+        lines += [f"• *{r['model']}*: {r['message']}" for r in depends]
     head = f"reproci: {len(bad)} model(s) need attention on image {image}"
-    body = "\n".join(f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}" for m in bad[:20])
+    body = "\n".join(lines[:20])
     return {
         "text": f"{head}\n{body}",
         "blocks": [
