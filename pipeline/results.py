@@ -49,6 +49,11 @@ class ModelEntry(TypedDict, total=False):
     golden: dict[str, Any]  # the comparison with the image's golden (pipeline.golden.drift.compare)
     throughput: dict[str, Any]  # the throughput stage's result
     throughput_regression: str
+    variance: dict[str, Any]  # the variance stage's K seeds (pipeline.stages.variance)
+    audit: dict[str, Any]  # the op audit (pipeline.stages.audit)
+    probes: dict[str, Any]  # the portability probes (pipeline.stages.probes)
+    world_size: int  # ranks per run (--world-size)
+    epoch_order: str | None  # above one rank: a shuffling loader that repeated its order (pipeline.stages.epochs)
     runs: dict[str, Any]  # role -> summary of that run
     records: dict[str, str]  # role -> record file, relative to the run directory
     error: dict[str, Any] | None

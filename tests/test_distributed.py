@@ -32,10 +32,10 @@ DDP = PLUGINS / "ddp.py"
 def test_two_ranks_run_under_torchrun_and_one_runs_alone():
     assert worker_command("python3", "spec-A.json") == ["python3", "-m", "pipeline.worker", "spec-A.json"]
     assert worker_command("py", "s.json", world_size=2) == [
-        "py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "pipeline.worker", "s.json"]
+        "py", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=2", "-m", "pipeline.worker", "s.json"]
     spec = WorkerSpec(model_ref="conv", model_name="conv", role="A", steps=4, world_size=4)
     assert docker_spec.worker_command(spec, PurePosixPath("/reproci/run/conv/spec-A.json"))[:5] == [
-        "python3", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4"]
+        "python3", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=4"]
 
 
 def test_each_rank_writes_its_own_files_and_rank_0_keeps_the_runs_names():

@@ -173,6 +173,18 @@ def test_a_crashing_plugin_is_an_error_and_leaves_no_container(engine, tmp_path)
     assert containers_of(engine, run.pid) == []
 
 
+def test_two_ranks_and_the_op_audit_run_inside_a_container_without_network(engine, tmp_path):
+    """torchrun inside one container meets its ranks on the loopback interface (the container
+    cannot resolve its own host name); the audit's file comes back through the run mount."""
+    run = reproci(tmp_path, "run", "--image", IMAGE, "--world-size", "2", "-m", f"{PLUGINS / 'ddp.py'}:sharded",
+                  "--steps", "4", "--resume-at", "2", "--stage", "determinism", "--stage", "audit", timeout=400)
+    assert run.returncode == 0, run.stdout + run.stderr
+    entry = model_entry(run.latest(), "ddp.sharded")
+    assert entry["verdict"] == "NEW" and entry["world_size"] == 2
+    assert entry["audit"]["ops_executed"] > 0 and not entry["audit"].get("error")
+    assert containers_of(engine, run.pid) == []
+
+
 def test_a_hanging_run_times_out_and_its_container_is_removed(engine, tmp_path):
     t0 = time.monotonic()
     run = reproci(tmp_path, "run", "--image", IMAGE, *SHORT, "--timeout", "10", "-m", f"{FAULTY}:hang")

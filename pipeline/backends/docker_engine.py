@@ -131,8 +131,7 @@ class Engine:
             host["mounts"] = [mount(b) for b in host["mounts"]]
         rest = {k: v for k, v in config.items() if k not in _HOST_CONFIG_KEYS}
         rest["host_config"] = self.client.api.create_host_config(**host)
-        rest.setdefault("network_disabled", config.get("network_mode") == "none")
-        return rest
+        return rest  # network_mode "none": no network but the loopback interface, where torchrun's ranks meet
 
 
 def mount(bind: Bind) -> docker.types.Mount:

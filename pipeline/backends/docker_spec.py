@@ -62,7 +62,7 @@ def environment(spec: WorkerSpec) -> dict[str, str]:
     from ..worker.launch import launch_environment
 
     env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
-                             hash_seed=spec.hash_seed)
+                             hash_seed=spec.hash_seed, world_size=spec.world_size)
     env["PYTHONPATH"] = str(CODE)
     env["HOME"] = "/tmp"
     return env

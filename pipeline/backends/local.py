@@ -36,7 +36,7 @@ class LocalBackend(Backend):
     def environment(self, spec: WorkerSpec) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _OWNED}
         env.update(launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
-                                      hash_seed=spec.hash_seed))
+                                      hash_seed=spec.hash_seed, world_size=spec.world_size))
         env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
         return env
 
