@@ -34,7 +34,7 @@ def test_two_ranks_run_under_torchrun_and_one_runs_alone():
     assert worker_command("py", "s.json", world_size=2) == [
         "py", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=2", "-m", "pipeline.worker", "s.json"]
     spec = WorkerSpec(model_ref="conv", model_name="conv", role="A", steps=4, world_size=4)
-    assert docker_spec.worker_command(spec, PurePosixPath("/reproci/run/conv/spec-A.json"))[:5] == [
+    assert docker_spec.worker_command(spec, PurePosixPath("/reproci/run/conv/spec-A.json"))[:6] == [
         "python3", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=4"]
 
 
