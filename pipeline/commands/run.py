@@ -83,5 +83,5 @@ def run_and_report(kwargs: dict[str, Any]) -> None:
 @click.command("run")
 @run_options
 def run_cmd(**kwargs: Any) -> None:
-    """Run the reference matrix through the strict-determinism stage."""
+    """Run the reference matrix through the strict-determinism stage (and any other --stage)."""
     run_and_report(kwargs)
