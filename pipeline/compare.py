@@ -91,7 +91,13 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
             judgements.append(stats.judge(model, metric, va["values"], vb["values"]).to_dict())
     return {"schema": SCHEMA, "version": VERSION, "a": a.label, "b": b.label, "method": METHOD,
             "confidence": stats.CONFIDENCE, "comparisons": judgements, "notes": notes,
-            "inside": all(j["inside"] for j in judgements)}
+            "inside": all(j["inside"] for j in judgements),
+            "worse": [f"{j['model']} {j['metric']}" for j in judgements if _worse(j)]}
+
+
+def _worse(j: dict[str, Any]) -> bool:
+    """Outside seed noise, in the metric's bad direction."""
+    return not j["inside"] and (j["mean_b"] > j["mean_a"]) == bool(j["lower_is_better"])
 
 
 def text(report: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ Exit codes (stable, documented in the README):
       --probes-fail, a portability dependency)
 2     usage or configuration error (bad flag, malformed reproci.yaml, unknown model)
 3     golden drift: UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, or NEW in CI
+      (reproci compare --fail-worse: B is worse outside seed noise)
 4     a run could not complete (ERROR verdict: crash, timeout, broken plugin)
 5     infrastructure: engine unreachable, image missing, disk full, no GPU
 6     golden file unreadable, corrupt or of another format version

@@ -56,6 +56,16 @@ def test_inside_and_outside_seed_noise(cli, tmp_path: Path) -> None:
     assert "conv accuracy ↑: A 0.5 ± 0.0158 (K=5), B 0.404 ± 0.0114 (K=5): outside seed noise: B is worse by 0.096 (95 % CI [-0.116, -0.0755])" in out  # accuracy fell: worse, too
 
 
+def test_fail_worse_gates_on_a_worse_b_only(cli, tmp_path: Path) -> None:
+    a = write_results(tmp_path, "a", conv=BASE)
+    worse = write_results(tmp_path, "w", conv=WORSE)
+    assert cli("compare", str(a), str(write_results(tmp_path, "s", conv=SAME)), "--fail-worse")[0] == 0
+    code, out, _ = cli("compare", str(a), str(worse), "--fail-worse")
+    assert code == errors.EXIT_DRIFT and "outside seed noise: B is worse" in out
+    assert cli("compare", str(worse), str(a), "--fail-worse")[0] == 0  # B better than A: not a failure
+    assert json.loads(cli("compare", str(a), str(worse), "--json")[1])["worse"] == ["conv final_loss", "conv accuracy"]
+
+
 def test_json_output_and_notes(cli, tmp_path: Path) -> None:
     a = write_results(tmp_path, "a", conv=BASE, embedding=BASE)
     b = write_results(tmp_path, "b", conv=WORSE, transformer=BASE)

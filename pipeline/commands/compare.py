@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .. import compare as compare_mod
-from ..errors import UsageError
+from ..errors import EXIT_DRIFT, UsageError
 
 
 @click.command("compare")
@@ -17,11 +17,14 @@ from ..errors import UsageError
 @click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
               help="Where --image looks for results.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (for machines).")
-def compare_cmd(sides: tuple[Path, ...], images: tuple[str, ...], results_dir: Path, as_json: bool) -> None:
+@click.option("--fail-worse", is_flag=True, help="Exit 3 when B is worse than A outside seed noise on any metric (a CI gate).")
+def compare_cmd(sides: tuple[Path, ...], images: tuple[str, ...], results_dir: Path, as_json: bool,
+                fail_worse: bool) -> None:
     """Is B's final loss or held-out metric inside A's seed-to-seed spread? A and B: results files
     (or run folders) or golden files, from runs with --stage variance. Per model and metric:
     B − A with Welch's 95 % confidence interval, and whether it is inside seed noise.
-    Exit 0 when compared (inside or not), 7 with fewer than 3 seeds on a side."""
+    Exit 0 when compared (inside or not; with --fail-worse, 3 when B is worse outside seed
+    noise), 7 with fewer than 3 seeds on a side."""
     if images and sides:
         raise UsageError("give either two files A B or --image twice, not both")
     if images:
@@ -31,4 +34,7 @@ def compare_cmd(sides: tuple[Path, ...], images: tuple[str, ...], results_dir: P
     if len(sides) != 2:
         raise UsageError(f"compare needs two sides A and B (results files or golden files), got {len(sides)}")
     a, b = (compare_mod.load_side(p) for p in sides)
-    click.echo(compare_mod.render(compare_mod.compare(a, b), as_json), nl=False)
+    report = compare_mod.compare(a, b)
+    click.echo(compare_mod.render(report, as_json), nl=False)
+    if fail_worse and report["worse"]:
+        raise SystemExit(EXIT_DRIFT)
