@@ -80,7 +80,8 @@ def test_a_dependency_fails_only_with_probes_fail() -> None:
 def test_each_dependency_of_a_leaky_model_is_named_and_its_twin_is_clean(reproci) -> None:
     plugin = PLUGINS / "portability.py"
     r = reproci("run", "--stage", "probes", "-m", f"{plugin}:leaky", "-m", f"{plugin}:clean", "--steps", "5",
-                "-j", "2", "--probes-fail", env={"GITHUB_ACTIONS": "true"})
+                "-j", "2", "--probes-fail",
+                env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(reproci.cwd / "summary.md")})
     assert r.returncode == errors.EXIT_REPRO_FAILURE, r.stderr
     doc = reproci.latest()
     rows = {m: {row["probe"]: row for row in model_entry(doc, m)["probes"]["rows"]}
@@ -96,6 +97,8 @@ def test_each_dependency_of_a_leaky_model_is_named_and_its_twin_is_clean(reproci
     assert "batch of 8, 16" in leaky["batch-size"]["message"]
     assert "Portability probes" in r.stdout and "--probes-fail is set" in r.stdout
     assert "::error title=reproci portability.leaky on local%3A depends on PYTHONHASHSEED" in r.stdout
+    summary = (reproci.cwd / "summary.md").read_text()
+    assert "(exit 1)" in summary and "### Portability probes" in summary and "| portability.leaky | hash-seed | depends |" in summary
     md = reproci("report", "--format", "json")
     report = json.loads(md.stdout)
     assert len(next(m for m in report["models"] if m["model"] == "portability.leaky")["probes"]) == len(probes.PROBES)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import atomic, errors, verdicts
 from ..stages import probes
-from . import variance
+from . import markdown, variance
 from .mdtable import cell, code, table
 from .rows import slowdown_text
 
@@ -98,7 +98,8 @@ def summary_markdown(document: dict[str, Any]) -> str:
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
         [cell(m["model"]), f"{verdicts.ICON.get(m.get('verdict'), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
-    return "\n".join(lines + _package_lines(models) + variance.markdown(document)) + "\n"
+    return "\n".join(lines + _package_lines(models) + variance.markdown(document)
+                     + (["", *markdown.findings(document)] if markdown.findings(document) else [])) + "\n"
 
 
 def merged_summary_markdown(merged: dict[str, Any]) -> str:

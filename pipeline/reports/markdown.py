@@ -20,7 +20,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
     if document is not None:
         lines += _run(document)
         lines += variance.markdown(document)
-        lines += _findings(document)
+        lines += findings(document)
     if trends:
         lines += _trends(trends)
     return "\n".join(lines).rstrip() + "\n"
@@ -73,7 +73,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _findings(doc: dict[str, Any]) -> list[str]:
+def findings(doc: dict[str, Any]) -> list[str]:
     """The op audit and the portability probes, a row each (``stages.audit.rows``, ``stages.probes.rows``)."""
     lines: list[str] = []
     found = audit.rows(doc)
