@@ -98,8 +98,9 @@ def summary_markdown(document: dict[str, Any]) -> str:
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
         [cell(m["model"]), f"{verdicts.ICON.get(m.get('verdict'), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
+    findings = markdown.findings(document)
     return "\n".join(lines + _package_lines(models) + variance.markdown(document)
-                     + (["", *markdown.findings(document)] if markdown.findings(document) else [])) + "\n"
+                     + (["", *findings] if findings else [])) + "\n"
 
 
 def merged_summary_markdown(merged: dict[str, Any]) -> str:

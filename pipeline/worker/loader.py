@@ -126,6 +126,11 @@ def index_skippable(loader: Any) -> bool:
             and not isinstance(loader.dataset, torch.utils.data.IterableDataset))
 
 
+# The DataLoader arguments a rebuilt loader takes over from the original (the very same
+# generator object among them), here and in ``perturb.with_workers``.
+CARRIED = ("collate_fn", "pin_memory", "timeout", "worker_init_fn", "generator", "pin_memory_device", "in_order")
+
+
 def _without_first(loader: torch.utils.data.DataLoader, n: int) -> tuple[torch.utils.data.DataLoader, _SkipFirst]:
     """The same loader for one epoch, its first ``n`` index batches drawn and dropped.
 
@@ -133,8 +138,7 @@ def _without_first(loader: torch.utils.data.DataLoader, n: int) -> tuple[torch.u
     generator object, so ``iter()`` draws from it exactly as the original did.
     """
     params = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
-    keep = ("collate_fn", "pin_memory", "timeout", "worker_init_fn", "generator", "pin_memory_device", "in_order")
-    kwargs = {k: getattr(loader, k) for k in keep if k in params and hasattr(loader, k)}
+    kwargs = {k: getattr(loader, k) for k in CARRIED if k in params and hasattr(loader, k)}
     if loader.batch_sampler is not None:
         skip = kwargs["batch_sampler"] = _SkipFirst(loader.batch_sampler, n)
     else:  # automatic batching off: the sampler yields whole batches' indices

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from . import loader as loader_mod
 from .contract import TrainSetup
 
 
@@ -74,8 +75,7 @@ def with_workers(setup: TrainSetup, requested: int) -> dict[str, Any]:
     before = loader.num_workers
     after = other_worker_count(before) if requested < 0 else requested
     params = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
-    keep = ("collate_fn", "pin_memory", "timeout", "worker_init_fn", "generator", "pin_memory_device", "in_order",
-            "multiprocessing_context")
+    keep = (*loader_mod.CARRIED, "multiprocessing_context")
     kwargs = {k: getattr(loader, k) for k in keep if k in params and hasattr(loader, k)}
     if after > 0:
         kwargs["persistent_workers"] = bool(loader.persistent_workers)
