@@ -4,12 +4,13 @@ the stages call it, ``orchestrate.run_all`` runs the stages."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .backends import Backend
 from .errors import InfrastructureError, WorkerFailed
@@ -50,6 +51,28 @@ def background(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]
 def settle(*futures: Future[Any]) -> None:
     """Wait for runs in flight whose outcome no longer matters (a partner failed)."""
     wait(futures)
+
+
+def run_many(ctx: RunContext, specs: Sequence[WorkerSpec], jobs: int) -> list[dict[str, Any] | WorkerFailed]:
+    """Every spec in its own fresh process, at most ``jobs`` at once (in ``ctx.slots`` when a
+    caller shares them across models), in the order given. A run that fails is kept as its
+    ``WorkerFailed``, so that one failed run leaves the others' records; anything else (an
+    interrupt, the engine gone) is raised once every run in flight has ended."""
+    if jobs >= 2 and ctx.slots is None:
+        ctx = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(jobs))
+    futures: list[Future[dict[str, Any]]] = []
+    for spec in specs:
+        futures.append(background(run_worker, ctx, spec))
+        if jobs < 2:
+            settle(futures[-1])  # one at a time
+    settle(*futures)
+    outcomes: list[dict[str, Any] | WorkerFailed] = []
+    for f in futures:
+        e = f.exception()
+        if e is not None and not isinstance(e, WorkerFailed):
+            raise e
+        outcomes.append(e if e is not None else f.result())
+    return outcomes
 
 
 def _from(spec: WorkerSpec) -> str:

@@ -60,6 +60,14 @@ def test_each_seed_is_a_strict_run_and_the_spread_is_recorded(runs: dict[str, An
     assert record["mode"] == "strict" and record["seed"] == 1 and record["eval"]["r2"] == v["metrics"]["r2"]["values"][1]
     golden = (runs["cli"].cwd / "goldens" / "local.yaml").read_text()
     assert "variance:" in golden and "eval_loss:" in golden
+    # the determinism stage's run A is seed 0 (evaluated at its end), not trained a second time
+    run_dir = next((runs["cli"].cwd / "base").glob("*/lr_env"))
+    assert not (run_dir / "record-variance-seed0.json").exists()
+    assert v["records"][0] == "lr_env/record-A.json" and v["final_sha256"][0] == entry["final_sha256"]
+    assert json.loads((run_dir / "record-A.json").read_text())["eval"]["r2"] == v["metrics"]["r2"]["values"][0]
+    # without the determinism stage, seed 0 is a run of its own
+    again = next((runs["cli"].cwd / "again").glob("*/lr_env"))
+    assert (again / "record-variance-seed0.json").is_file()
 
 
 @pytest.mark.slow

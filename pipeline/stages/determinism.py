@@ -50,7 +50,8 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     base = base_spec(options, model, "A", project_commit=project_commit, image=image)
     fault = options.fault
     a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=f"ckpt-{k}.pt", final_dump_path="final-A.pt",
-                            fault=fault if fault == "clock-seed" else None)
+                            fault=fault if fault == "clock-seed" else None,
+                            evaluate="variance" in options.stages)  # A is also the variance stage's first seed
     b = dataclasses.replace(base, role="B", output="record-B.json",
                             fault=fault if fault in ("clock-seed", "buffer-drift") else None)
     c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=f"ckpt-{k}.pt",

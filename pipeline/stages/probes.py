@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
-from concurrent.futures import Future
 from typing import Any, Callable
 
 from .. import verdicts
@@ -24,7 +22,7 @@ from ..errors import WorkerFailed
 from ..golden.compare import first_divergence
 from ..models import ModelRef
 from ..options import RunOptions
-from ..runner import RunContext, background, run_worker, settle
+from ..runner import RunContext, run_many
 from ..worker.perturb import other_worker_count
 from ..worker.spec import WorkerSpec
 from .determinism import base_spec, measure
@@ -66,22 +64,14 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
 
 def _run_all(options: RunOptions, ctx: RunContext,
              specs: dict[str, WorkerSpec]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Every run of the plan (at most ``--jobs`` at once); a failed run is kept as its error."""
-    if options.jobs >= 2 and ctx.slots is None:
-        ctx = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
-    futures: dict[str, Future[dict[str, Any]]] = {}
-    for role, spec in specs.items():
-        futures[role] = background(run_worker, ctx, spec)
-        if options.jobs < 2:
-            settle(futures[role])  # one at a time
-    settle(*futures.values())
+    """Every run of the plan (at most ``--jobs`` at once): records by role, and the error of each failed run."""
     records: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
-    for role, f in futures.items():
-        try:
-            records[role] = f.result()
-        except WorkerFailed as e:
-            errors[role] = str(e)
+    for role, outcome in zip(specs, run_many(ctx, list(specs.values()), options.jobs)):
+        if isinstance(outcome, WorkerFailed):
+            errors[role] = str(outcome)
+        else:
+            records[role] = outcome
     return records, errors
 
 

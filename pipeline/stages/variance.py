@@ -11,15 +11,14 @@ means against that spread with Welch's interval (``pipeline.stats``).
 from __future__ import annotations
 
 import dataclasses
-import threading
-from concurrent.futures import Future
+import json
 from typing import Any
 
 from .. import stats, verdicts
 from ..errors import WorkerFailed
 from ..models import ModelRef
 from ..options import RunOptions
-from ..runner import RunContext, background, run_worker, settle
+from ..runner import RunContext, run_many
 from ..worker.spec import WorkerSpec
 from .determinism import base_spec
 from .entry import add_result
@@ -51,18 +50,18 @@ def summarize(specs: list[WorkerSpec], records: list[dict[str, Any]]) -> dict[st
 def run_all(options: RunOptions, ctx: RunContext, entries: list[dict[str, Any]], *, project_commit: str | None,
             image: dict[str, Any], old_golden: Any = None) -> None:
     """The variance stage for every model, attached to its entry. With ``--jobs`` ≥ 2 the seed
-    runs of every model share the slots; ``old_golden`` (a ``golden.store.Golden``) gives the
-    variance each model is judged against."""
+    runs of every model share the slots. When the determinism stage ran, its run A (the first
+    seed, with the evaluation at its end) is the first seed's run here, not trained again.
+    ``old_golden`` (a ``golden.store.Golden``) gives the variance each model is judged against."""
     plans = [plan(options, m, project_commit=project_commit, image=image) for m in options.models]
-    if options.jobs < 2:
-        outcomes: list[list[Any]] = [[_outcome(run_worker, ctx, s) for s in specs] for specs in plans]
-    else:
-        shared = dataclasses.replace(ctx, slots=ctx.slots or threading.BoundedSemaphore(options.jobs))
-        futures = [[background(run_worker, shared, s) for s in specs] for specs in plans]
-        settle(*(f for fs in futures for f in fs))
-        outcomes = [[_result(f) for f in fs] for fs in futures]
-    for model, entry, specs, results in zip(options.models, entries, plans, outcomes):
-        result = _model_result(options, model, specs, results)
+    reused = [reusable_run(options, ctx, entry) for entry in entries]
+    todo = [s for specs, done in zip(plans, reused) for s in (specs[1:] if done else specs)]
+    fresh = iter(run_many(ctx, todo, options.jobs))
+    for model, entry, specs, done in zip(options.models, entries, plans, reused):
+        outcomes = ([done] if done else []) + [next(fresh) for _ in (specs[1:] if done else specs)]
+        result = _model_result(options, model, specs, outcomes)
+        if done:
+            result["records"][0] = entry["records"]["A"]
         golden = (old_golden.models.get(model.name) if old_golden is not None else None)
         if golden is not None and golden.entry.get("variance") and result["metrics"]:
             result["against_golden"] = against(golden.entry["variance"], result, model.name,
@@ -70,20 +69,19 @@ def run_all(options: RunOptions, ctx: RunContext, entries: list[dict[str, Any]],
         attach(entry, result, options.stages)
 
 
-def _outcome(fn: Any, *args: Any) -> Any:
+def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The determinism stage's run A of this model when it can stand for the first seed: it ran
+    (with the evaluation, see ``determinism.plan``), on the same seed, with no test fault."""
+    path = (entry.get("records") or {}).get("A")
+    if "determinism" not in options.stages or options.fault or not path:
+        return None
     try:
-        return fn(*args)
-    except WorkerFailed as e:
-        return e
-
-
-def _result(f: Future[Any]) -> Any:
-    e = f.exception()
-    if e is None:
-        return f.result()
-    if isinstance(e, WorkerFailed):
-        return e
-    raise e
+        record = json.loads((ctx.run_dir / path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if record.get("status") != "ok" or record.get("seed", options.seed) != options.seed or "eval" not in record:
+        return None
+    return {**record, "wall_s": ((entry.get("runs") or {}).get("A") or {}).get("wall_s", 0.0)}
 
 
 def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec], results: list[Any]) -> dict[str, Any]:
