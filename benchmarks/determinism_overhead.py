@@ -32,7 +32,7 @@ from pipeline.worker.determinism import deterministic_mode  # noqa: E402
 from pipeline.worker.batchsum import batch_checksum  # noqa: E402
 from pipeline.worker.fingerprint import StepFingerprints  # noqa: E402
 from pipeline.worker.spec import WorkerSpec  # noqa: E402
-from pipeline.worker.train import _train_step, to_device  # noqa: E402
+from pipeline.worker.train import train_step, to_device  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -56,7 +56,7 @@ def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profi
                 break
         batches = [to_device(b, dev) for b in batches]
         for b in batches[:2]:  # warm-up, and bind the tensor list
-            _train_step(setup, b)
+            train_step(setup, setup.model, b)
             fps.record()
         batch_ws: dict = {}
         step_times: list[float] = []
@@ -67,7 +67,7 @@ def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profi
             on = (i // 5) % 2 == 0
             _sync(dev)
             t0 = time.perf_counter()
-            _train_step(setup, batch)
+            train_step(setup, setup.model, batch)
             _sync(dev)
             t1 = time.perf_counter()
             if on:

@@ -9,6 +9,12 @@
 #   bash benchmarks/gpu_check.sh                      # every part below, in order
 #   bash benchmarks/gpu_check.sh tests bench          # some parts (env always runs first)
 #
+# A rehearsal on a machine without a GPU runs the same commands on the CPU at a small scale
+# (quick profile, few steps, world size 2 over gloo), so that the script itself is proven
+# before the GPU's minutes are spent on it:
+#
+#   REPROCI_GPU_CHECK_DEVICE=cpu bash benchmarks/gpu_check.sh
+#
 # Parts: env, tests, bench, strict, ddp, throughput. Each has its own timeout, so that three
 # calls of at most 10 minutes (tests bench | strict throughput | ddp) cover everything.
 #
@@ -23,7 +29,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$(mktemp -d)}
-reproci() { "$PY" -m pipeline.cli "$@"; }
+DEVICE=${REPROCI_GPU_CHECK_DEVICE:-cuda}
+if [ "$DEVICE" = cuda ]; then
+    PROFILE=full; BENCH_STEPS=60; STRICT=(); DDP=(--steps 100 --resume-at 50); TIMED=(); TESTS=()
+else  # the rehearsal: the same commands, small
+    PROFILE=quick; BENCH_STEPS=8; STRICT=(--steps 8 --resume-at 4); DDP=(--steps 8 --resume-at 4 -m conv -m embedding)
+    TIMED=(--steps 8 -m embedding); TESTS=(-k "reference_models or throughput")
+    export REPROCI_GPU_TEST_DEVICE=cpu
+fi
 start=$(date +%s)
 status=0
 step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
@@ -31,8 +44,8 @@ PARTS=" ${*:-tests bench strict throughput ddp} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 
 step "environment"
-"$PY" - <<'PY' || exit 5
-import platform, subprocess, torch
+"$PY" - "$DEVICE" <<'PY' || exit 5
+import platform, subprocess, sys, torch
 try:
     nccl = ".".join(map(str, torch.cuda.nccl.version()))
 except Exception:  # a build without NCCL
@@ -40,7 +53,10 @@ except Exception:  # a build without NCCL
 print(f"python {platform.python_version()}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
       f"cuDNN {torch.backends.cudnn.version()}, NCCL {nccl}")
 if not torch.cuda.is_available():
-    raise SystemExit("torch sees no CUDA device: this check needs one")
+    if sys.argv[1] == "cuda":
+        raise SystemExit("torch sees no CUDA device: this check needs one "
+                         "(REPROCI_GPU_CHECK_DEVICE=cpu rehearses it on the CPU)")
+    print("rehearsal on the CPU: the same commands at a small scale, no figure here is a GPU's")
 for i in range(torch.cuda.device_count()):
     print(f"GPU {i}: {torch.cuda.get_device_name(i)}")
 try:
@@ -57,27 +73,27 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
         || echo "pytest is missing and .cache/gpu-wheels has none: tests/gpu skipped"
 fi
 if "$PY" -c "import pytest" 2>/dev/null; then
-    timeout 420 "$PY" -m pytest -q -p no:cacheprovider tests/gpu -rs || status=1
+    timeout 420 "$PY" -m pytest -q -p no:cacheprovider tests/gpu -rs "${TESTS[@]}" || status=1
 fi
 fi
 
 if want bench; then
-step "fingerprint cost on CUDA (every reference model) and stage wall time (embedding), full profile"
-timeout 150 "$PY" benchmarks/determinism_overhead.py --device cuda --profile full --steps 60 \
+step "fingerprint cost on $DEVICE (every reference model) and stage wall time (embedding), $PROFILE profile"
+timeout 150 "$PY" benchmarks/determinism_overhead.py --device "$DEVICE" --profile "$PROFILE" --steps "$BENCH_STEPS" \
     --stage-models embedding || status=1
 fi
 
 if want strict; then
-step "strict stage, full profile, -j 3, world size 1"
-timeout 270 reproci run --device cuda --profile full -j 3 --world-size 1 --results-dir "$OUT/results" \
-    --goldens-dir "$OUT/goldens" || status=1
+step "strict stage, $PROFILE profile, -j 3, world size 1"
+timeout 270 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${STRICT[@]}" -j 3 --world-size 1 \
+    --results-dir "$OUT/results" --goldens-dir "$OUT/goldens" || status=1
 fi
 
 if want ddp; then
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
-if [ "${gpus:-0}" -ge 2 ]; then
-    step "strict stage at world size 2 (DDP, NCCL, one GPU per rank), full profile, 100 steps"
-    timeout 400 reproci run --device cuda --profile full --world-size 2 --steps 100 --resume-at 50 \
+if [ "${gpus:-0}" -ge 2 ] || [ "$DEVICE" = cpu ]; then
+    step "strict stage at world size 2 (DDP, one device per rank), $PROFILE profile, ${DDP[1]} steps"
+    timeout 400 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" --world-size 2 "${DDP[@]}" \
         --results-dir "$OUT/ddp" --goldens-dir "$OUT/goldens-ddp" || status=1
 else
     step "world size 2 skipped: this machine has ${gpus:-0} GPU(s), DDP over NCCL needs 2"
@@ -85,8 +101,8 @@ fi
 fi
 
 if want throughput; then
-step "throughput stage, full profile, 2 repetitions"
-timeout 270 reproci run --device cuda --profile full --stage throughput --repetitions 2 \
+step "throughput stage, $PROFILE profile, 2 repetitions"
+timeout 270 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${TIMED[@]}" --stage throughput --repetitions 2 \
     --results-dir "$OUT/throughput" --goldens-dir "$OUT/goldens" || status=1
 fi
 

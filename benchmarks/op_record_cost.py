@@ -29,7 +29,7 @@ from pipeline.worker.contract import ModelContext, load_factory, validate  # noq
 from pipeline.worker.determinism import deterministic_mode  # noqa: E402
 from pipeline.worker.oprecord import OpRecorder  # noqa: E402
 from pipeline.worker.spec import WorkerSpec  # noqa: E402
-from pipeline.worker.train import _train_step  # noqa: E402
+from pipeline.worker.train import train_step  # noqa: E402
 
 
 def step_cost(model: str, repeats: int = 5) -> tuple[float, float, int]:
@@ -37,14 +37,14 @@ def step_cost(model: str, repeats: int = 5) -> tuple[float, float, int]:
     with deterministic_mode(seed=0, threads=1):
         setup = validate(load_factory(model)(ModelContext(profile="quick", device=torch.device("cpu"), seed=0)), model)
         batch = next(iter(setup.loader))
-        _train_step(setup, batch)
+        train_step(setup, setup.model, batch)
         plain, recorded, ops = [], [], 0
         for _ in range(repeats):
             t0 = time.perf_counter()
-            _train_step(setup, batch)
+            train_step(setup, setup.model, batch)
             t1 = time.perf_counter()
             with OpRecorder(setup.model, setup.optimizer) as rec:
-                _train_step(setup, batch)
+                train_step(setup, setup.model, batch)
             t2 = time.perf_counter()
             plain.append(t1 - t0)
             recorded.append(t2 - t1)

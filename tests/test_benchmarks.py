@@ -23,3 +23,21 @@ def test_each_benchmark_starts(script):
 def test_the_gpu_check_script_is_valid_bash():
     p = subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_check.sh")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def _load(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_in_process_benchmarks_measure_a_few_steps():
+    """The benchmarks that call the worker's functions directly still match their signatures
+    (a `--help` does not reach them, and the GPU check runs one of them on CUDA)."""
+    direct, difference = _load("determinism_overhead").fingerprint_overhead("embedding", steps=10)
+    assert 0 < direct < 5 and difference > -1
+    plain, recorded, ops = _load("op_record_cost").step_cost("embedding", repeats=1)
+    assert plain > 0 and recorded > 0 and ops > 10

@@ -175,20 +175,20 @@ def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, net: to
     if spec.audit_path is not None and step == 1:
         from .audit import audited_step
 
-        return audited_step(setup.model, setup.optimizer, lambda: _train_step(setup, net, batch),
+        return audited_step(setup.model, setup.optimizer, lambda: train_step(setup, net, batch),
                             str(resolve(spec_file, spec.audit_path)))
     several = step in spec.ops_steps
     if spec.ops_path is None or not (several or (step == spec.dump_at and not spec.ops_steps)):
-        return _train_step(setup, net, batch)
+        return train_step(setup, net, batch)
     from .oprecord import OpRecorder
 
     with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
-        loss = _train_step(setup, net, batch)
+        loss = train_step(setup, net, batch)
     recorder.save(str(resolve(spec_file, spec.ops_path.format(step=step) if several else spec.ops_path)))
     return loss
 
 
-def _train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any) -> torch.Tensor:
+def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any) -> torch.Tensor:
     """One optimizer step; ``net`` is the model as the step calls it (DDP-wrapped above one rank)."""
     setup.optimizer.zero_grad(set_to_none=True)
     loss = setup.loss_fn(net, batch)
