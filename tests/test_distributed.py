@@ -163,8 +163,9 @@ def _rank_run(tmp_path, factory: str) -> dict[int, dict]:
 
 
 @pytest.mark.slow
-def test_two_ranks_pass_a_b_and_a_resume(tmp_path):
-    out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
+def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_path):
+    out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "6", "--resume-at", "3",
+                        "-s", "determinism", "-s", "throughput", "--repetitions", "1")
     assert out.returncode == 0, out.stderr
     doc = Cli(tmp_path).latest()
     entry = model_entry(doc, "ddp.sharded")
@@ -176,6 +177,12 @@ def test_two_ranks_pass_a_b_and_a_resume(tmp_path):
     assert rank1["distributed"] == {"rank": 1, "world_size": 2, "backend": "gloo",
                                     "ddp": {"wrapped_by": "harness", "bucket_cap_mb": 25, "broadcast_buffers": True}}
     assert rank1["start_step"] == 3 and rank1["replayed"] == "index"
+    # the throughput stage times each mode as a job of two ranks, one mode after the other
+    t = entry["throughput"]
+    assert t["world_size"] == 2 and t["order"] == "ABBA" and t["error"] is None
+    assert t["modes"]["strict"]["steps_per_s"] > 0 and t["slowdown"]["median"] > 0
+    timed = json.loads((work / "record-throughput-strict-1.rank1.json").read_text())
+    assert timed["distributed"]["world_size"] == 2 and timed["mode"] == "strict"
 
 
 @pytest.mark.slow

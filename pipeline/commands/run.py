@@ -27,7 +27,7 @@ _OPTIONS = [
     click.option("--seed", type=int, help="Run seed (default 0)."),
     click.option("--threads", type=int, help="CPU intra-op threads, pinned and recorded (default 1)."),
     click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Device for training (default cpu)."),
-    click.option("--world-size", type=int, help="Determinism stage: ranks per run under DDP, launched by torchrun (default 1)."),
+    click.option("--world-size", type=int, help="Ranks per run under DDP, launched by torchrun (default 1); audit and probes run one process."),
     click.option("--gpus", help="Docker backend: GPUs to request: all, a count, or ids like 0,1."),
     click.option("--timeout", type=float, help="Seconds allowed per worker run (default 600)."),
     click.option("--jobs", "-j", type=int, help="Worker runs at once (default: usable CPUs / --threads, at most 3)."),

@@ -4,7 +4,9 @@ Per model and repetition, one fresh process per mode (strict, default, optionall
 bookkeeping), so flags read at start-up are honest. The processes of a repetition start
 together and, after their warm-up steps, take turns step by step (pipeline.stages.lockstep),
 so whatever else runs on a shared machine slows every mode alike; where FIFOs are not
-available they run one after another, in ABBA order across repetitions. Each timed step
+available, or when each mode is a job of ``--world-size`` ranks under DDP (whose steps
+wait on one another's all-reduce), they run one after another, in ABBA order across
+repetitions; rank 0's clock stands for the job. Each timed step
 is clocked from the start of its turn to its end, the device synchronised before each
 clock read; a process's throughput is 1 / its median step time. The slowdown of a
 repetition is strict step time / default step time; the stage reports the median over
@@ -65,7 +67,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
                 seed=options.seed, profile=options.profile, device=options.device, threads=options.threads,
                 mode=mode, output=f"record-{role}.json", fingerprints=False, warmup_steps=warm,
                 profile_ops=profiled, lockstep=f"turn-{role}" if paired else None,
-                project_commit=project_commit, image=image,
+                project_commit=project_commit, image=image, world_size=options.world_size,
             ))
         groups.append(group)
     return groups
@@ -149,11 +151,12 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     if BASELINE not in modes or len(modes) < 2:
         raise ValueError(f"throughput modes {modes} must include {BASELINE!r} and another mode")
     t0 = time.monotonic()
-    paired = lockstep.supported()
+    paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
     groups = plan(options, model, project_commit=project_commit, image=image, modes=modes, paired=paired)
     result: dict[str, Any] = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
-        "warmup_steps": groups[0][0].warmup_steps, "timed_steps": options.steps, "repetitions": options.repetitions,
+        "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": options.steps,
+        "repetitions": options.repetitions,
         "order": "step-by-step turns" if paired else "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {},
         "slowdowns": {}, "top_ops": [], "records": [f"{model.name}/{s.output}" for g in groups for s in g],
         "error": None,
@@ -213,7 +216,7 @@ def throughput_summary(model_entry: dict[str, Any]) -> dict[str, Any]:
         return {}
     return {
         "version": SUMMARY_VERSION, "device": t.get("device"), "threads": t.get("threads"),
-        "timed_steps": t.get("timed_steps"), "repetitions": t.get("repetitions"),
+        "world_size": t.get("world_size", 1), "timed_steps": t.get("timed_steps"), "repetitions": t.get("repetitions"),
         "modes": {m: {k: v.get(k) for k in ("steps_per_s", "samples_per_s", "peak_memory_bytes")}
                   for m, v in t["modes"].items()},
         "slowdown": {m: {k: s.get(k) for k in ("median", "ci_low", "ci_high", "noisy")}
@@ -227,7 +230,7 @@ def check_regression(current: dict[str, Any], golden: dict[str, Any], factor: fl
     Both arguments are ``throughput_summary`` dicts. First the slowdown ratio (strict over
     default): the current interval's low end must exceed the golden median times
     ``factor``, so a change inside the noise is not a regression. Then, on the same device
-    and thread count only, strict steps/s falling below the golden's divided by ``factor``.
+    thread count and world size only, strict steps/s falling below the golden's divided by ``factor``.
     """
     cur = (current.get("slowdown") or {}).get("strict") or {}
     gold = (golden.get("slowdown") or {}).get("strict") or {}
@@ -237,7 +240,10 @@ def check_regression(current: dict[str, Any], golden: dict[str, Any], factor: fl
             return (f"strict-mode slowdown regressed: {cur['median']:.3f}x [{low:.3f}, "
                     f"{cur.get('ci_high') or cur['median']:.3f}] against the golden's {gold['median']:.3f}x, "
                     f"beyond the allowed factor {factor:g}")
-    same_machine = (current.get("device"), current.get("threads")) == (golden.get("device"), golden.get("threads"))
+    def machine(t: dict[str, Any]) -> tuple[Any, ...]:
+        return t.get("device"), t.get("threads"), t.get("world_size", 1)
+
+    same_machine = machine(current) == machine(golden)
     now = ((current.get("modes") or {}).get("strict") or {}).get("steps_per_s")
     then = ((golden.get("modes") or {}).get("strict") or {}).get("steps_per_s")
     if same_machine and now and then and now * factor < then:
