@@ -3,6 +3,8 @@ another environment names the first op whose output changed, without the old one
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from pipeline import verdicts
 from pipeline.golden import store
 from pipeline.stages import golden_ops
@@ -42,3 +44,28 @@ def test_a_thread_count_change_names_the_op_it_changed(reproci) -> None:
     op = m["golden"]["evidence"]["op"]
     assert op["found"] and op["op"] == "aten::convolution_backward" and op["module"] == "conv"
     assert "threads.intra_op 1 → 2 first changed aten::convolution_backward in conv at portability.py:" in m["message"]
+
+
+NO_OPTIONS = SimpleNamespace(models=[])
+
+
+class _Golden:
+    def __init__(self, ops: dict) -> None:
+        self.models = {"conv": store.ModelGolden(name="conv", entry={}, ops=ops)}
+
+
+def test_a_drift_the_kept_steps_cannot_explain_says_why_no_op_is_named() -> None:
+    """No run is launched: the step lies outside the kept hashes, or none are kept."""
+    def drifted(step: int) -> dict:
+        return {"models": [{"model": "conv", "verdict": verdicts.ENV_CHANGED, "message": "conv differs",
+                            "golden": {"evidence": {"step": step, "cause": "compute"}}}]}
+
+    kept = {s: (["aten.mm.default"], ["0" * 16]) for s in (1, 2, 3)}
+    late = drifted(12)
+    golden_ops.name_changes(NO_OPTIONS, None, late, _Golden(kept), project_commit=None, image={})
+    assert late["models"][0]["message"] == ("conv differs; the first changed op is not named: the golden keeps "
+                                            "per-op hashes of steps 1–3, and this difference begins at step 12")
+    none = drifted(1)
+    golden_ops.name_changes(NO_OPTIONS, None, none, _Golden({}), project_commit=None, image={})
+    assert none["models"][0]["message"].endswith("the golden keeps no per-op hashes for this model "
+                                                 "(a golden update records them)")

@@ -85,7 +85,10 @@ def name_changes(options: RunOptions, ctx: RunContext, document: dict[str, Any],
         evidence = section.get("evidence") or {}
         kept = golden.models[entry["model"]].ops if entry["model"] in golden.models else {}
         step = evidence.get("step")
-        if entry.get("verdict") not in verdicts.DRIFTING or evidence.get("cause") != "compute" or step not in kept:
+        if entry.get("verdict") not in verdicts.DRIFTING or evidence.get("cause") != "compute":
+            continue
+        if step not in kept:  # say why no op is named, rather than leave the reader to wonder
+            entry["message"] += f"; the first changed op is not named: {_unnamed(kept, step)}"
             continue
         try:
             rows = _recorded(ctx, _spec(options, refs[entry["model"]], (step,), project_commit=project_commit,
@@ -97,6 +100,14 @@ def name_changes(options: RunOptions, ctx: RunContext, document: dict[str, Any],
         evidence["op"] = _first_changed(rows, kept[step])
         if evidence["op"].get("found"):
             entry["message"] += f"; {section.get('why') or 'the change'} first changed {verdicts.op_text(evidence['op'])}"
+
+
+def _unnamed(kept: dict[int, Any], step: int | None) -> str:
+    if not kept:
+        return "the golden keeps no per-op hashes for this model (a golden update records them)"
+    steps = sorted(kept)
+    return (f"the golden keeps per-op hashes of steps {steps[0]}–{steps[-1]}, "
+            f"and this difference begins at step {step}")
 
 
 def _first_changed(rows: list[dict[str, Any]], kept: tuple[list[str], list[str]]) -> dict[str, Any]:
