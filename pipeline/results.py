@@ -53,7 +53,7 @@ class ModelEntry(TypedDict, total=False):
     audit: dict[str, Any]  # the op audit (pipeline.stages.audit)
     probes: dict[str, Any]  # the portability probes (pipeline.stages.probes)
     world_size: int  # ranks per run (--world-size)
-    epoch_order: str | None  # above one rank: a shuffling loader that repeated its order (pipeline.stages.epochs)
+    epoch_order: str | None  # a shuffling loader that repeated its order (pipeline.stages.epochs)
     runs: dict[str, Any]  # role -> summary of that run
     records: dict[str, str]  # role -> record file, relative to the run directory
     error: dict[str, Any] | None

@@ -196,6 +196,20 @@ def test_rank_local_batchnorm_statistics_and_a_sampler_hidden_from_set_epoch_are
     assert epochs.repeated_order(ranks[0]).startswith("epoch 2 visits the samples in the same order as epoch 1")
 
 
+@pytest.mark.slow
+def test_a_repeated_order_is_found_in_one_process_too(tmp_path):
+    """A DistributedSampler kept at world size 1 inside a batch sampler that drops set_epoch:
+    the determinism stage passes and warns, naming the epochs."""
+    out = Cli(tmp_path)("run", "-m", f"{DDP}:forgets_the_epoch", "--steps", "10", "--resume-at", "5")
+    assert out.returncode == 0, out.stderr
+    entry = model_entry(Cli(tmp_path).latest(), "ddp.forgets_the_epoch")
+    assert entry["verdict"] == verdicts.NEW and entry["world_size"] == 1
+    assert entry["epoch_order"].startswith("epoch 2 visits the samples in the same order as epoch 1 (first 2 "
+                                           "batches compared): the shuffle is re-seeded each epoch, or the sampler's")
+    assert "; warning: " + entry["epoch_order"] in entry["message"]
+    assert "warning: ddp.forgets_the_epoch: epoch 2 visits" in out.stderr.replace("\n", " ")
+
+
 def test_a_run_whose_rank_1_failed_says_so(tmp_path):
     from pipeline.runner import rank_failure
 
@@ -287,8 +301,9 @@ def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():
 
     from pipeline.reports.terminal import print_report
 
-    out, err = Console(file=io.StringIO(), width=200), Console(file=io.StringIO(), width=200)
-    said = "epoch 2 visits the samples in the same order as epoch 1: the sampler's set_epoch is not called"
+    out, err = (Console(file=io.StringIO(), width=200, soft_wrap=True),  # as pipeline.console makes them
+                Console(file=io.StringIO(), width=200, soft_wrap=True))
+    said = epochs.repeated(1, "first 2 batches compared")
     print_report({"models": [{"model": "m", "verdict": verdicts.PASS, "message": f"A = B = C; warning: {said}",
                               "epoch_order": said}], "image": {"name": "local"}}, out, None, err)
     assert f"warning: m: {said}" in err.file.getvalue()

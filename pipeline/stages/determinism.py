@@ -140,7 +140,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     if evidence is not None and pair is not None and evidence.cause != "restore" and rank is None:
         measure(ctx, evidence, specs, pair[0], pair[1], records)
     hint = known_cause(verdict, evidence, records["A"])
-    order = epochs.repeated_order(records["A"]) if options.world_size > 1 else None
+    order = epochs.repeated_order(records["A"])
     switched = controls_switched_off(records)
     if switched and verdict == verdicts.PASS:
         # The runs agreed, but not under strict determinism: no guarantee on other hardware.

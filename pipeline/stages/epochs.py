@@ -1,7 +1,10 @@
-"""A shuffling loader that repeats its order: a forgotten ``set_epoch``.
+"""A shuffling loader that repeats its order: a forgotten ``set_epoch``, or a shuffle re-seeded
+each epoch.
 
 A ``DistributedSampler`` (and any sampler seeded per epoch) draws each epoch's order from
-``seed + epoch``: without ``set_epoch`` every epoch visits the samples in the same order.
+``seed + epoch``: without ``set_epoch`` every epoch visits the samples in the same order;
+so does a sampler that seeds a fresh generator in each ``__iter__``. Checked at every world
+size, from run A's record.
 The harness calls ``set_epoch`` on the loader, its sampler, batch sampler and dataset, but
 not on a sampler wrapped inside a custom batch sampler. The worker records the epoch of
 every step's batch beside the batch's checksum (row-order sensitive); two consecutive
@@ -15,6 +18,15 @@ from __future__ import annotations
 from typing import Any
 
 COMPARED = 2  # first batches of each epoch compared: enough to tell two permutations apart
+
+
+def repeated(epoch: int, compared: str) -> str:
+    """The one sentence for a shuffling loader whose epoch ``epoch + 1`` repeats epoch ``epoch``'s
+    order, said by the determinism stage (batch checksums) and the epoch-order probe (indices)."""
+    return (f"epoch {epoch + 1} visits the samples in the same order as epoch {epoch} ({compared}): the shuffle is "
+            "re-seeded each epoch, or the sampler's set_epoch is not called (the harness calls it on the loader, "
+            "its sampler, batch sampler and dataset; a custom batch sampler must pass set_epoch on to the sampler "
+            "it wraps)")
 
 
 def first_batches(record: dict[str, Any]) -> dict[int, list[Any]]:
@@ -37,7 +49,5 @@ def repeated_order(record: dict[str, Any]) -> str | None:
         now, after = epochs[e], epochs.get(e + 1)
         n = min(len(now), len(after or []))
         if after and n and now[:n] == after[:n]:
-            return (f"epoch {e + 2} visits the samples in the same order as epoch {e + 1}: the sampler's set_epoch "
-                    "is not called each epoch (the harness calls it on the loader, its sampler, batch sampler and "
-                    "dataset; a custom batch sampler must pass set_epoch on to the sampler it wraps)")
+            return repeated(e + 1, f"first {n} batches compared")
     return None

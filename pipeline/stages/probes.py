@@ -25,6 +25,7 @@ from ..options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.perturb import other_worker_count
 from ..worker.spec import WorkerSpec
+from . import epochs
 from .determinism import base_spec, measure
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
@@ -127,9 +128,8 @@ def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> lis
     if order["same"] and order.get("sequential"):
         rows[0].update(status=NOT_APPLICABLE, message="the loader does not shuffle: every epoch is in index order")
     elif order["same"]:
-        rows[0].update(status=DEPENDS, evidence=order, message=(
-            f"epoch 2 visits the samples in the same order as epoch 1 (first {order['batches']} batches compared): "
-            "the shuffle is re-seeded each epoch or its sampler misses set_epoch"))
+        rows[0].update(status=DEPENDS, evidence=order,
+                       message=epochs.repeated(1, f"first {order['batches']} batches of sample indices compared"))
     else:
         rows[0].update(status=INDEPENDENT, message="each epoch visits the samples in a new order")
     if not batch.get("applicable"):

@@ -6,6 +6,8 @@ and its twin with the two mistakes made most often (one run of it shows both).
   the BatchNorm statistics of its own shard, so the replicas' buffers part), and its sampler
   wrapped in a batch sampler of its own that does not pass ``set_epoch`` on (every epoch
   visits the samples in the same order).
+- ``forgets_the_epoch``: one process, a ``DistributedSampler`` (as code written for several
+  ranks keeps at one) inside that batch sampler: every epoch repeats the first's order.
 - ``stalls``: a step that hangs, so the run times out (every rank must be stopped).
 
 Small: 32 samples, 4 per batch, so two ranks take 4 batches each per epoch.
@@ -68,6 +70,12 @@ def careless(ctx: ModelContext) -> TrainSetup:
     sampler = ctx.shuffling(data).get("sampler") or torch.utils.data.RandomSampler(data, generator=ctx.generator())
     return _setup(ctx, torch.utils.data.DataLoader(data, batch_sampler=Batches(sampler, BATCH)),
                   ddp_options={"broadcast_buffers": False})
+
+
+def forgets_the_epoch(ctx: ModelContext) -> TrainSetup:
+    data = _data(ctx.seed)
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=ctx.seed)
+    return _setup(ctx, torch.utils.data.DataLoader(data, batch_sampler=Batches(sampler, BATCH)))
 
 
 def stalls(ctx: ModelContext) -> TrainSetup:
