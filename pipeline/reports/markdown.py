@@ -26,13 +26,22 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _ranks(opts: dict[str, Any]) -> str:
+    n = opts.get("world_size") or 1
+    return f" · world size {n}" if n > 1 else ""
+
+
+def _fresh(ranks: int) -> str:
+    return f"a fresh job of {ranks} ranks under DDP, timed by rank 0" if ranks > 1 else "in a fresh process"
+
+
 def _run(doc: dict[str, Any]) -> list[str]:
     image = doc.get("image") or {}
     opts = doc.get("options") or {}
     lines = [f"## reproci · {image.get('name')} ({image.get('backend')})", "",
              f"Run `{doc.get('run_id')}` · {doc.get('created')} · commit `{(doc.get('project_commit') or '-')[:12]}` · "
              f"stages {', '.join(opts.get('stages') or [])} · device {opts.get('device')} · "
-             f"threads {opts.get('threads')} · exit code {doc.get('summary', {}).get('exit_code')}", ""]
+             f"threads {opts.get('threads')}{_ranks(opts)} · exit code {doc.get('summary', {}).get('exit_code')}", ""]
     rows = throughput_rows(doc)
     if not rows:
         lines += ["### Verdicts", ""]
@@ -50,7 +59,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
     order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
              else f"one after another, {t0.get('order')}")
     lines.append(f"Slowdown = strict step time / default step time, median of {t0.get('repetitions')} "
-                 f"repetitions, each mode in a fresh process ({order}), {t0.get('timed_steps')} timed "
+                 f"repetitions, each mode {_fresh(t0.get('world_size') or 1)} ({order}), {t0.get('timed_steps')} timed "
                  f"steps after {t0.get('warmup_steps')} warm-up steps; the interval is a bootstrap over "
                  f"repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} of the median. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "

@@ -61,7 +61,9 @@ def throughput_table(document: dict[str, Any]) -> Table | None:
     rows = throughput_rows(document)
     if not rows:
         return None
-    t = Table(title="cost of strict determinism (slowdown = strict / default step time, median [95 % CI])",
+    ranks = (document.get("options") or {}).get("world_size") or 1
+    per_job = f"; each mode a job of {ranks} ranks under DDP, timed by rank 0" if ranks > 1 else ""
+    t = Table(title=f"cost of strict determinism (slowdown = strict / default step time, median [95 % CI]{per_job})",
               title_justify="left")
     for name, justify in (("model", "left"), ("strict steps/s", "right"), ("default steps/s", "right"),
                           ("slowdown", "left"), ("peak mem strict / default", "right"), ("ops that grew most", "left")):
