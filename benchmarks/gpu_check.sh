@@ -30,6 +30,7 @@ PY=${PYTHON:-python3}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$(mktemp -d)}
 DEVICE=${REPROCI_GPU_CHECK_DEVICE:-cuda}
+case "$DEVICE" in cuda|cpu) ;; *) echo "error: REPROCI_GPU_CHECK_DEVICE=$DEVICE: use cuda (the default) or cpu (a rehearsal)" >&2; exit 2;; esac
 if [ "$DEVICE" = cuda ]; then
     PROFILE=full; BENCH_STEPS=60; STRICT=(); DDP=(--steps 100 --resume-at 50); TIMED=()
 else  # the rehearsal: the same commands, small
