@@ -8,7 +8,7 @@ from ..stages.throughput import NOISY_WIDTH
 from ..stages import audit, probes
 from .mdtable import cell, code, table
 from . import variance
-from .rows import op_text, slowdown_text, throughput_rows
+from .rows import op_text, ranked_job, slowdown_text, throughput_rows
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -31,8 +31,9 @@ def _ranks(opts: dict[str, Any]) -> str:
     return f" · world size {n}" if n > 1 else ""
 
 
-def _fresh(ranks: int) -> str:
-    return f"a fresh job of {ranks} ranks under DDP, timed by rank 0" if ranks > 1 else "in a fresh process"
+def _fresh(throughput: dict[str, Any]) -> str:
+    ranks = throughput.get("world_size") or 1
+    return f"a fresh {ranked_job(ranks)}" if ranks > 1 else "in a fresh process"
 
 
 def _run(doc: dict[str, Any]) -> list[str]:
@@ -59,7 +60,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
     order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
              else f"one after another, {t0.get('order')}")
     lines.append(f"Slowdown = strict step time / default step time, median of {t0.get('repetitions')} "
-                 f"repetitions, each mode {_fresh(t0.get('world_size') or 1)} ({order}), {t0.get('timed_steps')} timed "
+                 f"repetitions, each mode {_fresh(t0)} ({order}), {t0.get('timed_steps')} timed "
                  f"steps after {t0.get('warmup_steps')} warm-up steps; the interval is a bootstrap over "
                  f"repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} of the median. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def ranked_job(world_size: int) -> str:
+    """How a throughput mode ran above one rank, for the reports' explanations."""
+    return f"job of {world_size} ranks under DDP, timed by rank 0"
+
+
 def slowdown_text(sd: dict[str, Any] | None) -> str:
     """'1.23× [1.20, 1.26]', with '(noisy)' when the interval is wide; '-' when not measured."""
     if not sd or sd.get("median") is None:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import verdicts
-from .rows import op_text, throughput_rows
+from .rows import op_text, ranked_job, throughput_rows
 
 
 def _where(m: dict[str, Any]) -> str:
@@ -62,7 +62,7 @@ def throughput_table(document: dict[str, Any]) -> Table | None:
     if not rows:
         return None
     ranks = (document.get("options") or {}).get("world_size") or 1
-    per_job = f"; each mode a job of {ranks} ranks under DDP, timed by rank 0" if ranks > 1 else ""
+    per_job = f"; each mode a {ranked_job(ranks)}" if ranks > 1 else ""
     t = Table(title=f"cost of strict determinism (slowdown = strict / default step time, median [95 % CI]{per_job})",
               title_justify="left")
     for name, justify in (("model", "left"), ("strict steps/s", "right"), ("default steps/s", "right"),

@@ -55,10 +55,10 @@ def run_all(options: RunOptions, ctx: RunContext, entries: list[dict[str, Any]],
     ``old_golden`` (a ``golden.store.Golden``) gives the variance each model is judged against."""
     plans = [plan(options, m, project_commit=project_commit, image=image) for m in options.models]
     reused = [reusable_run(options, ctx, entry) for entry in entries]
-    todo = [s for specs, done in zip(plans, reused) for s in (specs[1:] if done else specs)]
-    fresh = iter(run_many(ctx, todo, options.jobs))
-    for model, entry, specs, done in zip(options.models, entries, plans, reused):
-        outcomes = ([done] if done else []) + [next(fresh) for _ in (specs[1:] if done else specs)]
+    pending = [specs[1:] if done else specs for specs, done in zip(plans, reused)]
+    fresh = iter(run_many(ctx, [s for specs in pending for s in specs], options.jobs))
+    for model, entry, specs, done, todo in zip(options.models, entries, plans, reused, pending):
+        outcomes = ([done] if done else []) + [next(fresh) for _ in todo]
         result = _model_result(options, model, specs, outcomes)
         if done:
             result["records"][0] = entry["records"]["A"]
@@ -70,8 +70,8 @@ def run_all(options: RunOptions, ctx: RunContext, entries: list[dict[str, Any]],
 
 
 def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) -> dict[str, Any] | None:
-    """The determinism stage's run A of this model when it can stand for the first seed: it ran
-    (with the evaluation, see ``determinism.plan``), on the same seed, with no test fault."""
+    """The determinism stage's run A of this model (the first seed, evaluated at its end: see
+    ``determinism.plan``) when it ran without a test fault."""
     path = (entry.get("records") or {}).get("A")
     if "determinism" not in options.stages or options.fault or not path:
         return None
@@ -79,7 +79,7 @@ def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) ->
         record = json.loads((ctx.run_dir / path).read_text())
     except (OSError, json.JSONDecodeError):
         return None
-    if record.get("status") != "ok" or record.get("seed", options.seed) != options.seed or "eval" not in record:
+    if record.get("status") != "ok" or "eval" not in record:
         return None
     return {**record, "wall_s": ((entry.get("runs") or {}).get("A") or {}).get("wall_s", 0.0)}
 
