@@ -32,7 +32,8 @@ from pipeline.worker.determinism import deterministic_mode  # noqa: E402
 from pipeline.worker.batchsum import batch_checksum  # noqa: E402
 from pipeline.worker.fingerprint import StepFingerprints  # noqa: E402
 from pipeline.worker.spec import WorkerSpec  # noqa: E402
-from pipeline.worker.train import train_step, to_device  # noqa: E402
+from pipeline.worker.train import train_step  # noqa: E402
+from pipeline.worker.batchtree import to_device  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

@@ -36,6 +36,9 @@ class RunOptions:
     profile: str = "quick"
     steps: int = PROFILES["quick"]
     resume_at: int = PROFILES["quick"] // 2
+    # k not given: run A moves it past the loader's first epoch when the run crosses one, so
+    # that the resume check covers per-epoch state (the result records the k it used)
+    resume_at_auto: bool = True
     seed: int = 0
     threads: int = 1  # CPU intra-op threads: part of a run's identity (changes conv/transformer hashes)
     device: str = "cpu"
@@ -199,6 +202,7 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
     steps = int(pick("steps", PROFILES[profile]))
+    resume_at_auto = pick("resume_at", None) is None
     resume_at = int(pick("resume_at", steps // 2))
     if steps < 2:
         raise UsageError(f"--steps must be at least 2 (got {steps})")
@@ -213,7 +217,8 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
     fault = pick("fault", None)
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
-    return {"profile": profile, "steps": steps, "resume_at": resume_at, "stages": stages, "fault": fault}
+    return {"profile": profile, "steps": steps, "resume_at": resume_at, "resume_at_auto": resume_at_auto,
+            "stages": stages, "fault": fault}
 
 
 def _seeds(pick: Callable[[str, Any], Any]) -> int:

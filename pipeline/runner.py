@@ -79,8 +79,9 @@ def _from(spec: WorkerSpec) -> str:
     return f", resuming from {Path(spec.resume_from).name}" if spec.resume_from else ""
 
 
-def run_worker(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
-    """Write the spec, launch it in a fresh process, return the record (or raise WorkerFailed)."""
+def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Write the spec, launch it in a fresh process, return the record (or raise WorkerFailed).
+    ``on_launch`` is called as the process starts (once a job slot is free)."""
     ctx.backend.refuse_if_closed(spec)
     work = ctx.run_dir / spec.model_name
     work.mkdir(parents=True, exist_ok=True)
@@ -89,9 +90,11 @@ def run_worker(ctx: RunContext, spec: WorkerSpec) -> dict[str, Any]:
     spec.write(spec_file)
     out = work / spec.output
     out.unlink(missing_ok=True)
-    ctx.progress(f"{spec.model_name}: run {spec.role} started ({spec.steps} steps{_from(spec)})")
     with ctx.slots if ctx.slots is not None else contextlib.nullcontext():
         ctx.backend.refuse_if_closed(spec)  # interrupted while this run waited for a slot
+        ctx.progress(f"{spec.model_name}: run {spec.role} started ({spec.steps} steps{_from(spec)})")
+        if on_launch is not None:
+            on_launch()
         result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout,
                                     on_step=lambda step, stop: ctx.on_step(spec.model_name, spec.role, step, stop))
     if result.timed_out:

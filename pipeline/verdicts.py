@@ -140,6 +140,23 @@ def where_text(ev: dict[str, Any] | None) -> str:
     return f"{where}, first at {ev['tensor']}" if ev.get("tensor") else where
 
 
+DATA_TEXT = {
+    "reordered": "same samples, reordered within the batch (data order)",
+    "order": "different batch: the epoch's samples in another order (data order)",
+    "contents": "different batch contents: other samples, or other augmentation or masking draws",
+}
+
+
+def cause_text(ev: dict[str, Any] | None) -> str:
+    """What two runs' first difference says of its cause, for every sentence: 'same batch,
+    different result', 'different batch contents: ...', 'different initial state', or ''."""
+    ev = ev or {}
+    cause = ev.get("cause")
+    if cause == "data":
+        return DATA_TEXT.get(ev.get("data") or "", "different batch: other samples, or the same ones in another order")
+    return {"compute": "same batch, different result", "init": "different initial state"}.get(cause or "", "")
+
+
 def magnitude_text(ev: dict[str, Any] | None) -> str:
     """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured."""
     ev = ev or {}

@@ -94,3 +94,34 @@ def test_batch_checksums_of_different_schemes_are_not_compared():
     a = {**record([[1, 2, 3, 4]], batches=[10], final="x"), "batch_checksum": "position-weighted-v2"}
     b = record([[1, 9, 9, 4]], batches=[11], final="y")  # an older record
     assert first_divergence(a, b).cause == "unknown"
+
+
+def _with_contents(rec, epochs, contents):
+    return {**rec, "batch_epochs": epochs, "batch_contents": contents, "batch_contents_scheme": "row-multiset-v1"}
+
+
+def test_a_batch_difference_says_reorder_order_or_contents():
+    rows = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]]
+    other = [[1, 2, 3, 4], [5, 7, 7, 8], [9, 8, 9, 9]]
+    epochs = [0, 0, 1]
+    a = _with_contents(record(rows, batches=[1, 2, 3], final="x"), epochs, [10, 20, 30])
+    # the same rows of batch 2, in another order within it
+    b = _with_contents(record(other, batches=[1, 5, 3], final="y"), epochs, [10, 20, 30])
+    assert first_divergence(a, b).data == "reordered"
+    # epoch 0's samples regrouped across its batches: the epoch's sum of contents is the same
+    b = _with_contents(record([[1, 9, 3, 4], *other[1:]], batches=[7, 5, 3], final="y"), epochs, [12, 18, 30])
+    assert first_divergence(a, b).data == "order"
+    # other contents (masking, augmentation)
+    b = _with_contents(record([[1, 9, 3, 4], *other[1:]], batches=[7, 5, 3], final="y"), epochs, [11, 20, 30])
+    d = first_divergence(a, b)
+    assert d.cause == "data" and d.data == "contents"
+    from pipeline import verdicts
+
+    assert verdicts.cause_text(d.to_dict()).startswith("different batch contents: other samples, or other augmentation")
+
+
+def test_an_epoch_not_whole_in_both_runs_does_not_claim_order_or_contents():
+    a = _with_contents(record([[1, 2, 3, 4], [5, 6, 7, 8]], batches=[1, 2], final="x"), [0, 0], [10, 20])
+    b = _with_contents(record([[1, 9, 3, 4], [5, 6, 7, 8]], batches=[7, 2], final="y"), [0, 0], [11, 20])
+    d = first_divergence(a, b)
+    assert d.cause == "data" and d.data is None

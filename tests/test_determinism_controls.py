@@ -37,3 +37,17 @@ def test_launch_environment_pins_threads_and_hash_seed():
     env = launch_environment(seed=7, threads=2, strict=True)
     assert env["PYTHONHASHSEED"] == "7" and env["OMP_NUM_THREADS"] == "2" and env["CUBLAS_WORKSPACE_CONFIG"]
     assert "CUBLAS_WORKSPACE_CONFIG" not in launch_environment(seed=7, threads=2, strict=False)
+
+
+def test_both_documented_cublas_workspace_values_are_strict(monkeypatch):
+    """HF's enable_full_determinism sets ':16:8', which cuBLAS documents as deterministic too;
+    a value that is not deterministic says what was expected and that both are fine."""
+    for k, v in launch_environment(seed=5, threads=1, strict=True).items():
+        monkeypatch.setenv(k, v)
+    with deterministic_mode(seed=5, threads=1):
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        assert attest(seed=5, threads=1, strict=True)["ok"]
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+        check = attest(seed=5, threads=1, strict=True)["checks"]["CUBLAS_WORKSPACE_CONFIG"]
+    assert not check["ok"] and check["actual"] == ":0:0"
+    assert check["expected"] == ":4096:8 or :16:8 (both are deterministic)"

@@ -171,7 +171,7 @@ def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_
     entry = model_entry(doc, "ddp.sharded")
     assert entry["verdict"] == verdicts.NEW and entry["message"].startswith("A = B = C: bitwise reproducible")
     assert entry["world_size"] == 2 and doc["options"]["world_size"] == 2 and doc["environment"]["world_size"] == 2
-    assert entry["epoch_order"] is None and "warning" not in entry["message"]
+    assert entry["epoch_order"] is None and entry["shared_batches"] is None and "warning" not in entry["message"]
     work = tmp_path / "results" / doc["run_id"] / "ddp.sharded"
     rank1 = json.loads((work / "record-C.rank1.json").read_text())
     assert rank1["distributed"] == {"rank": 1, "world_size": 2, "backend": "gloo",
@@ -189,6 +189,19 @@ def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_
     md = markdown.render(doc)
     assert "· world size 2 ·" in md
     assert "each mode a fresh job of 2 ranks under DDP, timed by rank 0 (one after another, ABBA)" in md
+
+
+@pytest.mark.slow
+def test_ranks_that_all_train_on_the_same_batches_are_a_warning(tmp_path):
+    """A plain shuffling loader under --world-size 2 (no DistributedSampler): every rank trains on
+    all the data. Each rank reproduces itself, so the verdict stands; the warning says how to shard."""
+    out = Cli(tmp_path)("run", "-m", f"{DDP}:unsharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
+    assert out.returncode == 0, out.stderr
+    entry = model_entry(Cli(tmp_path).latest(), "ddp.unsharded")
+    assert entry["verdict"] == verdicts.NEW
+    assert entry["shared_batches"].startswith("rank 0 and rank 1 train on the same batches at every step")
+    assert "; warning: " + entry["shared_batches"] in entry["message"]
+    assert "ctx.shuffling(dataset)" in entry["shared_batches"]
 
 
 @pytest.mark.slow
@@ -274,7 +287,7 @@ def test_the_stage_gives_the_verdict_of_a_diverging_replica_with_its_rank(tmp_pa
                                   project_commit=None, image={})
     assert entry["verdict"] == verdicts.REPLICAS_DIVERGE and entry["world_size"] == 2
     assert entry["message"].startswith("rank 1's replica ≠ rank 0's in run A from step 2, first at buffer:bn.running_mean")
-    assert entry["message"].endswith("; warning: " + entry["epoch_order"])
+    assert "; warning: " + entry["epoch_order"] in entry["message"]
     assert entry["evidence"]["comparison"] == "run A: rank 0 vs rank 1" and entry["evidence"]["rank"] == 1
     assert verdicts.first_difference(entry["evidence"]) == "step 2, buffer:bn.running_mean"
 

@@ -3,7 +3,7 @@ import torch
 from pipeline.worker.batchsum import batch_checksum
 from pipeline.worker.bits import flat_int
 from pipeline.worker.fingerprint import StepFingerprints, bit_checksum, initial_row, segment_sums
-from pipeline.worker.state import final_hash
+from pipeline.worker.state import final_hash, state_tensors
 
 
 def test_checksum_is_exact_and_order_independent():
@@ -70,7 +70,8 @@ def test_batch_checksum_sees_swapped_inputs():
     a, b = torch.randn(4), torch.randn(4)
     assert batch_checksum((a, b)).item() != batch_checksum((b, a)).item()
     assert batch_checksum({"x": a}).item() == batch_checksum({"x": a.clone()}).item()
-    assert batch_checksum(["no tensors"]) is None
+    assert batch_checksum([object()]) is None  # nothing it can see: no checksum
+    assert batch_checksum(["a", a]).item() != batch_checksum(["b", a]).item()  # strings are data too
 
 
 def test_segment_sums_equal_per_tensor_checksums():
@@ -175,3 +176,92 @@ def test_fingerprints_of_state_on_several_devices_are_grouped_per_device():
             pname, _, key = rest.rpartition(".")
             t = opt.state[dict(model.named_parameters())[pname]][key]
         assert rows[-1][fps.names.index(name)] == bit_checksum(t).item(), name
+
+
+class _ReassignedStats(torch.nn.Module):
+    """A running mean kept as a buffer that is reassigned every forward, not updated in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.register_buffer("mean", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.mean = 0.9 * self.mean + 0.1 * x.mean(0)
+        return self.lin(x - self.mean)
+
+
+def _rows_follow_the_state(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int = 3) -> StepFingerprints:
+    """Each row equals the checksums of the state as it is at that step, recomputed from scratch."""
+    fps = StepFingerprints(model, opt)
+    expected = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+        fps.record()
+        tensors = state_tensors(model, opt, with_grads=True)
+        expected.append([bit_checksum(tensors[n]).item() if n in tensors else 0 for n in fps.names])
+    assert fps.to_lists() == expected
+    return fps
+
+
+def test_a_reassigned_buffer_is_fingerprinted_as_it_is_at_every_step():
+    torch.manual_seed(0)
+    model = _ReassignedStats()
+    fps = _rows_follow_the_state(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    col = fps.names.index("buffer:mean")
+    assert len({row[col] for row in fps.to_lists()}) == 3  # a new value each step, not the first one repeated
+
+
+def test_an_optimizer_that_replaces_its_state_tensors_is_followed():
+    """Like HF's Adafactor, which assigns new tensors to some state entries each step."""
+
+    class Replacing(torch.optim.SGD):
+        def step(self, closure=None):  # noqa: ANN001
+            super().step(closure)
+            for group in self.param_groups:
+                for p in group["params"]:
+                    st = self.state[p]
+                    st["rms"] = p.detach().pow(2).mean() + st.get("rms", torch.tensor(0.0))
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    fps = _rows_follow_the_state(model, Replacing(model.parameters(), lr=0.1))
+    assert "optim:weight.rms" in fps.names
+
+
+def test_sparse_gradients_are_fingerprinted_and_hashed_exactly():
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    opt = torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+    fps = StepFingerprints(emb, opt)
+    opt.zero_grad(set_to_none=True)
+    emb(torch.tensor([1, 1, 4])).sum().backward()
+    assert emb.weight.grad.is_sparse
+    dense_grad = emb.weight.grad.to_dense()
+    fps.record()
+    opt.step()
+    row = dict(zip(fps.names, fps.to_lists()[0]))
+    assert row["grad:weight"] == bit_checksum(dense_grad).item() != 0
+    names, first = initial_row(emb, opt)
+    assert final_hash(emb, opt)[0]  # no error on sparse state
+
+
+def test_a_state_module_is_part_of_every_row_and_of_the_final_hash():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    ema = torch.optim.swa_utils.AveragedModel(model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.9))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt, {"ema": ema})
+    opt.zero_grad()
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    ema.update_parameters(model)
+    fps.record()
+    assert "state:ema.module.weight" in fps.names and "state:ema.n_averaged" in fps.names
+    before = final_hash(model, opt, {"ema": ema})[0]
+    with torch.no_grad():
+        ema.module.weight[0, 0] += 1.0
+    assert final_hash(model, opt, {"ema": ema})[0] != before
+    assert final_hash(model, opt)[0] == final_hash(model, opt)[0]  # without it: not part of the hash

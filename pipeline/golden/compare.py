@@ -16,7 +16,7 @@ import numpy as np
 # The order in which a training step produces tensors: forward updates buffers
 # (BatchNorm statistics), backward produces gradients, the optimizer updates its state
 # and then the parameters. The first differing tensor is the earliest in this order.
-CAUSAL_KIND_ORDER = {"buffer": 0, "grad": 1, "optim": 2, "param": 3}
+CAUSAL_KIND_ORDER = {"buffer": 0, "grad": 1, "optim": 2, "param": 3, "state": 4}  # state modules follow the parameters
 
 
 @dataclass
@@ -26,7 +26,8 @@ class Divergence:
     kind: str | None
     # "data" (the batch differs), "compute" (same batch, different result), "init" (the state
     # before the first step differs), "restore" (a resumed run's state differs at the resume
-    # point, before its first step), "unknown" (batch checksums of different schemes)
+    # point, before its first step), "unknown" (batch checksums of different schemes), "eval" /
+    # "extra" (every tensor agrees, the held-out metrics or the extra state do not: stages/sidestate.py)
     cause: str
     differing_tensors: int = 0  # how many tensors differ at that step
     loss_equal_at_step: bool | None = None
@@ -35,6 +36,11 @@ class Divergence:
     max_ulp: int | None = None
     elements_differing: int | None = None
     magnitude_source: str | None = None  # "probe" (exact re-run dump) or "final-state"
+    # With cause "data": "reordered" (the same samples in another order within the batch),
+    # "order" (the epoch's batches so far hold the same samples), "contents" (they do not:
+    # other samples, or other augmentation or masking draws); None when not known.
+    data: str | None = None
+    detail: dict[str, Any] | None = None  # causes "eval" and "extra" (stages/sidestate.py): what differs
     tensors: list[str] = field(default_factory=list)  # up to 10 differing tensors at the step
     op: dict[str, Any] | None = None  # the first op whose output differs in that step (pipeline.golden.ops)
 
@@ -120,6 +126,7 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
             cause = "data" if at(batch_a, start_a, s) != at(batch_b, start_b, s) else "compute"
         return Divergence(
             step=s, tensor=first, kind=first.partition(":")[0], cause=cause, differing_tensors=len(differing),
+            data=data_difference(a, b, s) if cause == "data" else None,
             loss_equal_at_step=at(losses_a, start_a, s) == at(losses_b, start_b, s), losses_equal=losses_equal,
             tensors=differing[:10],
         )
@@ -132,6 +139,41 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
     first = differing[0] if differing else None
     return Divergence(step=None, tensor=first, kind=first.partition(":")[0] if first else None, cause="compute",
                       differing_tensors=len(differing), losses_equal=losses_equal, tensors=differing[:10])
+
+
+def data_difference(a: Mapping[str, Any], b: Mapping[str, Any], step: int) -> str | None:
+    """How two runs' batches at ``step`` differ, from their order-free content checksums:
+    "reordered" (the same samples in another order within the batch), "order" (the whole
+    epoch holds the same samples in both runs, in another order), "contents" (it does not),
+    or None (not recorded, or the epoch is not whole in both runs)."""
+    if a.get("batch_contents_scheme") is None or a.get("batch_contents_scheme") != b.get("batch_contents_scheme"):
+        return None
+
+    def by_step(rec: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
+        start = int(rec.get("start_step", 0))
+        return {start + i + 1: (e, c) for i, (e, c) in enumerate(zip(rec.get("batch_epochs") or [],
+                                                                       rec.get("batch_contents") or []))}
+
+    sa, sb = by_step(a), by_step(b)
+    if step not in sa or step not in sb:
+        return None
+    if sa[step][1] == sb[step][1]:
+        return "reordered"
+    epoch = sa[step][0]
+    if not (_whole_epoch(a, sa, epoch) and _whole_epoch(b, sb, epoch)):
+        return None
+    # The same samples in another order give the same sum of content checksums over an epoch.
+    totals = [sum(c for e, c in rows.values() if e == epoch) % 2**32 for rows in (sa, sb)]
+    return "order" if totals[0] == totals[1] else "contents"
+
+
+def _whole_epoch(rec: Mapping[str, Any], rows: dict[int, tuple[int, int]], epoch: int) -> bool:
+    """Whether a run recorded every batch of ``epoch``: it went on into the next epoch, and it
+    started before this one (from scratch, or resumed in an earlier epoch)."""
+    epochs = [e for e, _ in rows.values()]
+    if epoch + 1 not in epochs:
+        return False
+    return int(rec.get("start_step", 0)) == 0 or min(epochs) < epoch
 
 
 _ORDERED_INT = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.dtype(np.float16): np.int16}
@@ -175,6 +217,8 @@ def _to_numpy(t: Any) -> np.ndarray:
         import torch
 
         t = t.detach().cpu()
+        if t.layout != torch.strided:  # a sparse gradient in a dump
+            t = t.to_dense()
         if t.dtype == torch.bfloat16:
             t = t.float()
         return t.contiguous().numpy()

@@ -181,7 +181,8 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
     for name, t in sorted(state.items()):
         if name.startswith(("grad:", "optim:")):
             continue  # parameters and buffers only: enough for magnitudes, and a third of the size
-        t = t.detach().cpu().contiguous()
+        t = t.detach().cpu()
+        t = (t.to_dense() if t.layout != torch.strided else t).contiguous()
         arr = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
         total += arr.nbytes
         if total > STATE_CAP_BYTES:

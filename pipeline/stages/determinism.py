@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
-from . import epochs, replicas
+from . import coverage, epochs, replicas, sidestate
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -49,14 +50,18 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     k = options.resume_at
     base = base_spec(options, model, "A", project_commit=project_commit, image=image)
     fault = options.fault
+    # Every run is evaluated at its end (eval_fn, when the plugin has one): held-out metrics
+    # are compared like the state (stages/sidestate.py); A's are also the variance stage's first seed.
+    base = dataclasses.replace(base, evaluate=True)
     a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=f"ckpt-{k}.pt", final_dump_path="final-A.pt",
-                            fault=fault if fault == "clock-seed" else None,
-                            evaluate="variance" in options.stages)  # A is also the variance stage's first seed
+                            checkpoint_after_epoch=options.resume_at_auto,
+                            fault=fault if fault == "clock-seed" else None)
     b = dataclasses.replace(base, role="B", output="record-B.json",
                             fault=fault if fault in ("clock-seed", "buffer-drift") else None)
     c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=f"ckpt-{k}.pt",
                             fault=fault if fault in ("clock-seed", "resume-skip-loader-position", "resume-drop-rng") else None)
     return {"A": a, "B": b, "C": c}
+
 
 
 def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +146,9 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         measure(ctx, evidence, specs, pair[0], pair[1], records)
     hint = known_cause(verdict, evidence, records["A"])
     order = epochs.repeated_order(records["A"])
+    shared = replicas.shared_batches(records["A"], ranks)
+    covered = coverage.of(records["A"], options)
+    warnings = [w for w in (order, shared) if w]
     switched = controls_switched_off(records)
     if switched and verdict == verdicts.PASS:
         # The runs agreed, but not under strict determinism: no guarantee on other hardware.
@@ -150,8 +158,12 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         verdict=verdict,
         message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
                  else describe(verdict, evidence, pair, switched)) + (f"; {hint}" if hint else "")
-                + (f"; warning: {order}" if order else ""),  # the order warning never changes the verdict
+                + "".join(f"; warning: {w}" for w in warnings)  # warnings never change the verdict
+                + (f"; note: {covered['note']}" if covered.get("note") else ""),
         epoch_order=order,
+        shared_batches=shared,
+        coverage=covered,
+        resume_at=covered.get("resume_at", options.resume_at),
         final_sha256=a["final_sha256"],
         config=a.get("config", {}),
         config_sha256=config_sha256(a.get("config", {})),
@@ -169,16 +181,26 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     return result
 
 
+# With --jobs ≥ 2, A starts this long after B: a seed drawn from the wall clock, to the second or
+# finer, then differs between A and B (times more than a second apart never share a second),
+# so such a model is NONDETERMINISTIC whatever --jobs is, never a resume bug or a PASS by luck.
+STAGGER_S = 1.5
+
+
 def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
              records: dict[str, dict[str, Any]]) -> None:
-    """Runs A, B and C into ``records``. With ``--jobs`` ≥ 2, B runs beside A and C starts as
-    soon as A's checkpoint exists; a failure waits for the partner run in flight."""
+    """Runs A, B and C into ``records``. With ``--jobs`` ≥ 2, B runs beside A (A starting
+    ``STAGGER_S`` later) and C starts once A is done; a failure waits for the partner run in flight."""
     if options.jobs < 2:
         for role in ("A", "B", "C"):
             records[role] = run_worker(ctx, specs[role])
         return
-    fb = background(run_worker, ctx, specs["B"])
+    launched = threading.Event()
+    fb = background(run_worker, ctx, specs["B"], on_launch=launched.set)
     try:
+        while not launched.wait(0.05) and not fb.done():
+            pass  # B waits for a job slot
+        time.sleep(STAGGER_S)
         records["A"] = run_worker(ctx, specs["A"])
     except Exception:
         settle(fb)
@@ -194,10 +216,10 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
 
 def _decide(records: dict[str, dict[str, Any]]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
     """A ≠ B is NONDETERMINISTIC; A = B ≠ C is RESUME_BROKEN; else PASS."""
-    ab = first_divergence(records["A"], records["B"])
+    ab = first_divergence(records["A"], records["B"]) or sidestate.divergence(records["A"], records["B"])
     if ab is not None:
         return verdicts.NONDETERMINISTIC, ("A", "B"), ab
-    ac = first_divergence(records["A"], records["C"])
+    ac = first_divergence(records["A"], records["C"]) or sidestate.divergence(records["A"], records["C"])
     if ac is not None:
         return verdicts.RESUME_BROKEN, ("A", "C"), ac
     return verdicts.PASS, None, None
@@ -237,10 +259,17 @@ def _controls_sentence(switched: list[dict[str, Any]]) -> str:
 def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -> str | None:
     """A cause the harness can name from what the run recorded, beyond where it differs."""
     loader = record_a.get("loader") or {}
-    if (verdict == verdicts.RESUME_BROKEN and ev is not None and ev.cause == "data"
-            and loader.get("persistent_workers") and loader.get("num_workers", 0) > 0):
+    if verdict != verdicts.RESUME_BROKEN or ev is None or ev.cause != "data":
+        return None
+    if loader.get("persistent_workers") and loader.get("num_workers", 0) > 0:
         return ("the DataLoader keeps persistent worker processes, whose RNG carries across epochs and cannot be "
                 "checkpointed: set persistent_workers=False")
+    unsaved = [f"{path} ({info['type']})" for path, info in (loader.get("rngs") or {}).items()
+               if not info.get("snapshotted")]
+    if unsaved:
+        return (f"the data pipeline draws from {', '.join(unsaved)}, which the checkpoint does not hold (the harness "
+                "snapshots the loader's generator and the samplers' RNGs, not the dataset's or the collate "
+                "function's): return its state from get_extra_state and put it back in set_extra_state")
     return None
 
 
@@ -267,6 +296,9 @@ def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
         if controls:
             return f"A = B = C here, but not under strict determinism: {controls}"
         return "A = B = C: bitwise reproducible, resume exact"
+    if ev.cause in ("eval", "extra"):
+        text = sidestate.describe(ev, pair)
+        return f"{text}; {controls}" if controls else text
     d = ev.to_dict()
     text = f"{pair[0]} ≠ {pair[1]} {verdicts.where_text(d)}"
     if ev.cause == "init":
@@ -275,7 +307,7 @@ def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
         text += f" ({ev.differing_tensors} tensors differ): the checkpoint does not restore it"
     else:
         mag = verdicts.magnitude_text(d)
-        cause = {"data": "; different batch (data order)", "compute": "; same batch, different result"}.get(ev.cause, "")
+        cause = f"; {verdicts.cause_text(d)}" if ev.cause in ("data", "compute") else ""
         loss = "; losses still equal" if ev.losses_equal else ""
         op = f"; first differing op: {verdicts.op_text(ev.op)}" if ev.op else ""
         text += f"{', ' + mag if mag else ''}{cause}{op}{loss}"

@@ -110,8 +110,7 @@ def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], rec
         measure(ctx, div, {"base": specs["base"], name: specs[name]}, "base", name, {"base": base, name: probe})
     d = div.to_dict()
     mag = verdicts.magnitude_text(d)
-    cause = {"data": "different batch (data order)", "compute": "same batch, different result",
-             "init": "different initial state"}.get(div.cause, "")
+    cause = verdicts.cause_text(d)
     op = f"; first differing op: {verdicts.op_text(div.op)}" if div.op else ""
     detail = ", ".join(p for p in (mag, cause) if p)
     return {**row, "status": DEPENDS, "evidence": d,

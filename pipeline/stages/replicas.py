@@ -106,3 +106,19 @@ def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None,
     elif div.cause == "replicas" and div.step == 0:
         text += "; the ranks start from different states, which DDP did not broadcast"
     return text
+
+
+def shared_batches(record_a: dict[str, Any], ranks: dict[int, Records]) -> str | None:
+    """'ranks 0 and 1 train on the same batches ...' when another rank's batch checksums equal
+    rank 0's at every step of run A: each rank sees all the data, not its shard."""
+    mine = record_a.get("batch_fingerprints") or []
+    if not mine or not any(mine):
+        return None
+    same = [r for r, own in sorted(ranks.items()) if (own.get("A") or {}).get("batch_fingerprints") == mine]
+    if not same:
+        return None
+    who = ", ".join(str(r) for r in same)
+    return (f"rank 0 and rank{'s' if len(same) > 1 else ''} {who} train on the same batches at every step: the "
+            "loader gives every rank all the data, not its shard (no DistributedSampler); build it with "
+            "**ctx.shuffling(dataset), or DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, "
+            "seed=ctx.seed)")

@@ -13,9 +13,16 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .bits import flat_int, no_fill, np_bits
+from . import batchtree
+from .bits import dense, flat_int, no_fill, np_bits
 
 BATCH_CHECKSUM = "position-weighted-v2"
+# Beside it, per step, an order-free checksum of the batch's samples: each row (the first
+# dimension of every tensor) is checksummed by position within the row, mixed, and the rows'
+# values summed. Reordering samples, within a batch or across an epoch's batches, leaves the
+# sums equal; other samples or other contents (augmentation, masking) change them.
+BATCH_CONTENTS = "row-multiset-v1"
+_MIX = 0x9E3779B1
 _WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
 _NP_WEIGHTS: dict[int, np.ndarray] = {}
 
@@ -28,7 +35,7 @@ def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = No
     is the same on every device. Two kernels per tensor, on the batch's device.
     Pass the same ``workspace`` every step to reuse its buffers (weights are cached by size).
     """
-    tensors = list(_iter_tensors(batch))
+    tensors = tensors_of(batch)
     if not tensors:
         return None
     if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
@@ -88,12 +95,47 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return flat if flat.dtype == torch.int32 else flat.to(torch.int32)
 
 
-def _iter_tensors(obj: object) -> Iterable[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for k in sorted(obj):
-            yield from _iter_tensors(obj[k])
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _iter_tensors(v)
+def tensors_of(batch: object) -> list[torch.Tensor]:
+    """Every leaf of a batch the checksums see, as a tensor: tensors (sparse ones densified),
+    numeric numpy arrays, and Python scalars and strings (as their values' bytes)."""
+    out = []
+    for _, leaf in batchtree.leaves(batch):
+        t = _as_tensor(leaf)
+        if t is not None:
+            out.append(t)
+    return out
+
+
+def _as_tensor(leaf: object) -> torch.Tensor | None:
+    if isinstance(leaf, torch.Tensor):
+        return dense(leaf)
+    if isinstance(leaf, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(leaf)) if leaf.dtype.kind in "biufc" else None
+    if isinstance(leaf, bool):
+        return torch.tensor([int(leaf)], dtype=torch.uint8)
+    if isinstance(leaf, int):
+        return torch.tensor([leaf % 2**64 - (2**64 if leaf % 2**64 >= 2**63 else 0)], dtype=torch.int64)
+    if isinstance(leaf, float):
+        return torch.tensor([leaf], dtype=torch.float64)
+    if isinstance(leaf, (str, bytes)):
+        data = leaf.encode() if isinstance(leaf, str) else leaf
+        return torch.tensor(list(data) or [0], dtype=torch.uint8)
+    return None
+
+
+def contents_checksum(batch: object) -> torch.Tensor | None:
+    """The order-free checksum of a batch's samples (``BATCH_CONTENTS``): the same for the
+    same rows in any order, on any device."""
+    tensors = tensors_of(batch)
+    if not tensors:
+        return None
+    total = None
+    with no_fill():
+        for i, t in enumerate(tensors):
+            rows = _words(t).reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
+            sums = (rows.to(torch.int64) * _position_weights(rows.shape[1], rows.device).to(torch.int64)).sum(dim=1)
+            s = sums & 0xFFFFFFFF
+            mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # nonlinear in the row: a value moved between rows shows
+            part = (mixed.sum() % 2**32) * (2 * i + 1)
+            total = part.cpu() if total is None else total + part.cpu()
+    return total

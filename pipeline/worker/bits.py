@@ -4,6 +4,10 @@ Floats are read as signed integers of their width (float32 as int32, bfloat16 as
 ...), bool and float8 as uint8, integer types as themselves, complex tensors as their real
 and imaginary parts. Integer addition modulo 2**w is associative, so sums of these
 readings are exact and independent of reduction order on any device.
+
+A sparse tensor (a COO or compressed-layout gradient, say) is read as its stored values
+after coalescing: their wrapping sum is exactly the sum of the dense tensor's readings,
+since the positions it does not store hold +0.0, whose bits are zero.
 """
 
 from __future__ import annotations
@@ -26,9 +30,25 @@ if hasattr(torch, "float8_e4m3fn"):
     INT_VIEW[torch.float8_e5m2] = torch.uint8
 
 
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """The tensor itself, or a sparse tensor's dense form (for whole-tensor hashes and dumps)."""
+    return t if t.layout == torch.strided else t.detach().to_dense()
+
+
+def stored_values(t: torch.Tensor) -> torch.Tensor:
+    """A strided tensor itself; a sparse tensor's stored values (coalesced first, so that a
+    duplicate index counts once, as in its dense form)."""
+    if t.layout == torch.strided:
+        return t
+    t = t.detach()
+    if t.layout == torch.sparse_coo:
+        return t.coalesce().values()
+    return t.values()
+
+
 def flat_int(t: torch.Tensor) -> torch.Tensor:
     """A flat integer view of a tensor's bits (shares its storage when contiguous)."""
-    t = t.detach()
+    t = stored_values(t.detach())
     if t.is_complex():
         t = torch.view_as_real(t)
     t = t.contiguous().reshape(-1)
@@ -40,7 +60,7 @@ def np_bits(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor's raw bits as a flat numpy integer array (sharing its memory when it is
     contiguous), with the same integer reading as ``flat_int``: floats as signed integers
     of their width, bool as uint8, integer types as themselves."""
-    t = t.detach()
+    t = stored_values(t.detach())
     if t.is_complex():
         t = torch.view_as_real(t)
     if t.element_size() <= 2 and t.dtype in INT_VIEW:  # bfloat16, float16, bool, float8: not numpy types

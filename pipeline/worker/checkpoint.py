@@ -1,6 +1,7 @@
 """A full training checkpoint: everything a fresh process needs to continue bit for bit.
 
-Model, optimizer, scheduler, scaler, the plugin's extra state and every RNG state at the
+Model, optimizer, scheduler, scaler, the state modules (an EMA, a teacher), the plugin's
+extra state and every RNG state at the
 checkpoint's step, plus the loop position: step, epoch, batches consumed in the epoch and
 the epoch-start snapshot (``loader.EpochStart``) that lets the resumed run replay the
 interrupted epoch exactly (``pipeline/worker/loader.py``).
@@ -46,6 +47,7 @@ def save(path: str, setup: TrainSetup, pos: LoopPosition) -> None:
         "scheduler": setup.scheduler.state_dict() if setup.scheduler is not None else None,
         "scaler": setup.scaler.state_dict() if setup.scaler is not None else None,
         "extra": extra_state(setup),
+        "state_modules": {name: m.state_dict() for name, m in setup.state_modules.items()},
         "position": {
             "step": pos.step,
             "epoch": pos.epoch,
@@ -69,6 +71,10 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
         raise ValueError(f"checkpoint {path} has version {state.get('version')}, expected {CHECKPOINT_VERSION}")
     setup.model.load_state_dict(state["model"])
     setup.optimizer.load_state_dict(state["optimizer"])
+    saved_modules = state.get("state_modules") or {}
+    for name, module in setup.state_modules.items():
+        if name in saved_modules:
+            module.load_state_dict(saved_modules[name])
     if setup.scheduler is not None and state["scheduler"] is not None:
         setup.scheduler.load_state_dict(state["scheduler"])
     if setup.scaler is not None and state["scaler"] is not None:

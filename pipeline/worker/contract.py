@@ -80,11 +80,17 @@ class TrainSetup:
     # in "loss" or "error" is lower-is-better; any other metric (accuracy) is higher-is-better.
     eval_fn: Callable[[torch.nn.Module], dict[str, float]] | None = None
     ddp_options: dict[str, Any] = field(default_factory=dict)  # DistributedDataParallel keyword arguments
+    # Modules that are training state besides the model: a weight EMA (``swa_utils.AveragedModel``,
+    # timm's ``ModelEmaV3``), a teacher, a target network. Their tensors are fingerprinted every
+    # step (``state:NAME.TENSOR``), part of the final hash, checkpointed and restored like the model.
+    state_modules: dict[str, torch.nn.Module] = field(default_factory=dict)
 
     def generator(self) -> torch.Generator | None:
         """The generator that decides the loader's order and worker seeds, if any."""
+        batch_sampler = getattr(self.loader, "batch_sampler", None)
         for g in (self.loader_generator, getattr(self.loader, "generator", None),
-                  getattr(getattr(self.loader, "sampler", None), "generator", None)):
+                  getattr(getattr(self.loader, "sampler", None), "generator", None),
+                  getattr(batch_sampler, "generator", None), getattr(getattr(batch_sampler, "sampler", None), "generator", None)):
             if isinstance(g, torch.Generator):
                 return g
         return None
@@ -142,14 +148,25 @@ def validate(setup: object, ref: str) -> TrainSetup:
         raise ContractError(f"{ref}: TrainSetup.loss_fn is not callable")
     if setup.eval_fn is not None and not callable(setup.eval_fn):
         raise ContractError(f"{ref}: TrainSetup.eval_fn is not callable (give a function model -> dict of metrics, or None)")
+    modules = setup.state_modules
+    if not isinstance(modules, dict) or not all(isinstance(k, str) and isinstance(m, torch.nn.Module)
+                                                for k, m in modules.items()):
+        raise ContractError(f"{ref}: TrainSetup.state_modules must be a dict of name -> torch.nn.Module "
+                            "(e.g. {'ema': ema_model})")
     if (setup.get_extra_state is None) != (setup.set_extra_state is None):
         raise ContractError(f"{ref}: give both get_extra_state and set_extra_state, or neither")
     loader = setup.loader
     if isinstance(loader, torch.utils.data.DataLoader) and setup.generator() is None:
-        # torch's own samplers draw their order from the loader generator; a sampler of
-        # the plugin's own seeds itself (from ctx.seed, say) and is accepted as it is.
-        own_sampler = not type(loader.sampler).__module__.startswith("torch.")
-        shuffles = isinstance(loader.sampler, torch.utils.data.RandomSampler)
+        # torch's own samplers draw their order from the loader generator; a sampler (or a
+        # batch sampler) of the plugin's own seeds itself (from ctx.seed, say) and is accepted
+        # as it is. Given a batch_sampler, the DataLoader's own sampler is an unused
+        # SequentialSampler: the batch sampler, and a sampler inside it, decide the order.
+        if loader.batch_sampler is None:  # automatic batching off: the sampler yields whole batches
+            samplers = [loader.sampler]
+        else:
+            samplers = [s for s in (loader.batch_sampler, getattr(loader.batch_sampler, "sampler", None)) if s is not None]
+        own_sampler = any(not type(s).__module__.startswith("torch.") for s in samplers)
+        shuffles = any(isinstance(s, torch.utils.data.RandomSampler) for s in samplers)
         if shuffles or (loader.num_workers > 0 and not own_sampler):
             what = "shuffles" if shuffles else f"uses {loader.num_workers} worker processes"
             raise ContractError(

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from .launch import CUBLAS_WORKSPACE, launch_environment  # noqa: F401 (re-exported)
+from .launch import CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401 (re-exported)
 
 def _set_fp32_precision(value: str) -> None:
     """TF32 off ("ieee") or the image default ("none"), with the API this torch has."""
@@ -91,12 +91,17 @@ def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, 
     def check(name: str, expected: Any, actual: Any) -> None:
         checks[name] = {"expected": expected, "actual": actual, "ok": expected == actual}
 
+    def check_cublas() -> None:
+        actual = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        checks["CUBLAS_WORKSPACE_CONFIG"] = {"expected": " or ".join(CUBLAS_WORKSPACES) + " (both are deterministic)",
+                                             "actual": actual, "ok": actual in CUBLAS_WORKSPACES}
+
     hashes = str(seed if hash_seed is None else hash_seed)
     check("PYTHONHASHSEED", hashes, os.environ.get("PYTHONHASHSEED"))
     check("hash_randomization_off", True, sys.flags.hash_randomization == 0 or os.environ.get("PYTHONHASHSEED") == hashes)
     check("intra_op_threads", threads, torch.get_num_threads())
     if strict:
-        check("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        check_cublas()
         check("deterministic_algorithms", True, torch.are_deterministic_algorithms_enabled())
         check("deterministic_algorithms_warn_only", warn_only, torch.is_deterministic_algorithms_warn_only_enabled())
         check("cudnn_deterministic", True, bool(torch.backends.cudnn.deterministic))
@@ -106,7 +111,7 @@ def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, 
         if hasattr(torch.utils, "deterministic"):
             check("fill_uninitialized_memory", True, bool(torch.utils.deterministic.fill_uninitialized_memory))
     elif bookkeeping:
-        check("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+        check_cublas()
         check("deterministic_algorithms", False, torch.are_deterministic_algorithms_enabled())
         check("cudnn_benchmark", False, bool(torch.backends.cudnn.benchmark))
     return {"strict": strict, "ok": all(c["ok"] for c in checks.values()), "checks": checks}

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .bits import INT_VIEW, flat_int, no_fill, np_bits
-from .state import sort_key, state_tensors
+from .bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
+from .state import Modules, sort_key, state_tensors
 
 _EMPTY = np.zeros(0, dtype=np.int32)
 _INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -29,7 +29,7 @@ _INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tens
 def bit_checksum(t: torch.Tensor) -> torch.Tensor:
     """Order-independent exact checksum of a tensor's bits, as a 0-dim int64 on its device
     (the reference definition; ``segment_sums`` computes the same for many tensors at once)."""
-    t = t.detach()
+    t = stored_values(t.detach())
     if t.is_complex():
         t = torch.view_as_real(t)
     view = INT_VIEW.get(t.dtype)
@@ -45,59 +45,82 @@ class StepFingerprints:
     """Collects one row of tensor checksums per step, kept on the tensors' devices.
 
     Cheap by construction: integer views of parameters, buffers and optimizer state are
-    made once (they are updated in place, so the views follow them; a replaced tensor is
-    noticed by its data pointer and the views are rebuilt). Each step then costs one
-    view per gradient and, per device, one concatenation and one cumulative sum per
-    integer width and a gather: a handful of kernel launches, not several per tensor.
+    made once and follow in-place updates. Before each row it checks that the state still
+    holds the very tensors it bound (by identity and data pointer): a buffer reassigned
+    instead of updated in place (``self.mean = 0.99 * self.mean + ...``), an optimizer that
+    replaces a state entry (HF's Adafactor), a parameter whose ``.data`` was swapped, or
+    state that appears later, is rebound, so every row checksums the state as it is at that
+    step. Each step then costs one view per gradient and, per device, one concatenation and
+    one cumulative sum per integer width and a gather: a handful of kernel launches.
 
     State may live on several devices (Adam keeps ``step`` as a CPU scalar beside CUDA
     parameters): tensors are grouped by device and each group's checksums stay on its
     device until the run ends, so a step costs no copy between devices and no sync.
     """
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 modules: Modules | None = None) -> None:
         self.model = model
         self.optimizer = optimizer
+        self.modules = modules
         self.names: list[str] | None = None
-        self.rows: list[list[torch.Tensor]] = []  # per step, one tensor per device group
-        self._groups: list[_DeviceGroup] = []
-        self._ptrs: list[int] = []
+        self.rows: list[tuple[int, list[torch.Tensor]]] = []  # per step: (binding, one tensor per device group)
+        self._bindings: list[list[_DeviceGroup]] = []
+        self._identity: list[tuple[int, int]] = []
 
-    def _bind(self) -> None:
-        tensors = state_tensors(self.model, self.optimizer, with_grads=True)
-        if self.names is None:
+    def _current(self) -> dict[str, torch.Tensor]:
+        return state_tensors(self.model, self.optimizer, with_grads=True, modules=self.modules)
+
+    def _bind(self, tensors: dict[str, torch.Tensor]) -> None:
+        if self.names is None:  # the first row: the state's tensors, gradients where they exist
             self.names = sorted(tensors, key=sort_key)
+        else:  # state that appeared since: its columns follow (earlier rows read 0 there)
+            known = set(self.names)
+            self.names += sorted((n for n in tensors if n not in known and not n.startswith("grad:")), key=sort_key)
         params = dict(self.model.named_parameters())
         by_device: dict[str, _DeviceGroup] = {}
         for i, name in enumerate(self.names):
             if name.startswith("grad:"):
-                p = params[name[5:]]
-                group = by_device.setdefault(str(p.device), _DeviceGroup(p.device))
-                group.grads.append((i, p))
+                p = params.get(name[5:])
+                if p is not None:
+                    by_device.setdefault(str(p.device), _DeviceGroup(p.device)).grads.append((i, p))
             elif name in tensors:
                 t = tensors[name]
-                group = by_device.setdefault(str(t.device), _DeviceGroup(t.device))
-                group.persistent.append((i, t))
+                by_device.setdefault(str(t.device), _DeviceGroup(t.device)).persistent.append((i, t))
         for group in by_device.values():
             group.bind()
-        self._groups = list(by_device.values())
-        self._ptrs = [t.data_ptr() for g in self._groups for _, t in g.persistent]
+        self._bindings.append(list(by_device.values()))
+        self._identity = _identity(tensors)
 
     def record(self) -> None:
-        if self.names is None or [t.data_ptr() for g in self._groups for _, t in g.persistent] != self._ptrs:
-            self._bind()
+        tensors = self._current()
+        if self.names is None or _identity(tensors) != self._identity:
+            self._bind(tensors)
         with no_fill():
-            self.rows.append([g.sums() for g in self._groups])
+            self.rows.append((len(self._bindings) - 1, [g.sums() for g in self._bindings[-1]]))
 
     def to_lists(self) -> list[list[int]]:
-        """Every step's row in name order (one host copy per device, at the end)."""
+        """Every step's row in name order (one host copy per device and binding, at the end);
+        a tensor that did not exist yet at a step reads 0 there."""
         if not self.rows or self.names is None:
             return []
         out = torch.zeros(len(self.rows), len(self.names), dtype=torch.int64)
-        for gi, group in enumerate(self._groups):
-            block = torch.stack([row[gi] for row in self.rows]).cpu()
-            out[:, group.positions] = block
+        for b, groups in enumerate(self._bindings):
+            steps = [i for i, (binding, _) in enumerate(self.rows) if binding == b]
+            if not steps:
+                continue
+            for gi, group in enumerate(groups):
+                block = torch.stack([self.rows[i][1][gi] for i in steps]).cpu()
+                out[torch.tensor(steps).unsqueeze(1), group.positions.unsqueeze(0)] = block
         return out.tolist()
+
+
+def _identity(tensors: dict[str, torch.Tensor]) -> list[tuple[int, int]]:
+    """Which tensor objects hold the state, and where their data is: any change means a rebind.
+    (Gradients are read afresh every step and are left out.) The bound tensors are held, so
+    an identity cannot be reused by another tensor while it is compared."""
+    return [(id(t), t.data_ptr() if t.layout == torch.strided else 0)
+            for n, t in tensors.items() if not n.startswith("grad:")]
 
 
 class _DeviceGroup:
@@ -111,8 +134,10 @@ class _DeviceGroup:
 
     def bind(self) -> None:
         self.views = [flat_int(t) for _, t in self.persistent]
-        # A non-contiguous tensor's flat view is a copy: recompute those every step.
-        self.stale = [k for k, (_, t) in enumerate(self.persistent) if not t.is_contiguous()]
+        # A non-contiguous tensor's flat view is a copy, and so is a sparse tensor's: recompute
+        # those every step.
+        self.stale = [k for k, (_, t) in enumerate(self.persistent)
+                      if t.layout != torch.strided or not t.is_contiguous()]
         self.positions = torch.tensor([i for i, _ in self.persistent] + [i for i, _ in self.grads], dtype=torch.long)
         self.on_cpu = self.device.type == "cpu"
         if self.on_cpu:  # numpy arrays sharing the tensors' memory: they follow in-place updates
@@ -145,10 +170,12 @@ class _DeviceGroup:
         return torch.from_numpy(out)
 
 
-def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[list[str], torch.Tensor]:
+def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                modules: Modules | None = None) -> tuple[list[str], torch.Tensor]:
     """Checksums of the state before the first step (parameters, buffers, any optimizer
-    state), one row on the device: an unseeded initialisation shows up here, as step 0."""
-    tensors = state_tensors(model, optimizer, with_grads=False)
+    state, the state modules), one row on the device: an unseeded initialisation shows up
+    here, as step 0."""
+    tensors = state_tensors(model, optimizer, with_grads=False, modules=modules)
     names = sorted(tensors, key=sort_key)
     with no_fill():
         sums = grouped_sums([flat_int(tensors[n]) for n in names])

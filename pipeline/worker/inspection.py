@@ -12,9 +12,9 @@ from typing import Any, Iterator
 
 import torch
 
-from . import loader as loader_mod
+from . import batchtree, loader as loader_mod
 from .batchsum import batch_checksum
-from .loader import to_device
+from .batchtree import to_device
 from .contract import TrainSetup
 
 FIRST_BATCHES = 16  # batches compared per epoch: enough to tell one order from another
@@ -75,29 +75,18 @@ def epoch_order(setup: TrainSetup) -> tuple[dict[str, Any], Any]:
 
 def _slice(batch: Any, n: int, size: int) -> Any:
     """The first ``n`` samples of a batch of ``size``: every tensor whose first dim is ``size``."""
-    if isinstance(batch, torch.Tensor):
-        return batch[:n] if batch.dim() > 0 and batch.shape[0] == size else batch
-    if isinstance(batch, dict):
-        return {k: _slice(v, n, size) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_slice(v, n, size) for v in batch)
-    return batch
+    return batchtree.apply(batch, lambda t: t[:n] if t.dim() > 0 and t.shape[0] == size else t)
 
 
 def _batch_size(batch: Any) -> int | None:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        return next((s for s in (_batch_size(v) for v in batch) if s is not None), None)
-    return None
+    return next((int(t.shape[0]) for _, t in batchtree.leaves(batch) if isinstance(t, torch.Tensor) and t.dim() > 0),
+                None)
 
 
 def _first_row(output: Any, n: int) -> torch.Tensor | None:
-    """Row 0 of the model's output for a batch of ``n``."""
-    leaves = output if isinstance(output, (list, tuple)) else list(output.values()) if isinstance(output, dict) else [output]
-    for t in leaves:
+    """Row 0 of the model's output for a batch of ``n`` (a tensor, or any structure of them:
+    a tuple, an HF ``ModelOutput``)."""
+    for _, t in batchtree.leaves(output):
         if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == n and t.is_floating_point():
             return t[0].detach().float().cpu()
     return None

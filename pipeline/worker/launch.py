@@ -6,7 +6,10 @@ without importing torch.
 
 from __future__ import annotations
 
-CUBLAS_WORKSPACE = ":4096:8"
+CUBLAS_WORKSPACE = ":4096:8"  # what the launcher sets
+# The values cuBLAS documents as deterministic (NVIDIA's cuBLAS docs, "Results reproducibility";
+# torch's reproducibility notes): either is strict. HF's enable_full_determinism sets ":16:8".
+CUBLAS_WORKSPACES = (":4096:8", ":16:8")
 
 
 def launch_environment(*, seed: int, threads: int, strict: bool, hash_seed: int | None = None,

@@ -1,10 +1,16 @@
 """Where the data pipeline stands, and how a resumed run gets back there exactly.
 
 The harness iterates ``TrainSetup.loader`` once per epoch. Before each epoch it takes an
-**epoch-start snapshot** (the loader generator's state, every process RNG state and the
-plugin's extra state), then calls ``set_epoch(epoch)`` on the loader, its sampler, batch
-sampler and dataset where they have one, then ``iter(loader)``. A checkpoint at step k
-stores that snapshot and the number of batches consumed in the epoch.
+**epoch-start snapshot** (the loader generator's state, the state of every RNG object the
+sampler, the batch sampler and a sampler inside it hold under any attribute name, every
+process RNG state and the plugin's extra state), then calls ``set_epoch(epoch)`` on the
+loader, its sampler, batch sampler and dataset where they have one, then ``iter(loader)``.
+A checkpoint at step k stores that snapshot and the number of batches consumed in the epoch.
+
+RNG objects of the dataset and of the collate function (augmentation, masking) draw per
+sample or per batch, not per epoch: they are the plugin's to checkpoint, through
+``get_extra_state``/``set_extra_state``. ``describe`` names every RNG object the pipeline
+holds and whether the harness snapshots it, so a failed resume can say which one it was.
 
 A resumed run rebuilds the world of the interrupted epoch's start from the snapshot,
 replays the epoch up to the checkpoint's batch by the cheapest exact route, and only
@@ -41,14 +47,16 @@ class EpochStart:
     generator: torch.Tensor | None  # the loader generator's state
     rng: dict[str, Any]  # python, numpy, torch (and CUDA) RNG states
     extra: Any  # the plugin's extra state (deep copy), or None
+    samplers: dict[str, Any] | None = None  # path -> state of each RNG object the samplers hold
 
     def to_dict(self) -> dict[str, Any]:
-        return {"generator": self.generator, "rng": self.rng, "extra": self.extra}
+        return {"generator": self.generator, "rng": self.rng, "extra": self.extra, "samplers": self.samplers}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EpochStart":
         gen = d.get("generator")
-        return cls(gen.cpu() if isinstance(gen, torch.Tensor) else None, rng.to_cpu(d["rng"]), d.get("extra"))
+        return cls(gen.cpu() if isinstance(gen, torch.Tensor) else None, rng.to_cpu(d["rng"]), d.get("extra"),
+                   d.get("samplers"))
 
 
 def epoch_hooks(loader: Any) -> list[Callable[[int], None]]:
@@ -68,15 +76,39 @@ def extra_state(setup: TrainSetup) -> Any:
     return copy.deepcopy(setup.get_extra_state()) if setup.get_extra_state is not None else None
 
 
+def sampler_rngs(setup: TrainSetup) -> dict[str, Any]:
+    """The RNG objects that decide the order, held by the sampler, the batch sampler or a
+    sampler inside it, under any attribute name; the loader generator aside (saved as such)."""
+    loader = setup.loader
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    parts = {"sampler": getattr(loader, "sampler", None), "batch_sampler": batch_sampler,
+             "batch_sampler.sampler": getattr(batch_sampler, "sampler", None)}
+    gen = setup.generator()
+    found: dict[str, Any] = {}
+    seen = {id(gen)} if gen is not None else set()
+    for prefix, part in parts.items():
+        if part is None:
+            continue
+        for path, obj in rng.held(part, prefix).items():
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                found[path] = obj
+    return found
+
+
 def snapshot(setup: TrainSetup) -> EpochStart:
     gen = setup.generator()
-    return EpochStart(gen.get_state() if gen is not None else None, rng.states(), extra_state(setup))
+    samplers = {path: rng.get_state(obj) for path, obj in sampler_rngs(setup).items()}
+    return EpochStart(gen.get_state() if gen is not None else None, rng.states(), extra_state(setup), samplers or None)
 
 
 def restore(setup: TrainSetup, start: EpochStart) -> None:
     gen = setup.generator()
     if gen is not None and start.generator is not None:
         gen.set_state(start.generator)
+    for path, obj in sampler_rngs(setup).items():
+        if start.samplers and path in start.samplers:
+            rng.set_state(obj, start.samplers[path])
     rng.set_states(start.rng)
     if setup.set_extra_state is not None and start.extra is not None:
         setup.set_extra_state(copy.deepcopy(start.extra))
@@ -169,6 +201,11 @@ def replay_epoch(setup: TrainSetup, epoch: int, consumed: int) -> tuple[Iterator
     return it, "fetch"
 
 
+def describe_setup(setup: TrainSetup) -> dict[str, Any]:
+    """``describe`` of the setup's loader, with the RNG objects its pipeline holds."""
+    return {**describe(setup.loader), "rngs": pipeline_rngs(setup)}
+
+
 def describe(loader: Any) -> dict[str, Any]:
     """What a record says of the loader: enough to name a known cause of a failed resume."""
     return {
@@ -178,7 +215,34 @@ def describe(loader: Any) -> dict[str, Any]:
         "iterable_dataset": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
         "set_epoch": len(epoch_hooks(loader)),
         "shuffles": shuffles(loader),
+        "batches_per_epoch": _length(loader),
     }
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return int(len(loader))
+    except Exception:  # an iterable without a length, or one whose length raises
+        return None
+
+
+def pipeline_rngs(setup: TrainSetup) -> dict[str, dict[str, Any]]:
+    """Every RNG object the data pipeline holds (sampler, batch sampler, dataset, collate
+    function), by path, with its type and whether the epoch-start snapshot covers it."""
+    loader = setup.loader
+    snapshotted = set(sampler_rngs(setup))
+    gen = setup.generator()
+    out: dict[str, dict[str, Any]] = {}
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for prefix, part in (("sampler", getattr(loader, "sampler", None)), ("batch_sampler", batch_sampler),
+                         ("batch_sampler.sampler", getattr(batch_sampler, "sampler", None)),
+                         ("dataset", getattr(loader, "dataset", None)), ("collate_fn", getattr(loader, "collate_fn", None))):
+        if part is None:
+            continue
+        for path, obj in rng.held(part, prefix).items():
+            out[path] = {"type": rng.kind(obj),
+                         "snapshotted": path in snapshotted or obj is gen}
+    return out
 
 
 def shuffles(loader: Any) -> bool:
@@ -188,14 +252,3 @@ def shuffles(loader: Any) -> bool:
         if isinstance(part, torch.utils.data.RandomSampler) or getattr(part, "shuffle", None) is True:
             return True
     return False
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """A batch (tensors, or dicts, lists and tuples of them) on the device."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=False)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch

@@ -22,6 +22,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .bits import dense
+
 MODULE_KEY = "reproci_module"
 KEEP_BYTES = 64 * 1024 * 1024  # output copies kept for magnitudes; past this, digests only
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -50,7 +52,7 @@ def _parse(formatted: list[str] | None) -> list[tuple[str, int, str]]:
 
 def digest(t: torch.Tensor) -> str:
     """The exact bits of a tensor's values (with its dtype and shape)."""
-    raw = t.detach().contiguous().reshape(-1).cpu()
+    raw = dense(t.detach()).contiguous().reshape(-1).cpu()
     h = hashlib.blake2b(f"{t.dtype}{tuple(t.shape)}".encode(), digest_size=12)
     if raw.numel():
         h.update(raw.view(torch.uint8).numpy().tobytes() if raw.dtype != torch.bool else raw.numpy().tobytes())

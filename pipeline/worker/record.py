@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from . import envinfo, loader
-from .batchsum import BATCH_CHECKSUM, batch_checksum
+from . import batchtree
+from .batchsum import BATCH_CHECKSUM, BATCH_CONTENTS, batch_checksum, contents_checksum
 from .checkpoint import LoopPosition
 from .contract import TrainSetup
 from .controls import ControlWatch
@@ -46,11 +47,13 @@ class Trace:
         self.start_step = start_step
         self.initial: dict[str, Any] | None = None
         if fingerprints:  # the state before this run's first step: step 0, or the resume point
-            names, row = initial_row(setup.model, setup.optimizer)
+            names, row = initial_row(setup.model, setup.optimizer, setup.state_modules)
             self.initial = {"step": start_step, "names": names, "row": row.tolist()}
-        self.fps = StepFingerprints(setup.model, setup.optimizer) if fingerprints else None
+        self.fps = StepFingerprints(setup.model, setup.optimizer, setup.state_modules) if fingerprints else None
         self.losses: list[torch.Tensor] = []
         self.batch_sums: list[torch.Tensor] = []
+        self.batch_contents: list[torch.Tensor] = []
+        self.opaque: list[str] = []  # batch leaves the checksums cannot see into, named once
         self.epochs: list[int] = []  # the epoch of each step's batch
         self._workspace: dict[Any, torch.Tensor] = {}  # reused buffers for the batch checksum
 
@@ -60,6 +63,10 @@ class Trace:
         if self.fps is not None:
             bs = batch_checksum(batch, self._workspace)
             self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
+            cs = contents_checksum(batch)
+            self.batch_contents.append(cs if cs is not None else torch.zeros((), dtype=torch.int64))
+            if len(self.batch_sums) == 1:
+                self.opaque = batchtree.opaque(batch)
 
     def step(self, loss: torch.Tensor) -> None:
         """The step's loss and the state it left."""
@@ -92,7 +99,7 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         "attestations": attestations,
         "controls": {"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
         "replayed": pos.replayed,
-        "loader": loader.describe(setup.loader),
+        "loader": loader.describe_setup(setup),
         "environment": envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
         "packages": envinfo.packages() if spec.role in ("A", "golden") else None,
         "config": setup.config,
@@ -102,6 +109,9 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         "tensor_names": trace.fps.names if trace.fps is not None else [],
         "fingerprints": trace.fps.to_lists() if trace.fps is not None else [],
         "batch_fingerprints": torch.stack(trace.batch_sums).cpu().tolist() if trace.batch_sums else [],
+        "batch_contents_scheme": BATCH_CONTENTS,
+        "batch_contents": torch.stack(trace.batch_contents).cpu().tolist() if trace.batch_contents else [],
+        "batch_opaque": trace.opaque,
         "batch_epochs": trace.epochs,
         "losses": [v if math.isfinite(v) else repr(v) for v in loss_values],
         "final_sha256": final[0],

@@ -37,3 +37,55 @@ def to_cpu(saved: dict[str, Any]) -> dict[str, Any]:
     if "cuda" in out:
         out["cuda"] = [s.cpu() for s in out["cuda"]]
     return out
+
+
+# RNG objects a plugin's data pipeline may hold: their states can be read and put back.
+RNG_TYPES = (torch.Generator, np.random.Generator, np.random.RandomState, random.Random)
+
+
+def is_rng(obj: object) -> bool:
+    return isinstance(obj, RNG_TYPES)
+
+
+def kind(obj: object) -> str:
+    """An RNG object's type as users spell it: torch.Generator, numpy.random.Generator, ..."""
+    for cls, name in ((torch.Generator, "torch.Generator"), (np.random.Generator, "numpy.random.Generator"),
+                      (np.random.RandomState, "numpy.random.RandomState"), (random.Random, "random.Random")):
+        if isinstance(obj, cls):
+            return name
+    return type(obj).__qualname__
+
+
+def get_state(obj: Any) -> Any:
+    """The state of one RNG object (a copy: later draws do not change it)."""
+    if isinstance(obj, torch.Generator):
+        return obj.get_state()
+    if isinstance(obj, np.random.Generator):
+        import copy
+
+        return copy.deepcopy(obj.bit_generator.state)
+    if isinstance(obj, np.random.RandomState):
+        return obj.get_state()
+    return obj.getstate()
+
+
+def set_state(obj: Any, state: Any) -> None:
+    if isinstance(obj, torch.Generator):
+        obj.set_state(state.cpu() if isinstance(state, torch.Tensor) else state)
+    elif isinstance(obj, np.random.Generator):
+        obj.bit_generator.state = state
+    elif isinstance(obj, np.random.RandomState):
+        obj.set_state(state)
+    else:
+        obj.setstate(state)
+
+
+def held(obj: object, prefix: str) -> dict[str, Any]:
+    """The RNG objects ``obj`` holds as attributes (or is), by path: ``sampler.rng``."""
+    if is_rng(obj):
+        return {prefix: obj}
+    try:
+        attrs = vars(obj)
+    except TypeError:
+        return {}
+    return {f"{prefix}.{k}": v for k, v in attrs.items() if is_rng(v)}

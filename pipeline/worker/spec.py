@@ -46,6 +46,9 @@ class WorkerSpec:
     output: str = "record.json"
     checkpoint_at: int | None = None
     checkpoint_path: str | None = None
+    # Move checkpoint_at past the loader's first epoch when the run is long enough to hold one
+    # (and it is not there already): the resume then starts inside a later epoch.
+    checkpoint_after_epoch: bool = False
     resume_from: str | None = None
     # More checkpoints, one per listed step, at checkpoint_pattern.format(step=...) (resume sweeps)
     checkpoint_steps: tuple[int, ...] = ()

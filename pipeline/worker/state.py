@@ -1,19 +1,26 @@
 """The training state as named tensors, and the final hash and dump taken of it.
 
 The state is every parameter, buffer and optimizer-state tensor (gradients too, where a
-caller asks), keyed ``kind:name``. The final hash is a sha256 over the name, dtype,
-shape and raw bytes of every parameter, buffer and optimizer-state tensor, in sorted
-name order: the authoritative identity of a run's result.
+caller asks), and every tensor of the modules that are training state besides the model
+(``TrainSetup.state_modules``: an EMA, a teacher), keyed ``kind:name``. The final hash is a
+sha256 over the name, dtype, shape and raw bytes of every one of them (sparse tensors in
+their dense form), in sorted name order: the authoritative identity of a run's result.
+State that is not a tensor (``TrainSetup.get_extra_state``) has its own hash,
+``object_sha256``.
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Mapping
 
 import torch
 
-# Tensor kinds, in the order they are reported.
-KINDS = ("param", "grad", "buffer", "optim")
+from .bits import dense
+
+# Tensor kinds, in the order they are reported; "state": a tensor of a state module.
+KINDS = ("param", "grad", "buffer", "optim", "state")
+Modules = Mapping[str, torch.nn.Module]
 
 
 def optimizer_state_named(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -37,9 +44,10 @@ def optimizer_state_named(model: torch.nn.Module, optimizer: torch.optim.Optimiz
 
 
 def state_tensors(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, with_grads: bool
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, with_grads: bool, modules: Modules | None = None
 ) -> dict[str, torch.Tensor]:
-    """Every tensor of the training state, keyed ``kind:name``."""
+    """Every tensor of the training state, keyed ``kind:name``; a state module's tensors
+    (its parameters and buffers, as its ``state_dict`` has them) as ``state:MODULE.NAME``."""
     out: dict[str, torch.Tensor] = {}
     for n, p in model.named_parameters():
         out[f"param:{n}"] = p
@@ -49,6 +57,10 @@ def state_tensors(
         out[f"buffer:{n}"] = b
     for n, t in optimizer_state_named(model, optimizer).items():
         out[f"optim:{n}"] = t
+    for mname, module in (modules or {}).items():
+        for n, t in module.state_dict(keep_vars=True).items():
+            if isinstance(t, torch.Tensor):
+                out[f"state:{mname}.{n}"] = t
     return out
 
 
@@ -59,13 +71,15 @@ def sort_key(name: str) -> int:
 
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
-    t = t.detach().cpu().contiguous().reshape(-1)  # 0-dim tensors cannot be viewed as bytes
+    t = dense(t.detach()).cpu().contiguous().reshape(-1)  # 0-dim tensors cannot be viewed as bytes
     return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
-def final_hash(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[str, dict[str, str]]:
-    """(sha256 of the whole state, sha256 per tensor) over params, buffers, optimizer state."""
-    tensors = state_tensors(model, optimizer, with_grads=False)
+def final_hash(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               modules: Modules | None = None) -> tuple[str, dict[str, str]]:
+    """(sha256 of the whole state, sha256 per tensor) over params, buffers, optimizer state
+    and the state modules' tensors."""
+    tensors = state_tensors(model, optimizer, with_grads=False, modules=modules)
     whole = hashlib.sha256()
     per: dict[str, str] = {}
     for name in sorted(tensors):
@@ -78,7 +92,42 @@ def final_hash(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tupl
     return whole.hexdigest(), per
 
 
-def dump_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str) -> None:
+def dump_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str,
+               modules: Modules | None = None) -> None:
     """Every state tensor (grads included) on the CPU, for magnitude comparisons."""
-    tensors = state_tensors(model, optimizer, with_grads=True)
-    torch.save({k: v.detach().cpu().clone() for k, v in tensors.items()}, path)
+    tensors = state_tensors(model, optimizer, with_grads=True, modules=modules)
+    torch.save({k: dense(v.detach()).cpu().clone() for k, v in tensors.items()}, path)
+
+
+def object_sha256(obj: Any) -> str:
+    """A sha256 of a nested value (``get_extra_state``'s dict): tensors by dtype, shape and
+    bytes, numpy arrays likewise, mappings in sorted key order, sequences in order, other
+    values by ``repr``."""
+    h = hashlib.sha256()
+
+    def feed(o: Any) -> None:
+        if isinstance(o, torch.Tensor):
+            h.update(f"T{str(o.dtype)}{tuple(o.shape)}|".encode())
+            h.update(tensor_bytes(o))
+        elif type(o).__module__ == "numpy" and hasattr(o, "tobytes"):
+            h.update(f"N{o.dtype}{getattr(o, 'shape', ())}|".encode())
+            h.update(o.tobytes())
+        elif isinstance(o, Mapping):
+            h.update(b"{")
+            for k in sorted(o, key=lambda k: (type(k).__name__, str(k))):
+                h.update(repr(k).encode() + b":")
+                feed(o[k])
+            h.update(b"}")
+        elif isinstance(o, (list, tuple)):
+            h.update(b"[")
+            for v in o:
+                feed(v)
+            h.update(b"]")
+        else:
+            text = repr(o)
+            if " at 0x" in text:  # an object's default repr carries its address: the type alone is stable
+                text = type(o).__qualname__
+            h.update(text.encode() + b";")
+
+    feed(obj)
+    return h.hexdigest()

@@ -9,6 +9,7 @@ turns with paired runs by ``turns.Turns`` and test-only faults by ``faults.Fault
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,14 +18,14 @@ import torch
 
 from . import checkpoint, determinism, distributed, loader, perturb, record, rng
 from .checkpoint import LoopPosition, Resume
-from .loader import to_device
+from .batchtree import to_device
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .controls import ControlWatch
 from .evaluate import evaluate
 from .faults import Faults
 from .progress import StepLine
 from .spec import WorkerSpec, resolve
-from .state import dump_state, final_hash
+from .state import dump_state, final_hash, object_sha256
 from .timing import StepClock, steady_allocator, sync
 from .turns import Turns
 
@@ -71,12 +72,14 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     """Set the model up (or restore it), take the steps, then hash and record the result."""
     listings = perturb.reverse_listings() if spec.reverse_listing else None
     setup = _set_up(spec, spec_file, device, rank)
+    spec = dataclasses.replace(spec, checkpoint_at=resume_point(spec, setup))
     perturbed = _perturb(spec, spec_file, setup, device, listings)
     net, ddp = distributed.wrap(setup, rank)  # setup.model stays the plain module: hashed, checkpointed
     faults.after_setup()
     resume = _resume(spec, spec_file, setup, device, pos)
     trace = record.Trace(setup, fingerprints=spec.fingerprints, start_step=pos.step)
     attestations = {"start": start.attestation}
+    extra_hashes: dict[str, str | None] = {}  # what get_extra_state returns, hashed at the checkpoint and the end
     t_setup = time.perf_counter()
 
     turns = Turns(spec, spec_file, device) if spec.lockstep else None
@@ -102,7 +105,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         faults.after_step(setup.model, pos.step)
         trace.step(loss)
         clock.step_taken(pos.step, fetch_s)
-        _save_checkpoints(spec, spec_file, setup, pos, attestations)
+        _save_checkpoints(spec, spec_file, setup, pos, attestations, extra_hashes)
         clock.step_ended()
         step_line(pos.step)
         if in_turn:
@@ -114,11 +117,14 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     clock.stop()
 
     _dump_states(spec, spec_file, setup, pos)
-    final = final_hash(setup.model, setup.optimizer)
+    final = final_hash(setup.model, setup.optimizer, setup.state_modules)
+    extra_hashes["end"] = extra_sha256(setup)
     attestations["end"] = _attest(spec)
     out = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
                        watch=watch, clock=clock, turns=turns, final=final)
     out["perturbed"] = perturbed
+    out["checkpoint_at"] = spec.checkpoint_at
+    out["extra_state_sha256"] = extra_hashes if setup.get_extra_state is not None else None
     if spec.evaluate:
         out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
     out["distributed"] = distributed.describe(rank, ddp)
@@ -155,6 +161,8 @@ def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device, rank: distr
     setup = validate(factory(ctx), spec.model_ref)
     setup.model.to(device)
     setup.model.train()
+    for module in setup.state_modules.values():
+        module.to(device)
     return setup
 
 
@@ -250,13 +258,14 @@ def _batches(setup: TrainSetup, pos: LoopPosition, resume: Resume | None, spec: 
 
 
 def _save_checkpoints(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: LoopPosition,
-                      attestations: dict[str, Any]) -> None:
+                      attestations: dict[str, Any], extra_hashes: dict[str, str | None]) -> None:
     """The checkpoints the spec asks for at this step. The resume check's checkpoint
     (``checkpoint_at``) also re-attests the controls: the record shows they still held
     where the resumed run picks up."""
     if spec.checkpoint_at is not None and pos.step == spec.checkpoint_at:
         checkpoint.save(str(resolve(spec_file, spec.checkpoint_path)), setup, pos)
         attestations["checkpoint"] = _attest(spec)
+        extra_hashes["checkpoint"] = extra_sha256(setup)
     if pos.step in spec.checkpoint_steps:
         checkpoint.save(str(resolve(spec_file, spec.checkpoint_pattern.format(step=pos.step))), setup, pos)
 
@@ -264,6 +273,27 @@ def _save_checkpoints(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos:
 def _dump_states(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: LoopPosition) -> None:
     """Every state tensor at ``dump_at`` and at the end, where the spec asks for them."""
     if spec.dump_at is not None and spec.dump_path is not None:
-        dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.dump_path)))
+        dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.dump_path)), setup.state_modules)
     if spec.final_dump_path is not None and (spec.dump_at is None or pos.step == spec.steps):
-        dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.final_dump_path)))
+        dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.final_dump_path)), setup.state_modules)
+
+
+def extra_sha256(setup: TrainSetup) -> str | None:
+    """The hash of what the plugin's ``get_extra_state`` returns now (None without one)."""
+    return object_sha256(setup.get_extra_state()) if setup.get_extra_state is not None else None
+
+
+def resume_point(spec: WorkerSpec, setup: TrainSetup) -> int | None:
+    """The step of the resume check's checkpoint: ``checkpoint_at``, or, with
+    ``checkpoint_after_epoch``, past the first epoch boundary when it falls in the first epoch
+    and the run holds a later one (midway between the boundary and the last step)."""
+    k = spec.checkpoint_at
+    if k is None or not spec.checkpoint_after_epoch:
+        return k
+    try:
+        per_epoch = len(setup.loader)  # type: ignore[arg-type]
+    except Exception:  # an iterable without a length: k stays
+        return k
+    if per_epoch < 1 or k > per_epoch or per_epoch + 1 >= spec.steps:
+        return k
+    return per_epoch + max(1, (spec.steps - per_epoch) // 2)

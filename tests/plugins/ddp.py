@@ -8,6 +8,8 @@ and its twin with the two mistakes made most often (one run of it shows both).
   visits the samples in the same order).
 - ``forgets_the_epoch``: one process, a ``DistributedSampler`` (as code written for several
   ranks keeps at one) inside that batch sampler: every epoch repeats the first's order.
+- ``unsharded``: a plain shuffling loader at any world size (no ``DistributedSampler``): every
+  rank trains on all the data, the same batches as rank 0.
 - ``stalls``: a step that hangs, so the run times out (every rank must be stopped).
 
 Small: 32 samples, 4 per batch, so two ranks take 4 batches each per epoch.
@@ -45,6 +47,11 @@ def sharded(ctx: ModelContext) -> TrainSetup:
     data = _data(ctx.seed)
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH, **ctx.shuffling(data), generator=ctx.generator())
     return _setup(ctx, loader)
+
+
+def unsharded(ctx: ModelContext) -> TrainSetup:
+    data = _data(ctx.seed)
+    return _setup(ctx, torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True, generator=ctx.generator()))
 
 
 class Batches(torch.utils.data.Sampler):

@@ -1,0 +1,35 @@
+"""Runs whose every tensor agrees, but whose extra state or held-out metrics do not
+(``pipeline/stages/sidestate.py``): nondeterminism or a checkpoint gap outside the hashed tensors."""
+
+from __future__ import annotations
+
+from pipeline.stages import sidestate
+from pipeline.stages.determinism import _decide
+from pipeline import verdicts
+
+
+def _rec(**kw):
+    return {"tensor_names": ["param:w"], "fingerprints": [[1]], "start_step": 0, "batch_fingerprints": [0],
+            "losses": [1.0], "final_sha256": "f", "tensor_sha256": {}, **kw}
+
+
+def test_a_held_out_metric_that_differs_after_the_resume_is_a_resume_bug_naming_the_metric():
+    a, c = _rec(eval={"ema_loss": 1.25, "acc": 0.5}), _rec(eval={"ema_loss": 1.5, "acc": 0.5})
+    verdict, pair, div = _decide({"A": a, "B": a, "C": c})
+    assert verdict == verdicts.RESUME_BROKEN and pair == ("A", "C") and div.cause == "eval"
+    text = sidestate.describe(div, pair)
+    assert text.startswith("A = C in every fingerprinted tensor, but held-out metric ema_loss differs (A 1.25, C 1.5)")
+    assert "TrainSetup.state_modules" in text
+
+
+def test_extra_state_that_differs_between_a_and_b_is_nondeterministic():
+    verdict, pair, div = _decide({"A": _rec(extra_state_sha256={"end": "a" * 64}),
+                                  "B": _rec(extra_state_sha256={"end": "b" * 64}),
+                                  "C": _rec(extra_state_sha256={"end": "a" * 64})})
+    assert verdict == verdicts.NONDETERMINISTIC and div.cause == "extra"
+    assert "the extra state (get_extra_state) differs at the end" in sidestate.describe(div, pair)
+
+
+def test_equal_metrics_and_extra_state_pass():
+    r = _rec(eval={"loss": 0.5}, extra_state_sha256={"end": "a" * 64})
+    assert _decide({"A": r, "B": dict(r), "C": dict(r)})[0] == verdicts.PASS
