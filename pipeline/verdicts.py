@@ -153,7 +153,9 @@ def cause_text(ev: dict[str, Any] | None) -> str:
     ev = ev or {}
     cause = ev.get("cause")
     if cause == "data":
-        return DATA_TEXT.get(ev.get("data") or "", "different batch: other samples, or the same ones in another order")
+        kind, _, epoch = (ev.get("data") or "").partition("@")
+        text = DATA_TEXT.get(kind, "different batch: other samples, or the same ones in another order")
+        return f"{text} (judged on epoch {epoch}, the first that both runs took whole)" if epoch else text
     return {"compute": "same batch, different result", "init": "different initial state"}.get(cause or "", "")
 
 

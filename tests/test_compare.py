@@ -125,3 +125,19 @@ def test_an_epoch_not_whole_in_both_runs_does_not_claim_order_or_contents():
     b = _with_contents(record([[1, 9, 3, 4], [5, 6, 7, 8]], batches=[7, 2], final="y"), [0, 0], [11, 20])
     d = first_divergence(a, b)
     assert d.cause == "data" and d.data is None
+
+
+def test_a_resumed_run_is_judged_on_the_first_later_epoch_both_took_whole():
+    """C resumed inside epoch 1: its epoch 1 is partial, epoch 2 is whole in both runs."""
+    rows = [[i, i, i, i] for i in range(1, 7)]
+    a = _with_contents(record(rows, batches=[1, 2, 3, 4, 5, 6], final="x"), [0, 0, 1, 1, 2, 2], [1, 2, 3, 4, 5, 6])
+    c_rows = [[9, 9, 9, 9], [9, 9, 9, 8], [9, 9, 9, 7]]  # resumed after step 3, inside epoch 1
+    c = _with_contents(record(c_rows, start=3, batches=[8, 9, 9], final="y"), [1, 2, 2], [7, 8, 9])
+    a["loader"] = c["loader"] = {"batches_per_epoch": 2}
+    d = first_divergence(a, c)
+    assert (d.step, d.cause, d.data) == (4, "data", "contents@2")
+    from pipeline import verdicts
+
+    assert verdicts.cause_text(d.to_dict()).endswith("(judged on epoch 2, the first that both runs took whole)")
+    c = _with_contents(c, [1, 2, 2], [7, 6, 5])  # epoch 2: the same samples, the other way round
+    assert first_divergence(a, c).data == "order@2"

@@ -37,8 +37,9 @@ class Divergence:
     elements_differing: int | None = None
     magnitude_source: str | None = None  # "probe" (exact re-run dump) or "final-state"
     # With cause "data": "reordered" (the same samples in another order within the batch),
-    # "order" (the epoch's batches so far hold the same samples), "contents" (they do not:
-    # other samples, or other augmentation or masking draws); None when not known.
+    # "order" (the epoch holds the same samples in both runs), "contents" (it does not: other
+    # samples, or other augmentation or masking draws); "order@E" / "contents@E" when judged on
+    # a later epoch E, the step's own not being whole in both runs; None when not known.
     data: str | None = None
     detail: dict[str, Any] | None = None  # causes "eval" and "extra" (stages/sidestate.py): what differs
     tensors: list[str] = field(default_factory=list)  # up to 10 differing tensors at the step
@@ -159,18 +160,25 @@ def data_difference(a: Mapping[str, Any], b: Mapping[str, Any], step: int) -> st
         return None
     if sa[step][1] == sb[step][1]:
         return "reordered"
-    epoch = sa[step][0]
-    if not (_whole_epoch(a, sa, epoch) and _whole_epoch(b, sb, epoch)):
-        return None
-    # The same samples in another order give the same sum of content checksums over an epoch.
-    totals = [sum(c for e, c in rows.values() if e == epoch) % 2**32 for rows in (sa, sb)]
-    return "order" if totals[0] == totals[1] else "contents"
+    # The same samples in another order give the same sum of content checksums over an epoch:
+    # judged on the step's epoch, or, when a run did not record all of it (a resumed run), on
+    # the first later epoch that both runs recorded whole.
+    later = sorted({e for e, _ in sa.values() if e >= sa[step][0]})
+    for epoch in later:
+        if _whole_epoch(a, sa, epoch) and _whole_epoch(b, sb, epoch):
+            totals = [sum(c for e, c in rows.values() if e == epoch) % 2**32 for rows in (sa, sb)]
+            verdict = "order" if totals[0] == totals[1] else "contents"
+            return verdict if epoch == sa[step][0] else f"{verdict}@{epoch}"
+    return None
 
 
 def _whole_epoch(rec: Mapping[str, Any], rows: dict[int, tuple[int, int]], epoch: int) -> bool:
-    """Whether a run recorded every batch of ``epoch``: it went on into the next epoch, and it
-    started before this one (from scratch, or resumed in an earlier epoch)."""
+    """Whether a run recorded every batch of ``epoch``: as many as the loader has in an epoch,
+    or, its length unknown, it went on into the next epoch and started before this one."""
     epochs = [e for e, _ in rows.values()]
+    per_epoch = (rec.get("loader") or {}).get("batches_per_epoch")
+    if per_epoch:
+        return epochs.count(epoch) == per_epoch
     if epoch + 1 not in epochs:
         return False
     return int(rec.get("start_step", 0)) == 0 or min(epochs) < epoch

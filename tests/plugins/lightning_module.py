@@ -1,0 +1,50 @@
+"""A LightningModule adapted to the plugin contract by hand, as users do it today (test-only):
+its ``training_step`` is the loss, ``configure_optimizers`` in Lightning's dict form gives the
+optimizer and a per-step scheduler, ``self.log`` is called outside a Trainer (Lightning warns
+and does nothing), and ``seed_everything`` seeds the factory as a Lightning script would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+from pipeline.worker.contract import ModelContext, TrainSetup
+
+FEATURES, BATCH, SAMPLES = 8, 4, 16  # 4 batches an epoch
+
+
+class Regressor(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(FEATURES, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.1),
+                                 nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        opt = torch.optim.AdamW(self.parameters(), lr=1e-2)
+        return {"optimizer": opt,
+                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=3), "interval": "step"}}
+
+
+def build(ctx: ModelContext) -> TrainSetup:
+    pl.seed_everything(ctx.seed, workers=True)
+    module = Regressor()
+    g = torch.Generator().manual_seed(ctx.seed)
+    x = torch.randn(SAMPLES, FEATURES, generator=g)
+    data = torch.utils.data.TensorDataset(x, x[:, :1] * 2 + 0.1)
+    loader = torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True, generator=ctx.generator())
+    opt = module.configure_optimizers()
+    return TrainSetup(model=module, optimizer=opt["optimizer"], scheduler=opt["lr_scheduler"]["scheduler"],
+                      loader=loader, loss_fn=lambda m, batch: m.training_step(batch, 0), batch_size=BATCH)
