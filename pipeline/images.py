@@ -43,6 +43,7 @@ class ImageEntry:
     python: str
     requirements: Path
     gpu: bool
+    cpu_isa: str | None = None  # cap the CPU kernels at this level (--cpu-isa), for goldens portable across hosts
 
     def pins(self) -> dict[str, str]:
         """name -> version of every ``name==version`` line of the requirements file."""
@@ -89,6 +90,14 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
     return images
 
 
+def _cpu_isa(manifest: Path, name: str, value: Any) -> str | None:
+    from .worker.launch import CPU_ISA_ENV
+
+    if value is None or value in CPU_ISA_ENV:
+        return value
+    raise ConfigError(f"{manifest}: image {name!r}: cpu_isa {value!r} is not one of {', '.join(CPU_ISA_ENV)}; fix the manifest")
+
+
 def entries(manifest: Path | None = None) -> dict[str, ImageEntry]:
     """Every image of the manifest, in its order."""
     manifest = manifest or default_manifest()
@@ -100,7 +109,8 @@ def entries(manifest: Path | None = None) -> dict[str, ImageEntry]:
                 name=name, tag=str(raw["tag"]), description=" ".join(str(raw.get("description", "")).split()),
                 base_image=str(base["image"]), base_digest=base.get("digest") or None,
                 base_recipe=base.get("recipe") or None, python=str(raw.get("python", "")),
-                requirements=manifest.parent / str(raw["requirements"]), gpu=bool(raw.get("gpu", False)))
+                requirements=manifest.parent / str(raw["requirements"]), gpu=bool(raw.get("gpu", False)),
+                cpu_isa=_cpu_isa(manifest, name, raw.get("cpu_isa")))
         except KeyError as e:
             raise ConfigError(f"{manifest}: image {name!r} lacks the field {e}; see the comments at the top") from e
         except TypeError as e:

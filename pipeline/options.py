@@ -42,6 +42,7 @@ class RunOptions:
     seed: int = 0
     threads: int = 1  # CPU intra-op threads: part of a run's identity (changes conv/transformer hashes)
     device: str = "cpu"
+    cpu_isa: str | None = None  # --cpu-isa: cap the CPU kernels at this level (launch.CPU_ISA_ENV); None: native
     world_size: int = 1  # determinism stage: ranks under DDP (torchrun); part of a run's identity, like threads
     gpus: str | None = None  # docker: "all", a count, or comma-separated ids
     timeout: float = 600.0  # seconds per worker run
@@ -93,6 +94,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "resume_at": ("an integer", _is_int),
     "seed": ("an integer", _is_int),
     "threads": ("an integer", _is_int),
+    "cpu_isa": ("one of avx2, avx512, native", lambda v: v in ("avx2", "avx512", "native")),
     "device": ("cpu or cuda", lambda v: isinstance(v, str)),
     "world_size": ("an integer", _is_int),
     "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
@@ -273,8 +275,10 @@ def _image(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
         raise UsageError("--gpus chooses GPUs for a container (--image); the local backend uses the GPUs torch "
                          "sees: set CUDA_VISIBLE_DEVICES instead")
     reference, entry = images.resolve(image) if image else (None, None)
+    cpu_isa = pick("cpu_isa", None) or (entry.cpu_isa if entry is not None else None)
     return {"image": image, "image_reference": reference, "image_entry": entry,
-            "image_name": pick("image_name", None) or (golden_name(image, entry) if image else "local")}
+            "image_name": pick("image_name", None) or (golden_name(image, entry) if image else "local"),
+            "cpu_isa": None if cpu_isa == "native" else cpu_isa}
 
 
 def golden_name(image: str, entry: images.ImageEntry | None) -> str:

@@ -20,7 +20,7 @@ from .golden import check as golden_check
 from .golden import store as golden_store
 from .reports import github, history, webhook
 from .runner import RunContext, background, settle
-from .stages import audit, determinism, golden_ops, probes, throughput, variance
+from .stages import audit, determinism, golden_cause, golden_ops, probes, throughput, variance
 
 
 def project_commit(root: Path) -> str | None:
@@ -97,13 +97,14 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
 
 def _golden(options: RunOptions, ctx: RunContext, document: results.ResultsDocument,
             old: golden_store.Golden | None, *, project_commit: str | None, image: dict[str, Any]) -> None:
-    """The golden comparison; the per-op hashes a golden update records, and the op a drift
-    first changed (``stages/golden_ops.py``)."""
+    """The golden comparison; the per-op hashes a golden update records, the op a drift first
+    changed (``stages/golden_ops.py``), and a re-run that proves a settable cause (``golden_cause``)."""
     ops = None
     if options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
         ops = golden_ops.record(options, ctx, list(options.models), project_commit=project_commit, image=image)
     golden_check.apply(options, document, ctx.run_dir, old, ops)
     golden_ops.name_changes(options, ctx, document, old, project_commit=project_commit, image=image)
+    golden_cause.confirm(options, ctx, document, old, project_commit=project_commit, image=image)
 
 
 def _old_golden(options: RunOptions) -> golden_store.Golden | None:
@@ -163,7 +164,7 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
         options={
             "stages": list(options.stages), "profile": options.profile, "steps": options.steps,
             "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads, "world_size": options.world_size,
-            "device": options.device, "fault": options.fault, "ci": options.ci,
+            "device": options.device, "cpu_isa": options.cpu_isa, "fault": options.fault, "ci": options.ci,
             "slowdown_fails": options.slowdown_fails, "probes_fail": options.probes_fail,
         },
         environment=(environment or {}).get("fingerprint"),

@@ -10,7 +10,7 @@ from pipeline.options import build
 from pipeline.stages import coverage
 from pipeline.worker.contract import TrainSetup
 from pipeline.worker.spec import WorkerSpec
-from pipeline.worker.train import resume_point
+from pipeline.worker.loader import resume_point
 
 
 def _setup(batches: int) -> TrainSetup:

@@ -29,7 +29,9 @@ def test_reference_matrix_passes_and_writes_complete_results(reproci):
     for m in doc["models"]:
         assert set(m["runs"]) == {"A", "B", "C"}
         assert len({r["final_sha256"] for r in m["runs"].values()}) == 1
-        assert m["attestation"]["ok"] and m["runs"]["C"]["start_step"] == 15
+        # k = N/2 = 15, past the first epoch; the transformer's epoch is 19 batches, so run A moves k past it
+        assert m["attestation"]["ok"] and m["runs"]["C"]["start_step"] == m["resume_at"] == m["coverage"]["resume_at"]
+        assert m["resume_at"] == (24 if m["model"] == "transformer" else 15) and m["coverage"]["resume_epoch"] == 1
         assert m["final_sha256"][:12] in p.stdout
     env = doc["environment"]
     assert env["torch"].startswith("2.") and env["threads"]["intra_op"] == 1
@@ -107,6 +109,7 @@ def test_plugins_prove_each_verdict_names_its_cause(reproci):
     ("not_a_setup", "breaks the plugin contract"),
     ("unseeded_loader", "nothing seeds its order"),
     ("crash_at_step_3", "illegal memory access"),
+    ("nan_loss", "the loss is nan from step 3; at the end 4 state tensors hold non-finite values, first param:0.weight"),
 ])
 def test_broken_plugins_are_errors_with_one_line_messages(reproci, factory, fragment):
     p = reproci("run", *SHORT, "-m", f"{FAULTY}:{factory}")
@@ -176,3 +179,12 @@ def test_cuda_without_a_gpu_is_an_infrastructure_error(reproci):
     lines = said(p.stderr)  # progress lines aside
     assert len(lines) == 1 and lines[0].startswith("error:")
     assert not list((reproci.cwd / "results").glob("*/results.json"))
+
+
+def test_a_diverged_model_is_an_error_and_never_becomes_a_golden(reproci):
+    """A NaN loss used to be NEW, recorded as `losses: [nan, ...]`, and PASS ever after."""
+    p = reproci("run", *SHORT, "-m", f"{FAULTY}:nan_loss", "--update-golden", "--goldens-dir", "g")
+    assert p.returncode == errors.EXIT_RUN_ERROR
+    m = reproci.latest()["models"][0]
+    assert m["verdict"] == "ERROR" and m["error"]["kind"] == "non-finite"
+    assert not (reproci.cwd / "g").exists() or not any((reproci.cwd / "g").iterdir())

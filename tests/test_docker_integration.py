@@ -90,9 +90,9 @@ def matrix(engine, tmp_path_factory):
     """The same short matrix in the image (recording goldens) and on the local backend."""
     cwd = tmp_path_factory.mktemp("matrix")
     args = ("run", "-m", "embedding", "-m", "conv", *SHORT)
-    docker_run = reproci(cwd, *args, "--image", IMAGE, "--update-golden")
+    docker_run = reproci(cwd, *args, "--image", IMAGE, "--update-golden")  # the manifest caps it at avx2
     docker_doc = docker_run.latest() if docker_run.returncode == 0 else None
-    local_run = reproci(cwd, *args)
+    local_run = reproci(cwd, *args, "--cpu-isa", "avx2")
     return docker_run, docker_doc, local_run, local_run.latest() if local_run.returncode == 0 else None
 
 
@@ -106,6 +106,16 @@ def test_the_image_gives_the_same_hashes_as_the_local_backend(matrix):
         d, loc = model_entry(doc, name), model_entry(local, name)
         assert {r["final_sha256"] for r in d["runs"].values()} == {d["final_sha256"]}  # A = B = C in the image
         assert d["final_sha256"] == loc["final_sha256"], name
+
+
+def test_the_committed_golden_holds_on_this_host(engine, tmp_path):
+    """goldens/cpu-torch2.13.yaml was recorded with the image's CPU cap (avx2, from the manifest):
+    it matches bit for bit on any x86-64 host with AVX2 or more, this one whatever its ISA."""
+    run = reproci(tmp_path, "run", "--image", "cpu-torch2.13", "--goldens-dir", str(ROOT / "goldens"), "--ci")
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc = run.latest()
+    assert doc["options"]["cpu_isa"] == "avx2" and doc["environment"]["cpu_capability"] == "AVX2"
+    assert [m["verdict"] for m in doc["models"]] == ["PASS"] * 3, [m["message"] for m in doc["models"]]
 
 
 def test_the_image_digest_is_recorded_and_shown(engine, matrix):

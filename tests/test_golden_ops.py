@@ -43,7 +43,8 @@ def test_a_thread_count_change_names_the_op_it_changed(reproci) -> None:
     assert m["verdict"] == verdicts.ENV_CHANGED
     op = m["golden"]["evidence"]["op"]
     assert op["found"] and op["op"] == "aten::convolution_backward" and op["module"] == "conv"
-    assert "threads.intra_op 1 → 2 first changed aten::convolution_backward in conv at portability.py:" in m["message"]
+    assert "(threads 1 → 2); first changed op: aten::convolution_backward in conv at portability.py:" in m["message"]
+    assert m["message"].count("threads 1 → 2") == 1  # the cause is said once
 
 
 NO_OPTIONS = SimpleNamespace(models=[])

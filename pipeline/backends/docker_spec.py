@@ -59,13 +59,13 @@ def container_user(uid: int, gid: int, *, rootless: bool) -> str:
 
 def environment(spec: WorkerSpec) -> dict[str, str]:
     """The container's whole environment: determinism variables, PYTHONPATH and HOME."""
-    from ..worker.launch import launch_environment
+    from ..worker.launch import launch_environment, overridden
 
     env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
-                             hash_seed=spec.hash_seed, world_size=spec.world_size)
+                             hash_seed=spec.hash_seed, world_size=spec.world_size, cpu_isa=spec.cpu_isa)
     env["PYTHONPATH"] = str(CODE)
     env["HOME"] = "/tmp"
-    return env
+    return overridden(env, spec.env)
 
 
 def worker_command(spec: WorkerSpec, inner_spec_file: PurePosixPath) -> list[str]:

@@ -12,7 +12,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..worker.launch import launch_environment, worker_command
+from ..worker.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
 from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
 
@@ -34,11 +34,12 @@ class LocalBackend(Backend):
         return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local"}
 
     def environment(self, spec: WorkerSpec) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _OWNED}
+        owned = _OWNED + (CPU_ISA_VARS if spec.cpu_isa is not None else ())  # a cap replaces inherited ones
+        env = {k: v for k, v in os.environ.items() if k not in owned}
         env.update(launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
-                                      hash_seed=spec.hash_seed, world_size=spec.world_size))
+                                      hash_seed=spec.hash_seed, world_size=spec.world_size, cpu_isa=spec.cpu_isa))
         env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-        return env
+        return overridden(env, spec.env)
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
                on_step: OnStep | None = None) -> LaunchResult:

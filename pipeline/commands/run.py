@@ -27,6 +27,9 @@ _OPTIONS = [
     click.option("--seed", type=int, help="Run seed (default 0)."),
     click.option("--threads", type=int, help="CPU intra-op threads, pinned and recorded (default 1)."),
     click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Device for training (default cpu)."),
+    click.option("--cpu-isa", type=click.Choice(["avx2", "avx512", "native"]), default=None,
+                 help="Cap the CPU kernels at this level (ATen, oneDNN and MKL), so goldens hold on every host that "
+                      "has it (default: the image's manifest cpu_isa, else native: what the host offers)."),
     click.option("--world-size", type=int, help="Ranks per run under DDP, launched by torchrun (default 1); audit and probes run one process."),
     click.option("--gpus", help="Docker backend: GPUs to request: all, a count, or ids like 0,1."),
     click.option("--timeout", type=float, help="Seconds allowed per worker run (default 600)."),

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import drift
 from .compare import first_divergence, tensor_magnitude
-from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys, package_diff
+from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from .store import IDENTITY_KEYS, Golden
 
 
@@ -16,7 +16,8 @@ def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
     env_a, env_b = a.data.get("environment"), b.data.get("environment")
     out: dict[str, Any] = {
         "images": [a.image, b.image],
-        "env_diff": diff_keys(env_a, env_b, TOOLCHAIN_KEYS + HOST_KEYS),
+        "env_diff": {**diff_keys(env_a, env_b, TOOLCHAIN_KEYS),
+                     **host_diff(env_a, env_b, (env_b or {}).get("device") or (env_a or {}).get("device"))},
         "package_diff": package_diff(a.data.get("packages"), b.data.get("packages")),
         "models": {},
     }

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import verdicts
 from .compare import first_divergence, tensor_magnitude
-from .environment import HOST_KEYS, HOST_LABELS, TOOLCHAIN_KEYS, diff_keys, package_diff, split_packages
+from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
 
 def state_name(tensor: str | None) -> str | None:
@@ -83,27 +83,36 @@ def _changes(golden: Golden, document: dict[str, Any]) -> dict[str, Any]:
     """What changed between the golden's environment and this run's."""
     env_old, env_new = golden.data.get("environment"), document.get("environment")
     old_digest, new_digest = golden.image.get("digest"), (document.get("image") or {}).get("digest")
+    device = (document.get("options") or {}).get("device")
     out = {"packages": package_diff(golden.data.get("packages"), document.get("packages")),
-           "toolchain": diff_keys(env_old, env_new, TOOLCHAIN_KEYS), "host": diff_keys(env_old, env_new, HOST_KEYS),
+           "toolchain": diff_keys(env_old, env_new, TOOLCHAIN_KEYS), "host": host_diff(env_old, env_new, device),
            "digest": [old_digest, new_digest] if old_digest and new_digest and old_digest != new_digest else None}
     out["env"] = {**out["toolchain"], **out["host"], **({"image.digest": out["digest"]} if out["digest"] else {})}
     return out
 
 
 def _why(changes: dict[str, Any]) -> tuple[str, str]:
-    """The drift verdict, and the changes that explain it, most telling first."""
+    """The drift verdict, and the changes that explain it, most telling first, each once.
+
+    An upgrade is a toolchain or package change. An image digest alone is not: images rebuilt
+    from the same wheels get new digests. Then the host factors (ENV_CHANGED: what selects
+    kernels first), and only when nothing recorded differs, GOLDEN_MISMATCH."""
     toolchain, pkgs, host, digest = changes["toolchain"], changes["packages"], changes["host"], changes["digest"]
-    if digest or pkgs or toolchain:
+    rebuilt = (f"image rebuilt, same packages (digest {str(digest[0])[:19]} → {str(digest[1])[:19]})"
+               if digest and not pkgs and not toolchain else None)
+    if pkgs or toolchain:
         said = [f"{k} {v[0]} → {v[1]}" for k, v in list(toolchain.items())[:3]]
         relevant, other = split_packages(pkgs)
         said += [f"{k} {v[0]} → {v[1]}" for k, v in [*relevant.items(), *other.items()]
                  if f"{k} " not in " ".join(said)][:4]
-        if digest and not said:
-            said = [f"image digest {str(digest[0])[:19]} → {str(digest[1])[:19]}"]
-        return verdicts.UPGRADE_CHANGED, ", ".join(said[:5])
+        more = len(toolchain) + len(pkgs) - len(said[:5])
+        return verdicts.UPGRADE_CHANGED, ", ".join(said[:5]) + (f" (and {more} more)" if more > 0 else "")
     if host:
-        return verdicts.ENV_CHANGED, ", ".join(f"{HOST_LABELS.get(k, k)} {v[0]} → {v[1]}" for k, v in host.items())
-    return verdicts.GOLDEN_MISMATCH, "same image, packages and host: nondeterminism across runs or hosts"
+        said = [host_text(k, *v) for k, v in host.items()]
+        return verdicts.ENV_CHANGED, ", ".join(said[:5]) + (f" (and {len(said) - 5} more)" if len(said) > 5 else "") + (
+            f"; {rebuilt}" if rebuilt else "")
+    nothing = "nothing recorded differs: nondeterminism across runs or hosts, or a factor reproci does not record"
+    return verdicts.GOLDEN_MISMATCH, f"{rebuilt}; {nothing}" if rebuilt else f"same image, packages and host: {nothing}"
 
 
 def _evidence(g: Any, record_a: dict[str, Any], final_state: dict[str, Any] | None) -> dict[str, Any]:

@@ -32,6 +32,25 @@ def environment_line(env: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def kernels_line(env: dict[str, Any]) -> str | None:
+    """'CPU AMD EPYC (AuthenticAMD family 25 model 17 stepping 1), ATen AVX2, oneDNN 3.12.0, MKL
+    2024.2, OpenMP · kernel variables ATEN_CPU_CAPABILITY=avx2 ...': what selects the kernels."""
+    cpu_id, build = env.get("cpu_id") or {}, env.get("torch_build") or {}
+    if not cpu_id and not env.get("cpu_capability"):
+        return None
+    ident = " ".join(f"{k} {cpu_id[k]}" for k in ("family", "model", "stepping") if cpu_id.get(k) is not None)
+    parts = [f"CPU {env.get('cpu')} ({cpu_id.get('vendor')} {ident})".replace(" )", ")"),
+             f"ATen {env.get('cpu_capability')}"]
+    parts += [f"{label} {build[k]}" for k, label in (("onednn", "oneDNN"), ("mkl", "MKL")) if build.get(k)]
+    parts += [str(build["parallel"])] if build.get("parallel") else []
+    line = ", ".join(parts)
+    if cpu_id.get("isa"):
+        line += f" · ISA {' '.join(cpu_id['isa'])}"
+    kernel_env = env.get("kernel_env") or {}
+    line += " · kernel variables " + (" ".join(f"{k}={v}" for k, v in kernel_env.items()) or "none set")
+    return line
+
+
 def print_golden(g: Golden, console: Console) -> None:
     img, rec, env = g.image, g.data.get("recorded") or {}, g.data.get("environment") or {}
     console.print(f"[bold]{escape(str(g.path))}[/]  image {img.get('name')} {img.get('reference') or ''} "
@@ -39,6 +58,9 @@ def print_golden(g: Golden, console: Console) -> None:
     console.print(f"recorded {rec.get('at')} from commit {rec.get('project_commit') or '-'} "
                   f"(reproci {rec.get('reproci_version')})")
     console.print(environment_line(env))
+    kernels = kernels_line(env)
+    if kernels:
+        console.print(kernels, highlight=False, markup=False)
     t = Table()
     for col in ("model", "final sha256", "steps", "seed", "final loss", "recorded"):
         t.add_column(col, overflow="fold")

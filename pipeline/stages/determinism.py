@@ -39,6 +39,7 @@ def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit
         model_ref=model.ref, model_name=model.name, role=role, steps=options.steps, seed=options.seed,
         profile=options.profile, device=options.device, threads=options.threads, mode="strict",
         output=f"record-{role}.json", project_commit=project_commit, image=image, world_size=options.world_size,
+        cpu_isa=options.cpu_isa,
     )
 
 

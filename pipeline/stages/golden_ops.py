@@ -99,7 +99,7 @@ def name_changes(options: RunOptions, ctx: RunContext, document: dict[str, Any],
             continue
         evidence["op"] = _first_changed(rows, kept[step])
         if evidence["op"].get("found"):
-            entry["message"] += f"; {section.get('why') or 'the change'} first changed {verdicts.op_text(evidence['op'])}"
+            entry["message"] += f"; first changed op: {verdicts.op_text(evidence['op'])}"  # the cause is said once, before
 
 
 def _unnamed(kept: dict[int, Any], step: int | None) -> str:

@@ -67,7 +67,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
                 seed=options.seed, profile=options.profile, device=options.device, threads=options.threads,
                 mode=mode, output=f"record-{role}.json", fingerprints=False, warmup_steps=warm,
                 profile_ops=profiled, lockstep=f"turn-{role}" if paired else None,
-                project_commit=project_commit, image=image, world_size=options.world_size,
+                project_commit=project_commit, image=image, world_size=options.world_size, cpu_isa=options.cpu_isa,
             ))
         groups.append(group)
     return groups

@@ -11,7 +11,8 @@ import traceback
 from pathlib import Path
 
 from .exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
-                        EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_OK, EXIT_USAGE)
+                        EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_NON_FINITE, EXIT_OK,
+                        EXIT_USAGE)
 
 _NO_KERNEL = " does not have a deterministic implementation"
 
@@ -46,6 +47,8 @@ def _classify(e: BaseException) -> tuple[str, int]:
         return "attestation", EXIT_ATTESTATION
     if name == "DeviceUnavailable":
         return "no-device", EXIT_NO_DEVICE
+    if name == "NonFiniteError":
+        return "non-finite", EXIT_NON_FINITE
     if isinstance(e, ModuleNotFoundError) and e.name in ("torch", "numpy"):
         return "missing-dependency", EXIT_MISSING_DEPENDENCY
     if isinstance(e, KeyboardInterrupt):
@@ -74,7 +77,7 @@ def main(argv: list[str]) -> int:
         kind, code = _classify(e)
         message = (f"breaks the plugin contract: {e}" if kind == "contract"
                    else no_deterministic_kernel(e) or "" if kind == "no-deterministic-kernel"
-                   else str(e) if kind in ("attestation", "no-device") else f"{type(e).__name__}: {e}").strip()
+                   else str(e) if kind in ("attestation", "no-device", "non-finite") else f"{type(e).__name__}: {e}").strip()
         _write(out, {
             "schema": "reproci.run", "version": 1, "status": "error", "error_kind": kind,
             "message": message.splitlines()[0][:500] if message else type(e).__name__,

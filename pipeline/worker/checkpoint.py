@@ -18,6 +18,7 @@ import torch
 from . import rng
 from .contract import TrainSetup
 from .loader import EpochStart, extra_state
+from .state import object_sha256
 
 CHECKPOINT_VERSION = 2
 
@@ -83,3 +84,8 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
     start = EpochStart.from_dict(p["epoch_start"]) if p.get("epoch_start") is not None else None
     pos = LoopPosition(p["step"], p["epoch"], p["batch_in_epoch"], start)
     return pos, Resume(rng=rng.to_cpu(state["rng"]), extra=state["extra"])
+
+
+def extra_sha256(setup: TrainSetup) -> str | None:
+    """The hash of what the plugin's ``get_extra_state`` returns now (None without one)."""
+    return object_sha256(setup.get_extra_state()) if setup.get_extra_state is not None else None

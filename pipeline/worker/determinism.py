@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from .launch import CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401 (re-exported)
+from .launch import CPU_ISA_CAPABILITY, CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401
 
 def _set_fp32_precision(value: str) -> None:
     """TF32 off ("ieee") or the image default ("none"), with the API this torch has."""
@@ -84,7 +84,7 @@ def _cudnn_tf32() -> str:
 
 
 def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, warn_only: bool = False,
-           hash_seed: int | None = None) -> dict[str, Any]:
+           hash_seed: int | None = None, cpu_isa: str | None = None) -> dict[str, Any]:
     """Read back, inside this process, whether the controls took effect."""
     checks: dict[str, dict[str, Any]] = {}
 
@@ -100,6 +100,8 @@ def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, 
     check("PYTHONHASHSEED", hashes, os.environ.get("PYTHONHASHSEED"))
     check("hash_randomization_off", True, sys.flags.hash_randomization == 0 or os.environ.get("PYTHONHASHSEED") == hashes)
     check("intra_op_threads", threads, torch.get_num_threads())
+    if cpu_isa is not None:  # --cpu-isa: ATen dispatches to that level (a CPU without it cannot)
+        check("cpu_capability", CPU_ISA_CAPABILITY[cpu_isa], str(torch.backends.cpu.get_cpu_capability()))
     if strict:
         check_cublas()
         check("deterministic_algorithms", True, torch.are_deterministic_algorithms_enabled())

@@ -1,10 +1,20 @@
-"""The environment fingerprint recorded with every run (hostname-free)."""
+"""The environment fingerprint recorded with every run (hostname-free).
+
+Beside the toolchain (torch, CUDA, cuDNN, NCCL, Python, numpy) it records what selects the
+kernels a run executes, since that changes results as surely as an upgrade: the CPU
+capability ATen dispatches to (``torch.backends.cpu.get_cpu_capability()``), the CPU's
+instruction-set features that matter (AVX2, the AVX512 families, AMX, ...), its vendor,
+family, model and stepping as the OS reports them, the math libraries torch was built with
+(oneDNN, MKL, BLAS, the threading library), and every environment variable known to change
+kernels or numerics (``kernel_env``: only those that are set).
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
 import platform
+import re
 from typing import Any
 
 import numpy as np
@@ -19,6 +29,80 @@ DETERMINISM_VARS = (
     "NCCL_ALGO",
     "NCCL_PROTO",
 )
+
+
+# Environment variables that select kernels or change numerics: exact names, and prefixes.
+# (Thread counts are recorded as ``threads`` and ``env``; paths, such as a cache directory,
+# select no kernel and are left out.)
+KERNEL_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE",
+               "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "OPENBLAS_CORETYPE", "KMP_AFFINITY",
+               "GOMP_CPU_AFFINITY", "FLASH_ATTENTION_DETERMINISTIC", "TORCH_CUDNN_V8_API_DISABLED")
+KERNEL_PREFIXES = ("ONEDNN_", "DNNL_", "CUBLAS_", "CUBLASLT_", "CUDNN_", "NCCL_", "TORCHINDUCTOR_", "TORCH_NCCL_")
+_PATHS = ("_DIR", "_PATH", "_FILE")
+# CPU features whose presence changes which kernels ATen, oneDNN and MKL pick.
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl", "avx512cd",
+             "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx512ifma", "avx512vbmi", "amx_tile", "amx_bf16",
+             "amx_int8", "amx_fp16", "asimd", "sve", "sve2", "bf16", "i8mm")
+
+
+def kernel_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The kernel-selecting variables that are set, sorted by name."""
+    environ = dict(os.environ) if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if (k in KERNEL_VARS or k.startswith(KERNEL_PREFIXES)) and not k.endswith(_PATHS)}
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    if out:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                out.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return out
+
+
+def cpu_identity() -> dict[str, Any]:
+    """Vendor, family, model, stepping and the ISA features that matter, as the OS reports them."""
+    info = _cpuinfo()
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    return {"vendor": info.get("vendor_id") or info.get("CPU implementer"),
+            "family": info.get("cpu family") or info.get("CPU architecture"),
+            "model": info.get("model") or info.get("CPU part"),
+            "stepping": info.get("stepping") or info.get("CPU revision"),
+            "isa": [f for f in ISA_FLAGS if f in flags]}
+
+
+def _capability() -> str | None:
+    cpu = getattr(torch.backends, "cpu", None)
+    try:
+        return str(cpu.get_cpu_capability()) if cpu is not None else None
+    except Exception:  # an older torch
+        return None
+
+
+def torch_build() -> dict[str, Any]:
+    """The math libraries and threading torch was built with (from ``torch.__config__``)."""
+    try:
+        text = torch.__config__.show()
+        parallel = torch.__config__.parallel_info()
+    except Exception:  # a torch without __config__
+        return {}
+
+    def find(pattern: str, source: str = text) -> str | None:
+        m = re.search(pattern, source)
+        return m.group(1).strip() if m else None
+
+    return {"onednn": find(r"MKL-DNN v([\w.]+)"), "mkl": find(r"Math Kernel Library Version ([\w.]+)"),
+            "blas": find(r"BLAS_INFO=(\w+)"), "lapack": find(r"LAPACK_INFO=(\w+)"),
+            "parallel": find(r"ATen parallel backend: ([^\n]+)", parallel)}
 
 
 def _cpu_model() -> str:
@@ -88,6 +172,10 @@ def environment(*, seed: int, device: str, project_commit: str | None) -> dict[s
         "gpu": _gpus(),
         "device": device,
         "cpu": _cpu_model(),
+        "cpu_id": cpu_identity(),
+        "cpu_capability": _capability(),
+        "torch_build": torch_build(),
+        "kernel_env": kernel_env(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "threads": {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},

@@ -12,12 +12,13 @@ verdict or the other way round:
 - 13: the device asked for does not exist in this process;
 - 14: torch or numpy is missing;
 - 15: the model uses an op with no deterministic kernel on this device (strict mode raises);
+- 16: the loss or the trained state is not finite (NaN or infinity);
 - 2 (wrong arguments) and 130 (interrupted) mean what they mean for the CLI;
 - 1 is Python's own, for a spec that cannot be read: no record can be written then.
 
 On failure an error record (status "error") is written in place of the run record; its
 ``error_kind`` ("crash", "contract", "attestation", "no-device", "missing-dependency",
-"no-deterministic-kernel", "interrupted") says the same as the exit code, and it is what the orchestrator reads.
+"no-deterministic-kernel", "non-finite", "interrupted") says the same as the exit code, and it is what the orchestrator reads.
 """
 
 EXIT_OK = 0
@@ -28,4 +29,5 @@ EXIT_ATTESTATION = 12
 EXIT_NO_DEVICE = 13
 EXIT_MISSING_DEPENDENCY = 14
 EXIT_NO_DETERMINISTIC_KERNEL = 15
+EXIT_NON_FINITE = 16
 EXIT_INTERRUPTED = 130

@@ -12,8 +12,20 @@ CUBLAS_WORKSPACE = ":4096:8"  # what the launcher sets
 CUBLAS_WORKSPACES = (":4096:8", ":16:8")
 
 
+# --cpu-isa LEVEL: every switch that caps the CPU kernels torch runs, measured on an AVX512
+# host (conv, quick profile): ATen's dispatch alone or oneDNN's alone each gives a third
+# hash; both together reproduce an AVX2 host bit for bit. MKL's dispatch is capped too, so
+# that no library picks wider kernels than the level.
+CPU_ISA_ENV = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+}
+CPU_ISA_CAPABILITY = {"avx2": "AVX2", "avx512": "AVX512"}  # what torch.backends.cpu.get_cpu_capability() says then
+CPU_ISA_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def launch_environment(*, seed: int, threads: int, strict: bool, hash_seed: int | None = None,
-                       world_size: int = 1) -> dict[str, str]:
+                       world_size: int = 1, cpu_isa: str | None = None) -> dict[str, str]:
     """Variables a launcher puts in the child's environment before it starts."""
     env = {
         "PYTHONHASHSEED": str(seed if hash_seed is None else hash_seed),
@@ -26,7 +38,21 @@ def launch_environment(*, seed: int, threads: int, strict: bool, hash_seed: int 
         env["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
     if world_size > 1:
         env["GLOO_SOCKET_IFNAME"] = "lo"  # one node: gloo's ranks meet on the loopback interface
+    if cpu_isa is not None:
+        env.update(CPU_ISA_ENV[cpu_isa])
     return env
+
+
+def overridden(env: dict[str, str], overrides: dict[str, str | None]) -> dict[str, str]:
+    """``env`` with a spec's own variables applied last (None removes one): a re-run with the
+    golden host's settings."""
+    out = dict(env)
+    for k, v in overrides.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
 
 
 def worker_command(python: str, spec_file: str, *, world_size: int = 1) -> list[str]:

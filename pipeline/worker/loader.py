@@ -252,3 +252,19 @@ def shuffles(loader: Any) -> bool:
         if isinstance(part, torch.utils.data.RandomSampler) or getattr(part, "shuffle", None) is True:
             return True
     return False
+
+
+def resume_point(spec: Any, setup: TrainSetup) -> int | None:
+    """The step of the resume check's checkpoint: ``checkpoint_at``, or, with
+    ``checkpoint_after_epoch``, past the first epoch boundary when it falls in the first epoch
+    and the run holds a later one (midway between the boundary and the last step)."""
+    k = spec.checkpoint_at
+    if k is None or not spec.checkpoint_after_epoch:
+        return k
+    try:
+        per_epoch = len(setup.loader)  # type: ignore[arg-type]
+    except Exception:  # an iterable without a length: k stays
+        return k
+    if per_epoch < 1 or k > per_epoch or per_epoch + 1 >= spec.steps:
+        return k
+    return per_epoch + max(1, (spec.steps - per_epoch) // 2)

@@ -75,6 +75,8 @@ class WorkerSpec:
     project_commit: str | None = None
     image: dict[str, Any] = field(default_factory=dict)
     world_size: int = 1  # ranks under DistributedDataParallel, launched by torchrun when above 1
+    cpu_isa: str | None = None  # cap the CPU kernels at this level (launch.CPU_ISA_ENV), attested
+    env: dict[str, str | None] = field(default_factory=dict)  # variables set (None: removed) after the launcher's
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from . import checkpoint, determinism, distributed, loader, perturb, record, rng
-from .checkpoint import LoopPosition, Resume
+from .checkpoint import LoopPosition, Resume, extra_sha256
 from .batchtree import to_device
 from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
 from .controls import ControlWatch
@@ -25,7 +25,9 @@ from .evaluate import evaluate
 from .faults import Faults
 from .progress import StepLine
 from .spec import WorkerSpec, resolve
-from .state import dump_state, final_hash, object_sha256
+from .finite import check_finite
+from .loader import resume_point
+from .state import dump_state, final_hash
 from .timing import StepClock, steady_allocator, sync
 from .turns import Turns
 
@@ -115,6 +117,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         turns.wait()  # released once every paired run has finished its steps
         turns.close()
     clock.stop()
+    check_finite(setup, trace.losses, trace.start_step)
 
     _dump_states(spec, spec_file, setup, pos)
     final = final_hash(setup.model, setup.optimizer, setup.state_modules)
@@ -150,7 +153,7 @@ def _perturb(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch
 def _attest(spec: WorkerSpec) -> dict[str, Any]:
     return determinism.attest(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
                               bookkeeping=spec.mode == "bookkeeping", warn_only=spec.audit_path is not None,
-                              hash_seed=spec.hash_seed)
+                              hash_seed=spec.hash_seed, cpu_isa=spec.cpu_isa)
 
 
 def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device, rank: distributed.Rank) -> TrainSetup:
@@ -277,23 +280,3 @@ def _dump_states(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: Loop
     if spec.final_dump_path is not None and (spec.dump_at is None or pos.step == spec.steps):
         dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.final_dump_path)), setup.state_modules)
 
-
-def extra_sha256(setup: TrainSetup) -> str | None:
-    """The hash of what the plugin's ``get_extra_state`` returns now (None without one)."""
-    return object_sha256(setup.get_extra_state()) if setup.get_extra_state is not None else None
-
-
-def resume_point(spec: WorkerSpec, setup: TrainSetup) -> int | None:
-    """The step of the resume check's checkpoint: ``checkpoint_at``, or, with
-    ``checkpoint_after_epoch``, past the first epoch boundary when it falls in the first epoch
-    and the run holds a later one (midway between the boundary and the last step)."""
-    k = spec.checkpoint_at
-    if k is None or not spec.checkpoint_after_epoch:
-        return k
-    try:
-        per_epoch = len(setup.loader)  # type: ignore[arg-type]
-    except Exception:  # an iterable without a length: k stays
-        return k
-    if per_epoch < 1 or k > per_epoch or per_epoch + 1 >= spec.steps:
-        return k
-    return per_epoch + max(1, (spec.steps - per_epoch) // 2)

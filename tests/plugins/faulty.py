@@ -101,3 +101,14 @@ def hang(ctx: ModelContext) -> TrainSetup:
         return m(b[0]).sum()
 
     return _base(ctx, loss_fn=loss_fn)
+
+
+def nan_loss(ctx: ModelContext) -> TrainSetup:
+    """A loss that turns NaN at step 3 (a log of a negative number, say): a diverged run."""
+    calls = [0]
+
+    def loss_fn(m: nn.Module, b) -> torch.Tensor:
+        calls[0] += 1
+        loss = nn.functional.mse_loss(m(b[0]), b[1])
+        return loss * float("nan") if calls[0] >= 3 else loss
+    return _base(ctx, loss_fn=loss_fn)
