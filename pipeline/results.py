@@ -54,6 +54,8 @@ class ModelEntry(TypedDict, total=False):
     probes: dict[str, Any]  # the portability probes (pipeline.stages.probes)
     world_size: int  # ranks per run (--world-size)
     epoch_order: str | None  # a shuffling loader that repeated its order (pipeline.stages.epochs)
+    shared_batches: str | None  # ranks that train on the same batches (pipeline.stages.replicas)
+    coverage: dict[str, Any]  # epochs seen, where k fell (pipeline.stages.coverage)
     runs: dict[str, Any]  # role -> summary of that run
     records: dict[str, str]  # role -> record file, relative to the run directory
     error: dict[str, Any] | None
