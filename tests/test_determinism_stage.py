@@ -109,7 +109,7 @@ def test_plugins_prove_each_verdict_names_its_cause(reproci):
     ("not_a_setup", "breaks the plugin contract"),
     ("unseeded_loader", "nothing seeds its order"),
     ("crash_at_step_3", "illegal memory access"),
-    ("nan_loss", "the loss is nan from step 3; at the end 4 state tensors hold non-finite values, first param:0.weight"),
+    ("nan_loss", "the loss is nan from step 3; at the end 8 state tensors hold non-finite values, first param:0.weight"),
 ])
 def test_broken_plugins_are_errors_with_one_line_messages(reproci, factory, fragment):
     p = reproci("run", *SHORT, "-m", f"{FAULTY}:{factory}")

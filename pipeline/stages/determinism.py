@@ -64,7 +64,6 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     return {"A": a, "B": b, "C": c}
 
 
-
 def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
     t = record.get("timings", {})
     return {
@@ -268,9 +267,10 @@ def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -
     unsaved = [f"{path} ({info['type']})" for path, info in (loader.get("rngs") or {}).items()
                if not info.get("snapshotted")]
     if unsaved:
-        return (f"the data pipeline draws from {', '.join(unsaved)}, which the checkpoint does not hold (the harness "
-                "snapshots the loader's generator and the samplers' RNGs, not the dataset's or the collate "
-                "function's): return its state from get_extra_state and put it back in set_extra_state")
+        held = "unless get_extra_state holds it" if record_a.get("extra_state_sha256") else "which the checkpoint does not hold"
+        return (f"the data pipeline draws from {', '.join(unsaved)}, {held} (the harness snapshots the loader's "
+                "generator and the samplers' RNGs, not the dataset's or the collate function's): return its state "
+                "from get_extra_state and put it back in set_extra_state")
     return None
 
 

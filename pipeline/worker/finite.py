@@ -1,7 +1,8 @@
 """A run whose loss or trained state is not finite: an ERROR, never compared or recorded.
 
 Checked once, after the last step (no sync per step): the first step whose loss is not
-finite, and the state tensors that hold NaN or infinity at the end.
+finite, and the trained tensors (parameters, optimizer state, state modules) that hold NaN
+or infinity at the end.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ def check_finite(setup: TrainSetup, losses: list[torch.Tensor], start_step: int)
             i = int((~finite).nonzero()[0])
             bad_loss = (start_step + i + 1, float(losses[i]))
     tensors = state_tensors(setup.model, setup.optimizer, with_grads=False, modules=setup.state_modules)
-    bad = [n for n in sorted(tensors, key=sort_key)
-           if tensors[n].is_floating_point() and not bool(torch.isfinite(dense(tensors[n])).all())]
+    # Parameters, optimizer state and state modules: what training updates. Buffers are left
+    # out: a causal mask of -inf is a buffer a model may hold on purpose.
+    bad = [n for n in sorted(tensors, key=sort_key) if not n.startswith("buffer:")
+           and tensors[n].is_floating_point() and not bool(torch.isfinite(dense(tensors[n])).all())]
     if bad_loss is None and not bad:
         return
     said = [f"the loss is {bad_loss[1]} from step {bad_loss[0]}"] if bad_loss else []

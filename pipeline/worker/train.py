@@ -279,4 +279,3 @@ def _dump_states(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: Loop
         dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.dump_path)), setup.state_modules)
     if spec.final_dump_path is not None and (spec.dump_at is None or pos.step == spec.steps):
         dump_state(setup.model, setup.optimizer, str(resolve(spec_file, spec.final_dump_path)), setup.state_modules)
-
