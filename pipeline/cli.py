@@ -23,7 +23,7 @@ def cli() -> None:
 
     Exit codes: 0 pass, 1 reproducibility failure, 2 usage/config error, 3 golden drift,
     4 run error, 5 engine/infrastructure error, 6 golden file error, 7 compare: too few seeds,
-    130 interrupted.
+    130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
 
 
@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to one line and an exit code."""
     import signal
 
+    terminated = []
+
     def _terminate(signum: int, frame: object) -> None:
+        terminated.append(signum)
         raise KeyboardInterrupt  # a cancelled CI job cleans up like Ctrl-C: workers, containers, files
 
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
@@ -47,12 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     except ReprociError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}")  # a message is text, not markup: [report] stays
         return e.return_code
-    except click.exceptions.Abort:
-        err_console.print("[bold red]interrupted[/]: nothing was recorded")
-        return errors.EXIT_INTERRUPTED
+    except click.exceptions.Abort:  # click's form of a KeyboardInterrupt inside a command
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        err_console.print(f"[bold red]{how}[/]: unfinished runs were stopped; nothing was recorded")
+        return errors.EXIT_TERMINATED if terminated else errors.EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        err_console.print("[bold red]interrupted[/]: unfinished runs were stopped and their files removed")
-        return errors.EXIT_INTERRUPTED
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        err_console.print(f"[bold red]{how}[/]: unfinished runs were stopped and their files removed")
+        return errors.EXIT_TERMINATED if terminated else errors.EXIT_INTERRUPTED
     except click.ClickException as e:
         e.show()
         return errors.EXIT_USAGE

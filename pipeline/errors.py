@@ -30,7 +30,8 @@ EXIT_RUN_ERROR = 4
 EXIT_INFRA = 5
 EXIT_GOLDEN = 6
 EXIT_TOO_FEW_SEEDS = 7
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2
+EXIT_TERMINATED = 143  # SIGTERM (a cancelled CI job): 128 + 15, as shells report it
 
 
 class ReprociError(Exception):

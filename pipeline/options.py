@@ -23,6 +23,8 @@ from .worker.spec import FAULTS
 STAGES = ("determinism", "throughput", "variance", "audit", "probes")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 CONFIG_FILE = "reproci.yaml"
+MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
+SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 - 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +129,8 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the file") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a config file is YAML: fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of options at the top level")
     unknown = sorted(set(data) - set(CONFIG_KEYS))
@@ -179,7 +183,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         **shape,
         **resources,
         **image,
-        seed=int(pick("seed", 0)),
+        seed=_seed(pick),
         gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
         results_dir=Path(pick("results_dir", "results")),
         goldens_dir=Path(pick("goldens_dir", "goldens")),
@@ -204,6 +208,9 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
     if profile not in PROFILES:
         raise UsageError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
     steps = int(pick("steps", PROFILES[profile]))
+    if steps > MAX_STEPS:
+        raise UsageError(f"--steps {steps} is more than {MAX_STEPS:,} steps a run; the profiles take "
+                         f"{PROFILES['quick']} (quick) and {PROFILES['full']} (full): choose a smaller N")
     resume_at_auto = pick("resume_at", None) is None
     resume_at = int(pick("resume_at", steps // 2))
     if steps < 2:
@@ -221,6 +228,14 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
     return {"profile": profile, "steps": steps, "resume_at": resume_at, "resume_at_auto": resume_at_auto,
             "stages": stages, "fault": fault}
+
+
+def _seed(pick: Callable[[str, Any], Any]) -> int:
+    seed = int(pick("seed", 0))
+    if not 0 <= seed < SEED_RANGE:
+        raise UsageError(f"--seed {seed} is out of range: use 0 .. {SEED_RANGE - 1} (it also sets PYTHONHASHSEED, "
+                         "which takes that range)")
+    return seed
 
 
 def _seeds(pick: Callable[[str, Any], Any]) -> int:
@@ -256,6 +271,8 @@ def _world_size(pick: Callable[[str, Any], Any]) -> int:
     if world_size < 1:
         raise UsageError(f"--world-size must be at least 1 (got {world_size}); use 1 for one process, N for N ranks")
     gpus = pick("gpus", None)
+    if gpus is not None and not _gpus_ok(str(gpus)):
+        raise UsageError(f"--gpus {gpus!r}: use all, a count (2), device ids (0,1 or device=0) or GPU UUIDs (GPU-…)")
     if pick("device", "cpu") != "cuda" or gpus is None or world_size == 1:
         return world_size
     text = str(gpus)
@@ -266,9 +283,20 @@ def _world_size(pick: Callable[[str, Any], Any]) -> int:
     return world_size
 
 
+def _gpus_ok(text: str) -> bool:
+    """``all``, a count, or comma-separated ids: ``0``, ``device=0``, ``GPU-<uuid>``, ``MIG-<uuid>``."""
+    if text == "all" or text.isdigit():
+        return True
+    tokens = [t.strip().removeprefix("device=") for t in text.split(",")]
+    return all(t.isdigit() or t.startswith(("GPU-", "MIG-")) for t in tokens) and all(tokens)
+
+
 def _image(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
     """The RunOptions fields that name the image: ``--image`` looked up in the manifest, once."""
     image = pick("image", None)
+    if image is not None and not str(image).strip():
+        raise UsageError("--image is empty: name a manifest image (see `reproci images list`) or a reference, "
+                         "or leave --image out for the local backend")
     if image == "local":  # the name results and goldens give the local backend: accept it back
         image = None
     if image is None and pick("gpus", None) is not None:

@@ -5,6 +5,7 @@ one worker run is launched by ``runner.run_worker``."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
 
     The run directory is removed if this is interrupted, so no partial results stay.
     """
+    _check_goldens_dir(options)
     old_golden = _old_golden(options)
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
@@ -105,6 +107,24 @@ def _golden(options: RunOptions, ctx: RunContext, document: results.ResultsDocum
     golden_check.apply(options, document, ctx.run_dir, old, ops)
     golden_ops.name_changes(options, ctx, document, old, project_commit=project_commit, image=image)
     golden_cause.confirm(options, ctx, document, old, project_commit=project_commit, image=image)
+
+
+def _check_goldens_dir(options: RunOptions) -> None:
+    """Refuse, before any run, a goldens directory a golden update cannot write; say when the
+    directory to compare with does not exist (a typo makes every model NEW)."""
+    d = options.goldens_dir
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"--goldens-dir {d} is a file, not a directory; name the directory that holds the goldens")
+    if options.update_golden:
+        existing = next(p for p in (d, *d.absolute().parents) if p.exists())
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(f"--goldens-dir {d}: {existing} is not writable, so the golden cannot be recorded; "
+                             "fix its permissions or name another directory")
+    elif not d.exists():
+        if options.ci and d != Path("goldens"):
+            raise UsageError(f"--goldens-dir {d} does not exist: check the path (CI mode compares every model with "
+                             "a golden)")
+        print(f"notice: --goldens-dir {d} does not exist: nothing to compare with, every model is NEW", file=sys.stderr)
 
 
 def _old_golden(options: RunOptions) -> golden_store.Golden | None:

@@ -75,6 +75,19 @@ def run_many(ctx: RunContext, specs: Sequence[WorkerSpec], jobs: int) -> list[di
     return outcomes
 
 
+def _death(returncode: int | None) -> str:
+    """How a worker process ended: 'was killed (SIGKILL: out of memory, or killed by hand)'."""
+    import signal
+
+    if returncode is not None and (returncode < 0 or returncode in (137, 139, 143)):
+        signum = -returncode if returncode < 0 else returncode - 128
+        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+        why = {"SIGKILL": ": out of memory, or killed by hand", "SIGSEGV": ": a crash in native code",
+               "SIGTERM": ": stopped from outside"}.get(name, "")
+        return f"was killed ({name}{why})"
+    return f"died with exit code {returncode}"
+
+
 def _from(spec: WorkerSpec) -> str:
     return f", resuming from {Path(spec.resume_from).name}" if spec.resume_from else ""
 
@@ -92,13 +105,14 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
     out.unlink(missing_ok=True)
     with ctx.slots if ctx.slots is not None else contextlib.nullcontext():
         ctx.backend.refuse_if_closed(spec)  # interrupted while this run waited for a slot
-        ctx.progress(f"{spec.model_name}: run {spec.role} started ({spec.steps} steps{_from(spec)})")
+        stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)  # a probe stops at its step
+        ctx.progress(f"{spec.model_name}: run {spec.role} started ({stop} steps{_from(spec)})")
         if on_launch is not None:
             on_launch()
         result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout,
                                     on_step=lambda step, stop: ctx.on_step(spec.model_name, spec.role, step, stop))
     if result.timed_out:
-        raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:.0f} s; raise --timeout or use a smaller profile",
+        raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:g} s; raise --timeout or use a smaller profile",
                            kind="timeout")
     record: dict[str, Any] | None = None
     if out.is_file():
@@ -110,7 +124,7 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         record = rank_failure(work, spec)
     if record is None:
         last = result.log_tail.strip().splitlines()[-1:] or ["(no output)"]
-        raise WorkerFailed(f"run {spec.role} died with exit code {result.returncode} and wrote no record: {last[0][:300]}")
+        raise WorkerFailed(f"run {spec.role} {_death(result.returncode)} and wrote no record: {last[0][:300]}")
     if record.get("status") != "ok" and record.get("error_kind") == "no-device":
         raise InfrastructureError(str(record.get("message")))  # no run of this invocation can work: stop it
     if record.get("status") != "ok":

@@ -60,3 +60,20 @@ def test_a_log_gets_one_line_per_event_and_no_step_counts():
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].endswith("] conv: run A started (30 steps)")
     assert lines[1].startswith("[") and " s] conv: run A done: 30 steps" in lines[1]
+
+
+def test_a_long_run_in_a_log_says_where_it_is_every_30_seconds(monkeypatch):
+    from pipeline.reports import progress as run_progress
+
+    now = [0.0]
+    monkeypatch.setattr(run_progress.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    with RunProgress(Console(file=out, width=80), log=True) as p:
+        p("conv: run A started (300 steps)")
+        for step, t in ((10, 5.0), (40, 29.0), (90, 34.0), (120, 45.0), (200, 62.0), (250, 76.0), (300, 95.0)):
+            now[0] = t
+            p.step("conv", "A", step, 300)
+    lines = out.getvalue().splitlines()
+    # 30 s after its first step line, then every 30 s; never once it has reached its last step
+    assert lines == ["[    0.0 s] conv: run A started (300 steps)", "[   45.0 s] conv: run A at step 120/300",
+                     "[   76.0 s] conv: run A at step 250/300"]

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import verdicts
 from ..options import RunOptions
+from .advice import update_command
 from . import drift, store
 from .store import Golden
 
@@ -36,7 +37,7 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
             continue  # not reproducible by itself, or the strict stage did not run: nothing to compare
         record = _record(run_dir, entry)
         section = drift.compare(entry, record, _final_state(run_dir, entry), document, old, ci=options.ci,
-                                image_name=options.image_name)
+                                image_name=options.image_name, fix=f"`{update_command(options)}`")
         entry["golden"] = section
         entry["verdict"] = section["verdict"]
         if section["verdict"] in (verdicts.PASS, verdicts.NEW, verdicts.MODEL_CHANGED):
@@ -44,7 +45,8 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
         else:
             entry["message"] = section["message"]
     _throughput_regressions(options, document, old)
-    document["golden"] = {"file": str(store.path_for(options.goldens_dir, options.image_name)),
+    document["golden"] = {"update_command": update_command(options),
+                          "file": str(store.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
     if options.update_golden:
         update(options, document, run_dir, ops)

@@ -43,10 +43,11 @@ def agreeing_digits(a: Any, b: Any) -> int | None:
 
 
 def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[str, Any] | None,
-            document: dict[str, Any], golden: Golden | None, *, ci: bool, image_name: str) -> dict[str, Any]:
+            document: dict[str, Any], golden: Golden | None, *, ci: bool, image_name: str,
+            fix: str | None = None) -> dict[str, Any]:
     """The golden section of one model's entry: its verdict against the golden, the
-    evidence, and the message that says it."""
-    fix = f"`reproci golden update --image {image_name}`"
+    evidence, and the message that says it; ``fix`` is the command that re-records it."""
+    fix = fix or f"`reproci golden update --image {image_name}`"
     g = golden.models.get(entry["model"]) if golden else None
     out: dict[str, Any] = {"file": str(golden.path) if golden else None, "golden_final_sha256": None,
                            "golden_image": None, "package_diff": {}, "env_diff": {}, "evidence": None}

@@ -96,6 +96,9 @@ def load(goldens_dir: Path, image_name: str) -> Golden | None:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise GoldenError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)}); restore it from git "
                           f"or re-record with `reproci golden update --image {image_name}`") from e
+    except UnicodeDecodeError as e:
+        raise GoldenError(f"{path}: unreadable golden (not UTF-8 text, byte {e.start}); restore it from git or "
+                          f"re-record with `reproci golden update --image {image_name}`") from e
     except OSError as e:
         raise GoldenError(f"cannot read {path}: {e.strerror}") from e
     if not isinstance(data, dict):

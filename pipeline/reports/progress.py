@@ -1,8 +1,10 @@
 """Progress of ``reproci run`` while it runs, on stderr.
 
 In a log (a pipe, a file, GitHub Actions) each run's start and end is one line with the
-time since the start, so a CI log shows what ran, how far it got and how fast; on a
-terminal a live bar shows the latest event, the runs finished and the elapsed time.
+time since the start, and a run that goes on says where it is every ``HEARTBEAT_S`` seconds
+("conv: run A at step 120/300"), so a CI log shows what ran, how far it got and how fast and
+a long run is never silent; on a terminal a live bar shows the latest event, the runs
+finished and the elapsed time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
+
+
+HEARTBEAT_S = 30.0  # in a log, a line per run at most this often while it goes on
 
 
 class _Steps(ProgressColumn):
@@ -34,6 +39,7 @@ class RunProgress:
         self._bar: Progress | None = None
         self._task: TaskID | None = None
         self._runs: dict[tuple[str, str], TaskID] = {}  # a bar per worker run in flight
+        self._said: dict[tuple[str, str], float] = {}  # in a log: when each run in flight last said where it is
 
     def __enter__(self) -> "RunProgress":
         if not self.log:
@@ -49,9 +55,19 @@ class RunProgress:
             self._bar.__exit__(exc_type, exc, tb)
 
     def step(self, model: str, role: str, step: int, stop: int) -> None:
-        """A worker run's step count, from its progress lines: a bar of its own while it runs."""
+        """A worker run's step count, from its progress lines: a bar of its own while it runs;
+        in a log, a line every ``HEARTBEAT_S`` seconds."""
         if self._bar is None:
-            return  # a log gets the start and end lines only
+            now = time.monotonic()
+            with self._lock:
+                last = self._said.setdefault((model, role), now)
+                if step < stop and now - last >= HEARTBEAT_S:
+                    self._said[(model, role)] = now
+                    self.console.print(f"[{now - self.started:7.1f} s] {model}: run {role} at step {step}/{stop}",
+                                       highlight=False, markup=False)
+                elif step >= stop:
+                    self._said.pop((model, role), None)
+            return
         with self._lock:
             key = (model, role)
             if key not in self._runs:

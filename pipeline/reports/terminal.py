@@ -51,7 +51,8 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
         ci = (document.get("options") or {}).get("ci")
         lead = "[bold red]error[/]" if ci else "notice"
         err.print(f"{lead}: no golden for image {image} yet ({', '.join(new)}); runs are reproducible by "
-                  f"themselves. Record with `reproci golden update --image {image}`" + (" (CI mode: this fails)" if ci else ""),
+                  f"themselves. Record with `{(document.get('golden') or {}).get('update_command') or f'reproci golden update --image {image}'}`"
+                  + (" (CI mode: this fails)" if ci else ""),
                   highlight=False)
     if results_path:
         console.print(f"results: {results_path}", highlight=False, markup=False)

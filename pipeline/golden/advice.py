@@ -1,0 +1,38 @@
+"""The `reproci golden update` command a run prints as advice: the run's own options, so that
+running it exactly as printed records the golden the next run compares with."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from reference_models import REGISTRY
+
+from ..options import PROFILES, RunOptions, golden_name
+
+
+def update_command(options: RunOptions) -> str:
+    """The `reproci golden update` command that records the golden this run compares with:
+    the run's own image, models, steps, resume point, seed, threads, world size, device, CPU
+    cap and goldens directory, so that it clears the notice when run as printed."""
+    args = ["reproci", "golden", "update", "--image", options.image or "local"]
+    if options.image_name != (golden_name(options.image, options.image_entry) if options.image else "local"):
+        args += ["--image-name", options.image_name]
+    if [m.name for m in options.models] != list(REGISTRY):
+        args += [a for m in options.models for a in ("-m", m.ref)]
+    if options.profile != "quick":
+        args += ["--profile", options.profile]
+    if options.steps != PROFILES[options.profile]:
+        args += ["--steps", str(options.steps)]
+    if not options.resume_at_auto:
+        args += ["--resume-at", str(options.resume_at)]
+    for flag, value, default in (("--seed", options.seed, 0), ("--threads", options.threads, 1),
+                                 ("--world-size", options.world_size, 1), ("--device", options.device, "cpu")):
+        if value != default:
+            args += [flag, str(value)]
+    image_cap = options.image_entry.cpu_isa if options.image_entry is not None else None
+    if options.cpu_isa != image_cap:
+        args += ["--cpu-isa", options.cpu_isa or "native"]
+    if options.goldens_dir != Path("goldens"):
+        args += ["--goldens-dir", str(options.goldens_dir)]
+    return shlex.join(args)
