@@ -226,7 +226,8 @@ def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_
     image_env = set(engine.api.inspect_image(IMAGE)["Config"]["Env"])
     env = dict(e.split("=", 1) for e in set(attrs["Config"]["Env"]) - image_env)
     assert set(env) == {"PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                        "PYTHONUNBUFFERED", "CUBLAS_WORKSPACE_CONFIG", "PYTHONPATH", "HOME"}
+                        "PYTHONUNBUFFERED", "CUBLAS_WORKSPACE_CONFIG", "PYTHONPATH", "HOME",
+                        "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"}  # the manifest's avx2 cap
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -53,7 +53,11 @@ def test_thread_count_change_is_env_changed_with_its_diff(workspace):
     ev = conv["golden"]["evidence"]
     assert ev["step"] == 1 and ev["tensor"].startswith(("grad:", "buffer:"))
     assert ev["max_abs"] > 0 and ev["max_ulp"] >= 1
-    assert "threads.intra_op 1 → 2" in conv["message"]
+    assert "(threads 1 → 2)" in conv["message"]
+    # the thread count can be set from software: one more run with the golden's proves it
+    assert conv["golden"]["confirmation"]["confirmed"] is True and conv["golden"]["confirmation"]["settings"] == {"threads": 1}
+    assert conv["message"].endswith("; confirmed: with --threads 1 (the golden's), conv matches the golden bit for bit "
+                                    "through step 2: the thread count is the cause")
     assert model_entry(doc, "embedding")["verdict"] == "PASS"  # measured: thread count does not move it
 
 
