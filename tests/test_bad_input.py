@@ -113,3 +113,11 @@ def test_a_killed_worker_is_said_as_killed_not_as_an_exit_code():
     assert _death(-9) == "was killed (SIGKILL: out of memory, or killed by hand)"
     assert _death(137) == "was killed (SIGKILL: out of memory, or killed by hand)"
     assert _death(1) == "died with exit code 1"
+
+
+def test_the_cli_starts_without_importing_torch():
+    """`reproci --version` and `--help` answer at once: torch (seconds to import) is the workers'."""
+    code = "import sys, pipeline.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "--version"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "reproci, version 0.1.0"

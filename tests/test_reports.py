@@ -161,3 +161,27 @@ def test_error_messages_keep_square_brackets(cli):
     """A message is plain text, not markup: `pip install 'reproci[report]'` keeps its extra."""
     code, _, err = cli("run", "-m", "models[report].py:build")
     assert code == 2 and "models[report].py" in err
+
+
+def test_on_an_80_column_terminal_the_verdict_is_never_cut():
+    """A 60-character plugin name used to squeeze the verdict to `MODEL_CHANG…` and the hash,
+    first difference and seconds to nothing: now the name wraps and the verdict stays whole."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.reports.terminal import verdict_table
+
+    name = "a_very_long_plugin_module_name.with_a_factory_name_that_goes_on"
+    doc = {"image": {"name": "local", "backend": "local"},
+           "models": [{"model": name, "verdict": "MODEL_CHANGED", "final_sha256": "0123456789abcdef", "seconds": 12.3},
+                      {"model": "conv", "verdict": "NONDETERMINISTIC", "final_sha256": "abcdefabcdef12", "seconds": 3.0,
+                       "evidence": {"step": 3, "tensor": "grad:head.weight", "max_abs": 1e-3, "max_ulp": 12}}]}
+    console = Console(file=io.StringIO(), width=80)
+    console.print(verdict_table(doc))
+    text = console.file.getvalue()
+    assert "MODEL_CHANGED" in text and "NONDETERMINISTIC" in text and "…" not in text
+    assert "0123456789ab" in text and "12.3" in text and "3.0" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")).endswith(
+        name.replace(" ", ""))

@@ -22,11 +22,14 @@ def verdict_table(document: dict[str, Any]) -> Table:
     if image.get("digest"):
         title += f" · {image['digest'][:19]}"
     t = Table(title=title, title_justify="left")
-    t.add_column("model", no_wrap=True)
-    t.add_column("verdict", no_wrap=True)
-    t.add_column("final sha256")
+    # On a narrow terminal the verdict, hash and seconds keep their width; a long model name
+    # and the first difference wrap instead.
+    longest = max((len(str(m.get("verdict", "?"))) for m in document.get("models", [])), default=7)
+    t.add_column("model", overflow="fold")
+    t.add_column("verdict", no_wrap=True, min_width=longest)
+    t.add_column("final sha256", no_wrap=True, min_width=12)
     t.add_column("first difference", overflow="fold")
-    t.add_column("seconds", justify="right")
+    t.add_column("seconds", justify="right", no_wrap=True, min_width=7)
     for m in verdicts.by_severity(document.get("models", [])):
         v = m.get("verdict", "?")
         t.add_row(m["model"], f"[{verdicts.STYLE.get(v, '')}]{v}[/]", (m.get("final_sha256") or "-")[:12],

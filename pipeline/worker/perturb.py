@@ -14,6 +14,7 @@ import torch
 
 from . import loader as loader_mod
 from .contract import TrainSetup
+from .spec import other_worker_count
 
 
 
@@ -58,11 +59,6 @@ def reverse_listings() -> dict[str, int]:
 
     os.listdir, os.scandir = reversed_listdir, reversed_scandir  # type: ignore[assignment]
     return calls
-
-
-def other_worker_count(n: int) -> int:
-    """The worker count a probe changes to: none where there were some, else two."""
-    return 0 if n > 0 else 2
 
 
 def with_workers(setup: TrainSetup, requested: int) -> dict[str, Any]:

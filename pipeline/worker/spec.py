@@ -138,3 +138,9 @@ def for_rank(spec: WorkerSpec, rank: int) -> WorkerSpec:
         return spec
     files = {k: rank_path(getattr(spec, k), rank) for k in RANK_FILES if getattr(spec, k) is not None}
     return dataclasses.replace(spec, **files, **{k: None for k in RANK_0_ONLY})
+
+
+def other_worker_count(n: int) -> int:
+    """The worker count the num-workers probe changes to: none where there were some, else two
+    (here, beside the spec, so that the orchestrator can say it without importing torch)."""
+    return 0 if n > 0 else 2
