@@ -41,6 +41,8 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     """
     _check_goldens_dir(options)
     old_golden = _old_golden(options)
+    for gone in results.sweep_orphans(options.results_dir):
+        print(f"notice: removed {gone}: the unfinished run of a reproci process that is gone", file=sys.stderr)
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
     try:

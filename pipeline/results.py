@@ -119,6 +119,30 @@ def load(path: Path) -> ResultsDocument:
     return data
 
 
+def sweep_orphans(results_dir: Path) -> list[Path]:
+    """Remove the unfinished run directories (no results.json) of reproci processes that are
+    gone (a run killed by SIGKILL or out of memory): a run directory is named after the pid of
+    the process that owns it. Returns what was removed."""
+    removed = []
+    for d in sorted(results_dir.glob("*-*")) if results_dir.is_dir() else []:
+        pid = d.name.rpartition("-")[2]
+        if not d.is_dir() or not pid.isdigit() or (d / "results.json").exists() or _alive(int(pid)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
 def discard(run_dir: Path) -> None:
     """Remove an unfinished run directory (Ctrl-C, fatal error): nothing half-written stays."""
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -121,3 +121,46 @@ def test_the_cli_starts_without_importing_torch():
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
     out = subprocess.run([sys.executable, "-m", "pipeline.cli", "--version"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "reproci, version 0.1.0"
+
+
+def _workers_of(spec_dir) -> list[int]:
+    """Live processes whose command line names a spec file under ``spec_dir``."""
+    out = []
+    for proc in os.listdir("/proc"):
+        if proc.isdigit():
+            try:
+                cmd = open(f"/proc/{proc}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if "pipeline.worker" in cmd and str(spec_dir) in cmd:
+                out.append(int(proc))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_reproci_leaves_no_worker_and_the_next_run_sweeps_its_directory(tmp_path):
+    """A worker in a step that prints nothing for an hour (it would never notice its closed pipe)
+    dies with the reproci that launched it, killed by SIGKILL."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": ""}
+    hang = f"{ROOT / 'tests' / 'plugins' / 'faulty.py'}:hang"
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "-m", hang, "--steps", "4", "-j", "1"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not _workers_of(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _workers_of(tmp_path), "no worker started"
+    run_dirs = list(tmp_path.glob("results/2*"))
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while _workers_of(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _workers_of(tmp_path), "the worker outlived its reproci"
+    assert run_dirs and all(d.exists() for d in run_dirs)  # SIGKILL: nobody could clean up
+    q = subprocess.run([sys.executable, "-m", "pipeline.cli", *RUN], cwd=tmp_path, env=env, capture_output=True,
+                       text=True)
+    assert q.returncode == 0, q.stderr
+    assert f"notice: removed {run_dirs[0].relative_to(tmp_path)}: the unfinished run of a reproci process that is gone" \
+        in q.stderr
+    assert not run_dirs[0].exists()

@@ -17,7 +17,7 @@ from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
 
 # Names of the variables the launcher owns; inherited values are dropped first.
-_OWNED = ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+_OWNED = ("REPROCI_PARENT_PID", "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
           "OPENBLAS_NUM_THREADS", "PYTHONUNBUFFERED",
           "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # torchrun sets these per rank
 
@@ -39,6 +39,7 @@ class LocalBackend(Backend):
         env.update(launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
                                       hash_seed=spec.hash_seed, world_size=spec.world_size, cpu_isa=spec.cpu_isa))
         env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env["REPROCI_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (worker.__main__)
         return overridden(env, spec.env)
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,

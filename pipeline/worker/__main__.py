@@ -56,7 +56,27 @@ def _classify(e: BaseException) -> tuple[str, int]:
     return "crash", EXIT_CRASH
 
 
+def die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this process when the process that launched it dies: a
+    reproci killed by SIGKILL (or out of memory) leaves no worker training on, writing into a
+    run directory nobody reads. Under the local backend the launcher's pid is given, so a parent
+    that died before this call is noticed too."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - no libc to ask: the orchestrator still stops its workers itself
+        return
+    parent = os.environ.get("REPROCI_PARENT_PID")
+    if parent and "RANK" not in os.environ and os.getppid() != int(parent):
+        os._exit(EXIT_INTERRUPTED)
+
+
 def main(argv: list[str]) -> int:
+    die_with_parent()
     if len(argv) != 1:
         print("usage: python -m pipeline.worker SPEC.json", file=sys.stderr)
         return EXIT_USAGE
