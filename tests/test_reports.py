@@ -185,3 +185,21 @@ def test_on_an_80_column_terminal_the_verdict_is_never_cut():
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")).endswith(
         name.replace(" ", ""))
+
+
+def test_code_in_a_message_is_code_in_the_html_report():
+    from pipeline.reports.html import prose
+
+    assert prose("record one with `reproci golden update --image local` <now>") == (
+        "record one with <code>reproci golden update --image local</code> &lt;now&gt;")
+    assert prose("an `unpaired backtick") == "an `unpaired backtick"
+
+
+def test_a_run_that_recorded_its_golden_says_so(files):
+    """It used to say "no golden file ...; record one with `reproci golden update`" right after recording it."""
+    from pipeline import results
+
+    doc = results.load(files["recorded"])
+    for m in doc["models"]:
+        assert "golden recorded in" in m["message"] and "record one with" not in m["message"], m["message"]
+        assert m["golden"]["recorded"] is True

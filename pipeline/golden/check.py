@@ -67,6 +67,12 @@ def update(options: RunOptions, document: dict[str, Any], run_dir: Path, ops: di
     states = {m["model"]: _final_state(run_dir, m) or {} for m in document["models"]}
     path = store.write(options.goldens_dir, options.image_name, document, records, states, ops=ops)
     document["golden"].update(updated=True, file=str(path))  # drift is now this update's evidence (verdicts.document_exit_code)
+    for m in document["models"]:  # "no golden yet; record one with ..." is no longer true: say what happened
+        section = m.get("golden") or {}
+        if section.get("verdict") == verdicts.NEW and section.get("message"):
+            said = f"golden recorded in {path}"
+            m["message"] = m["message"].replace(section["message"], said)
+            section.update(message=said, recorded=True)
 
 
 def cleanup(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> None:

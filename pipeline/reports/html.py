@@ -35,6 +35,14 @@ def _img(png: bytes, alt: str, caption: str) -> str:
             f"<figcaption>{escape(caption)}</figcaption></figure>")
 
 
+def prose(text: str) -> str:
+    """A message as HTML: escaped, with its `code spans` (commands, tensor names) as <code>."""
+    parts = escape(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
+        return escape(text)
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
@@ -97,7 +105,7 @@ def _run(doc: dict[str, Any]) -> str:
              ("created", doc.get("created")), ("commit", (doc.get("project_commit") or "-")[:12]),
              ("stages", ", ".join(opts.get("stages") or [])), ("device", opts.get("device")),
              ("threads", opts.get("threads")), ("exit code", (doc.get("summary") or {}).get("exit_code"))]
-    rows = [[escape(str(m.get("model"))), escape(str(m.get("verdict"))), escape(str(m.get("message") or ""))]
+    rows = [[escape(str(m.get("model"))), escape(str(m.get("verdict"))), prose(str(m.get("message") or ""))]
             for m in doc.get("models", [])]
     return ("<section id=\"run\"><p>" + " · ".join(f"{escape(k)} <code>{escape(str(v))}</code>" for k, v in facts)
             + "</p><h2>Verdicts</h2>" + _table(["model", "verdict", "message"], rows) + "</section>")
@@ -148,7 +156,7 @@ def _findings(doc: dict[str, Any]) -> str:
     if probe_rows:
         rows = [[escape(str(r["model"])), escape(r["probe"]),
                  f'<span class="{"bad" if r["status"] == probes.DEPENDS else ""}">{escape(r["status"])}</span>',
-                 escape(r["message"])] for r in probe_rows]
+                 prose(r["message"])] for r in probe_rows]
         out.append('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
                    + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
     return "".join(out)
