@@ -73,6 +73,8 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError as e:
         raise ConfigError(f"image manifest {path} does not exist; pass --manifest or run from the project root") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); fix the manifest") from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -163,7 +163,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         v = cli.get(name)
         if v is not None and v != ():
             return v
-        return config.get(name, default)
+        v = config.get(name)
+        return default if v is None else v  # `steps:` with no value: as if not set
 
     shape = _run_shape(pick, config)
     resources = _resources(pick)

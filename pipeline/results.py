@@ -109,6 +109,10 @@ def load(path: Path) -> ResultsDocument:
         raise ResultsError(f"results file {path} does not exist; run `reproci run` first") from e
     except json.JSONDecodeError as e:
         raise ResultsError(f"{path} is not valid JSON (line {e.lineno}); it was not written by reproci") from e
+    except UnicodeDecodeError as e:
+        raise ResultsError(f"{path} is not text (byte {e.start}); it was not written by reproci") from e
+    except IsADirectoryError as e:
+        raise ResultsError(f"{path} is a directory without a results.json; name a run folder or its results.json") from e
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultsError(f"{path} is not a reproci results file")
     version = data.get("version")
