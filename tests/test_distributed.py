@@ -340,3 +340,32 @@ def test_the_workflows_pass_the_matrix_world_size_on(stub_reproci, tmp_path, wor
     assert out.returncode == 0, out.stderr
     args = (tmp_path / "args").read_text().split("\n")
     assert args[args.index("--world-size") + 1] == "2"
+
+
+@pytest.mark.slow
+def test_three_ranks_resume_exactly(tmp_path):
+    """At 3 ranks a resumed run's fresh DDP used to reduce its first step with another bucket
+    layout than run A's rebuilt one: 1 ULP in an all-reduce, RESUME_BROKEN. The harness's DDP
+    keeps one layout from 3 ranks on (find_unused_parameters), and says so in the record."""
+    out = Cli(tmp_path)("run", "-m", "embedding", "--world-size", "3", "--steps", "6", "--resume-at", "3")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = Cli(tmp_path).latest()
+    entry = model_entry(doc, "embedding")
+    assert entry["verdict"] == verdicts.NEW and entry["message"].startswith("A = B = C"), entry["message"]
+    rank2 = json.loads((tmp_path / "results" / doc["run_id"] / "embedding" / "record-C.rank2.json").read_text())
+    assert rank2["distributed"]["ddp"]["find_unused_parameters"] is True
+
+
+def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
+    from pipeline.golden.compare import Divergence
+    from pipeline.stages import causes
+
+    ev = Divergence(step=4, tensor="grad:top.2.weight", kind="grad", cause="compute",
+                    op={"found": True, "op": "aten::allreduce_"})
+    record = {"distributed": {"world_size": 3, "ddp": {"wrapped_by": "plugin", "bucket_cap_mb": 25}}}
+    hint = causes.known_cause(verdicts.RESUME_BROKEN, ev, record)
+    assert hint.startswith("the first resumed step differs in an all-reduce") and "this is torch's DDP, not the model" in hint
+    record["distributed"]["ddp"]["find_unused_parameters"] = True
+    assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
+    record["distributed"].update(world_size=2, ddp={"wrapped_by": "plugin"})
+    assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None

@@ -30,7 +30,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
-from . import coverage, epochs, replicas, sidestate
+from . import causes, coverage, epochs, replicas, sidestate
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -144,7 +144,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         verdict, pair, evidence, rank = replicas.decide(records, ranks, _decide)
     if evidence is not None and pair is not None and evidence.cause != "restore" and rank is None:
         measure(ctx, evidence, specs, pair[0], pair[1], records)
-    hint = known_cause(verdict, evidence, records["A"])
+    hint = causes.known_cause(verdict, evidence, records["A"])
     order = epochs.repeated_order(records["A"])
     shared = replicas.shared_batches(records["A"], ranks)
     covered = coverage.of(records["A"], options)
@@ -254,24 +254,6 @@ def _controls_sentence(switched: list[dict[str, Any]]) -> str:
         else:
             parts.append(f"{e['control']} was {e['value']} at the {e['found_at']} (set where torch could not be watched)")
     return "determinism controls switched off by the model: " + "; ".join(parts)
-
-
-def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -> str | None:
-    """A cause the harness can name from what the run recorded, beyond where it differs."""
-    loader = record_a.get("loader") or {}
-    if verdict != verdicts.RESUME_BROKEN or ev is None or ev.cause != "data":
-        return None
-    if loader.get("persistent_workers") and loader.get("num_workers", 0) > 0:
-        return ("the DataLoader keeps persistent worker processes, whose RNG carries across epochs and cannot be "
-                "checkpointed: set persistent_workers=False")
-    unsaved = [f"{path} ({info['type']})" for path, info in (loader.get("rngs") or {}).items()
-               if not info.get("snapshotted")]
-    if unsaved:
-        held = "unless get_extra_state holds it" if record_a.get("extra_state_sha256") else "which the checkpoint does not hold"
-        return (f"the data pipeline draws from {', '.join(unsaved)}, {held} (the harness snapshots the loader's "
-                "generator and the samplers' RNGs, not the dataset's or the collate function's): return its state "
-                "from get_extra_state and put it back in set_extra_state")
-    return None
 
 
 def _evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],

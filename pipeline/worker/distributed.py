@@ -87,7 +87,14 @@ def wrap(setup: TrainSetup, rank: Rank) -> tuple[torch.nn.Module, dict[str, Any]
                        "broadcast_buffers": model.broadcast_buffers}
     if not rank.distributed:
         return model, {}
-    kwargs = {"bucket_cap_mb": BUCKET_CAP_MB, **setup.ddp_options}
+    # From 3 ranks on, a ring all-reduce sums each gradient element in an order set by its place
+    # in its bucket, and DDP rebuilds its buckets after its first step (in backward order): a
+    # resumed run's fresh DDP reduces step k+1 with the first-step layout where run A used the
+    # rebuilt one, and differs by rounding (measured: 1 ULP at 3 ranks, gloo). With
+    # find_unused_parameters DDP never rebuilds, so every process keeps one layout. Two ranks
+    # sum two operands, exact in any order: DDP's defaults stay.
+    kwargs = {"bucket_cap_mb": BUCKET_CAP_MB, **({"find_unused_parameters": True} if rank.world_size >= 3 else {}),
+              **setup.ddp_options}
     if next(model.parameters()).device.type == "cuda":
         kwargs["device_ids"] = [rank.local_rank]
     ddp = torch.nn.parallel.DistributedDataParallel(model, **kwargs)

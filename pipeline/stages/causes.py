@@ -1,0 +1,45 @@
+"""Causes the harness can name from what the runs recorded, beyond where they differ: a
+loader's persistent workers, an RNG of the data pipeline the checkpoint does not hold, DDP's
+bucket rebuild at three ranks or more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import verdicts
+from ..golden.compare import Divergence
+
+
+def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -> str | None:
+    """A cause the harness can name from what the run recorded, beyond where it differs."""
+    loader = record_a.get("loader") or {}
+    if verdict == verdicts.RESUME_BROKEN and ev is not None and ev.cause == "compute":
+        return ddp_rebuild(ev, record_a)
+    if verdict != verdicts.RESUME_BROKEN or ev is None or ev.cause != "data":
+        return None
+    if loader.get("persistent_workers") and loader.get("num_workers", 0) > 0:
+        return ("the DataLoader keeps persistent worker processes, whose RNG carries across epochs and cannot be "
+                "checkpointed: set persistent_workers=False")
+    unsaved = [f"{path} ({info['type']})" for path, info in (loader.get("rngs") or {}).items()
+               if not info.get("snapshotted")]
+    if unsaved:
+        held = "unless get_extra_state holds it" if record_a.get("extra_state_sha256") else "which the checkpoint does not hold"
+        return (f"the data pipeline draws from {', '.join(unsaved)}, {held} (the harness snapshots the loader's "
+                "generator and the samplers' RNGs, not the dataset's or the collate function's): return its state "
+                "from get_extra_state and put it back in set_extra_state")
+    return None
+
+
+def ddp_rebuild(ev: Divergence, record_a: dict[str, Any]) -> str | None:
+    """The resumed run's first step differs in an all-reduce, at 3 ranks or more, under a DDP
+    that rebuilds its buckets: torch's DDP, not the model (``worker.distributed.wrap``)."""
+    dist = record_a.get("distributed") or {}
+    ddp = dist.get("ddp") or {}
+    op = (ev.op or {}).get("op") or ""
+    if (dist.get("world_size") or 1) < 3 or "allreduce" not in op or ddp.get("find_unused_parameters"):
+        return None
+    return ("the first resumed step differs in an all-reduce: a fresh DDP reduces its first step with one bucket "
+            "in registration order, where run A, past its first step, used buckets rebuilt in backward order, and "
+            f"at {dist['world_size']} ranks a ring all-reduce sums each element in an order set by its place in the "
+            "bucket; this is torch's DDP, not the model: with find_unused_parameters=True (TrainSetup.ddp_options) "
+            "DDP keeps one bucket layout, as the harness's own DDP does from 3 ranks on")
