@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import threading
+import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,7 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         ctx.backend.refuse_if_closed(spec)  # interrupted while this run waited for a slot
         stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)  # a probe stops at its step
         ctx.progress(f"{spec.model_name}: run {spec.role} started ({stop} steps{_from(spec)})")
+        launched = time.monotonic()
         if on_launch is not None:
             on_launch()
         result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout,
@@ -130,6 +132,7 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
     if record.get("status") != "ok":
         raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
     record["wall_s"] = result.seconds
+    record["launched_at"] = launched  # time.monotonic() as the process started (after any wait for a slot)
     done = len(record.get("losses") or [])
     train_s = (record.get("timings") or {}).get("train_s")
     rate = record.get("steps_per_s") or (done / train_s if done and train_s else None)

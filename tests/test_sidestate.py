@@ -33,3 +33,11 @@ def test_extra_state_that_differs_between_a_and_b_is_nondeterministic():
 def test_equal_metrics_and_extra_state_pass():
     r = _rec(eval={"loss": 0.5}, extra_state_sha256={"end": "a" * 64})
     assert _decide({"A": r, "B": dict(r), "C": dict(r)})[0] == verdicts.PASS
+
+
+def test_a_models_seconds_start_when_its_first_run_starts():
+    """With --jobs, a model's runs may wait for slots other models hold: that wait is not its time."""
+    from pipeline.stages.determinism import own_start
+
+    assert own_start({"A": {"launched_at": 12.0}, "B": {"launched_at": 10.5}, "C": {}}, 3.0) == 10.5
+    assert own_start({}, 3.0) == 3.0

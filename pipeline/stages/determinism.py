@@ -173,7 +173,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         evidence=_evidence(evidence, pair, switched, hint, rank),
         error=None,
         records={r: f"{model.name}/record-{r}.json" for r in records},
-        seconds=round(time.monotonic() - t0, 3),
+        seconds=round(time.monotonic() - own_start(records, t0), 3),
     )
     if not options.keep_checkpoints:
         for p in (ctx.run_dir / model.name).glob("ckpt-*.pt"):
@@ -212,6 +212,12 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
         settle(fc)
         raise
     records["C"] = fc.result()
+
+
+def own_start(records: dict[str, dict[str, Any]], t0: float) -> float:
+    """When the model's first run started: its seconds are its own, not the wait for a job
+    slot that other models' runs held (``--jobs``)."""
+    return min((r["launched_at"] for r in records.values() if isinstance(r.get("launched_at"), float)), default=t0)
 
 
 def _decide(records: dict[str, dict[str, Any]]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
