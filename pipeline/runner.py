@@ -76,6 +76,12 @@ def run_many(ctx: RunContext, specs: Sequence[WorkerSpec], jobs: int) -> list[di
     return outcomes
 
 
+def _disk_full(text: str) -> bool:
+    """Whether a worker's last words say it ran out of disk (ENOSPC): the whole run stops there,
+    naming what was being written, rather than failing later on the results file."""
+    return "No space left on device" in text or "[Errno 28]" in text
+
+
 def _death(returncode: int | None) -> str:
     """How a worker process ended: 'was killed (SIGKILL: out of memory, or killed by hand)'."""
     import signal
@@ -126,9 +132,15 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         record = rank_failure(work, spec)
     if record is None:
         last = result.log_tail.strip().splitlines()[-1:] or ["(no output)"]
+        if _disk_full(result.log_tail):
+            raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
+                                      f"({last[0][:200]}); free space and run again")
         raise WorkerFailed(f"run {spec.role} {_death(result.returncode)} and wrote no record: {last[0][:300]}")
     if record.get("status") != "ok" and record.get("error_kind") == "no-device":
         raise InfrastructureError(str(record.get("message")))  # no run of this invocation can work: stop it
+    if record.get("status") != "ok" and _disk_full(str(record.get("message"))):
+        raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
+                                  f"({record.get('message')}); free space and run again")
     if record.get("status") != "ok":
         raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
     record["wall_s"] = result.seconds

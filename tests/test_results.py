@@ -44,4 +44,6 @@ def test_full_disk_is_an_infrastructure_error_with_nothing_half_written(reproci,
     p = reproci("run", "-m", "embedding", "--steps", "6", "--resume-at", "3", "--results-dir", str(tiny_disk / "results"))
     assert p.returncode == errors.EXIT_INFRA, p.stdout + p.stderr
     assert "disk full" in p.stderr and len(said(p.stderr)) == 1
+    # what was being written is named: the run's own files, not the results file written after it
+    assert "disk full while run" in said(p.stderr)[0] and "results.json" not in said(p.stderr)[0]
     assert list((tiny_disk / "results").iterdir()) == []
