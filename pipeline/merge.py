@@ -139,6 +139,7 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
         "missing": missing,
         "models": models,
         "summary": {"verdicts": {v: vs.count(v) for v in sorted(set(vs))}, "images": len(shard_rows),
+                    "recorded": sum(1 for m in models if (m.get("golden") or {}).get("recorded")),
                     "models": len(models), "missing": len(missing), "exit_code": most_serious(codes)},
     }
 

@@ -35,8 +35,15 @@ def test_passing_shards_merge_to_exit_0_with_a_versioned_document(files, cli, tm
     merged = merge.load_merged(tmp_path / "m.json")
     assert merged["schema"] == "reproci.merged" and merged["version"] == merge.VERSION
     assert [s["image"]["name"] for s in merged["shards"]] == ["cpu-torch2.13", "cuda12.6-torch2.7"]
-    assert merged["summary"] == {"verdicts": {"PASS": 2}, "images": 2, "models": 2, "missing": 0, "exit_code": 0}
+    assert merged["summary"] == {"verdicts": {"PASS": 2}, "images": 2, "models": 2, "missing": 0, "exit_code": 0,
+                                 "recorded": 0}
     assert "::" not in out and "exit 0" in out
+
+
+def test_a_shard_that_recorded_its_golden_is_said_to_have_recorded_it(files, cli, tmp_path: Path) -> None:
+    code, out, err = cli("merge", str(files["recorded"]), "--output", str(tmp_path / "m.json"))
+    assert code == 0, err
+    assert "NEW 1 (1 golden recorded by these runs)" in out
 
 
 def test_most_serious_shard_wins_with_annotations_and_a_summary(files, cli, tmp_path: Path) -> None:

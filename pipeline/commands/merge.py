@@ -30,6 +30,8 @@ def merge_cmd(shards: tuple[Path, ...], output: Path, summary: Path | None, matr
             click.echo(line)
     s = merged["summary"]
     counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
+    if s.get("recorded"):  # NEW before this run, and recorded by it: say so, not only "NEW"
+        counts += f" ({s['recorded']} golden{'s' if s['recorded'] > 1 else ''} recorded by these runs)"
     missing = f", no results from {', '.join(merged['missing'])}" if merged["missing"] else ""
     click.echo(f"merged {s['images']} image(s), {s['models']} model(s): {counts}{missing}; "
                f"exit {s['exit_code']}; {output}")
