@@ -130,14 +130,15 @@ def sweep_orphans(results_dir: Path) -> list[Path]:
     removed = []
     for d in sorted(results_dir.glob("*-*")) if results_dir.is_dir() else []:
         pid = d.name.rpartition("-")[2]
-        if not d.is_dir() or not pid.isdigit() or (d / "results.json").exists() or _alive(int(pid)):
+        if not d.is_dir() or not pid.isdigit() or (d / "results.json").exists() or alive(int(pid)):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process of this host has that pid."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

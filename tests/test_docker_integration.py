@@ -205,6 +205,24 @@ def test_a_hanging_run_times_out_and_its_container_is_removed(engine, tmp_path):
     assert containers_of(engine, run.pid) == []
 
 
+def test_the_containers_of_a_killed_reproci_are_removed_by_the_next_run(engine, tmp_path):
+    """SIGKILL gives reproci no chance to remove its container; the next run on this host does, and says so."""
+    proc = start(tmp_path, "run", "--image", IMAGE, *SHORT, "-m", f"{FAULTY}:hang")
+    deadline = time.monotonic() + 60
+    while not [c for c in containers_of(engine, proc.pid) if c.labels.get("reproci") == "worker"]:
+        assert time.monotonic() < deadline, "no worker container started"
+        time.sleep(0.2)
+    proc.kill()
+    proc.communicate()
+    left = containers_of(engine, proc.pid)
+    assert left, "the killed run left its container (nothing could remove it)"
+    run = reproci(tmp_path, "run", "--image", IMAGE, "-m", "embedding", "--steps", "2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert containers_of(engine, proc.pid) == []
+    assert f"notice: removed container {left[0].id[:12]} (faulty.hang run" in run.stderr
+    assert f"its reproci process {proc.pid} is gone" in run.stderr
+
+
 def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_path):
     proc = start(tmp_path, "run", "--image", IMAGE, "-m", "conv", "--steps", "400", preexec_fn=interruptible)
     deadline = time.monotonic() + 60

@@ -3,9 +3,10 @@
 A container runs as the invoking user (files it writes are theirs), with no network,
 no capabilities, and an environment of the determinism variables, PYTHONPATH and HOME
 only: nothing is inherited from the host (``docker_spec`` says what is mounted where).
-Every container carries the labels ``reproci.session`` and ``reproci.pid`` and is removed
-on success, failure, timeout and Ctrl-C; ``close`` also sweeps the session's label for a
-container it did not get to record.
+Every container carries the labels ``reproci.session``, ``reproci.host`` and ``reproci.pid``
+and is removed on success, failure, timeout and Ctrl-C; ``close`` also sweeps the session's
+label for a container it did not get to record. A reproci killed by SIGKILL can do none of
+that: the next run on the same host removes the containers whose reproci process is gone.
 
 Before any worker, a preflight container checks the image: python3 there, torch and
 numpy findable, GPUs visible when asked for. The image comes resolved in the options
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
 import threading
 import time
 import uuid
@@ -72,6 +75,7 @@ class DockerBackend(Backend):
         self._run_dirs: list[Path] = []
         self._plugin_binds: dict[PurePosixPath, Bind] = {}
         self.engine = Engine.connect()
+        self.sweep_orphans()
         try:
             attrs = self.engine.inspect_image(self.reference)
             if attrs is None:
@@ -139,10 +143,24 @@ class DockerBackend(Backend):
         self.engine.remove_labelled(f"reproci.session={self.session}")  # any not recorded (Ctrl-C mid-create)
         self.engine.close()
 
+    def sweep_orphans(self) -> list[str]:
+        """Remove the containers of this host's reproci processes that are gone; say so."""
+        from ..results import alive
+
+        gone = [(cid, labels) for cid, labels in self.engine.labels_of(f"reproci.host={socket.gethostname()}")
+                if str(labels.get("reproci.pid", "")).isdigit() and not alive(int(labels["reproci.pid"]))]
+        for cid, labels in gone:
+            self.engine.remove(cid)
+            print(f"notice: removed container {cid[:12]} ({labels.get('reproci.model', '?')} run "
+                  f"{labels.get('reproci.role', labels.get(LABEL, '?'))}): its reproci process {labels['reproci.pid']} "
+                  "is gone", file=sys.stderr)
+        return [cid for cid, _ in gone]
+
     # internals
 
     def _container(self, command: list[str], *, role: str, labels: dict[str, str], **config: Any) -> _Tracked:
         all_labels = {LABEL: role, "reproci.session": self.session, "reproci.pid": str(os.getpid()),
+                      "reproci.host": socket.gethostname(),
                       "reproci.image": self.reference, **labels}
         c = Container(self.engine, self.image_id, command, display=self.reference, gpus=self.gpus,
                       labels=all_labels, user=self.user, network_mode="none", cap_drop=["ALL"],

@@ -113,6 +113,13 @@ class Engine:
         """IDs of containers, in any state, that carry ``label`` (``key`` or ``key=value``)."""
         return [c.id for c in self.client.containers.list(all=True, filters={"label": label})]
 
+    def labels_of(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        """(ID, labels) of every container, in any state, that carries ``label``."""
+        try:
+            return [(c.id, dict(c.labels)) for c in self.client.containers.list(all=True, filters={"label": label})]
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return []
+
     def remove_labelled(self, label: str) -> None:
         """Remove every container that carries ``label``, as far as the engine still answers."""
         try:
