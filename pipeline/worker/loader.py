@@ -76,19 +76,24 @@ def extra_state(setup: TrainSetup) -> Any:
     return copy.deepcopy(setup.get_extra_state()) if setup.get_extra_state is not None else None
 
 
-def sampler_rngs(setup: TrainSetup) -> dict[str, Any]:
-    """The RNG objects that decide the order, held by the sampler, the batch sampler or a
-    sampler inside it, under any attribute name; the loader generator aside (saved as such)."""
-    loader = setup.loader
+def _parts(loader: Any, *, order_only: bool) -> dict[str, Any]:
+    """The parts of a data pipeline that may hold RNG objects, by path: those that decide the
+    order (sampler, batch sampler, a sampler inside it), then the dataset and collate function."""
     batch_sampler = getattr(loader, "batch_sampler", None)
     parts = {"sampler": getattr(loader, "sampler", None), "batch_sampler": batch_sampler,
              "batch_sampler.sampler": getattr(batch_sampler, "sampler", None)}
+    if not order_only:
+        parts.update(dataset=getattr(loader, "dataset", None), collate_fn=getattr(loader, "collate_fn", None))
+    return {prefix: part for prefix, part in parts.items() if part is not None}
+
+
+def sampler_rngs(setup: TrainSetup) -> dict[str, Any]:
+    """The RNG objects that decide the order, held by the sampler, the batch sampler or a
+    sampler inside it, under any attribute name; the loader generator aside (saved as such)."""
     gen = setup.generator()
     found: dict[str, Any] = {}
     seen = {id(gen)} if gen is not None else set()
-    for prefix, part in parts.items():
-        if part is None:
-            continue
+    for prefix, part in _parts(setup.loader, order_only=True).items():
         for path, obj in rng.held(part, prefix).items():
             if id(obj) not in seen:
                 seen.add(id(obj))
@@ -229,16 +234,10 @@ def _length(loader: Any) -> int | None:
 def pipeline_rngs(setup: TrainSetup) -> dict[str, dict[str, Any]]:
     """Every RNG object the data pipeline holds (sampler, batch sampler, dataset, collate
     function), by path, with its type and whether the epoch-start snapshot covers it."""
-    loader = setup.loader
     snapshotted = set(sampler_rngs(setup))
     gen = setup.generator()
     out: dict[str, dict[str, Any]] = {}
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for prefix, part in (("sampler", getattr(loader, "sampler", None)), ("batch_sampler", batch_sampler),
-                         ("batch_sampler.sampler", getattr(batch_sampler, "sampler", None)),
-                         ("dataset", getattr(loader, "dataset", None)), ("collate_fn", getattr(loader, "collate_fn", None))):
-        if part is None:
-            continue
+    for prefix, part in _parts(setup.loader, order_only=False).items():
         for path, obj in rng.held(part, prefix).items():
             out[path] = {"type": rng.kind(obj),
                          "snapshotted": path in snapshotted or obj is gen}
