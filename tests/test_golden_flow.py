@@ -88,7 +88,8 @@ def test_changed_seed_is_model_changed_not_an_alert(workspace):
 def test_ci_mode_fails_on_a_missing_golden_and_names_the_fix(workspace):
     p = workspace("run", "-m", "embedding", "--image-name", "brand-new", *SHORT, env={"CI": "true"})
     assert p.returncode == errors.EXIT_DRIFT
-    assert "reproci golden update --image brand-new" in p.stderr  # a notice (here an error): stderr
+    # a notice (here an error): stderr; the local backend, recorded under the run's own golden name
+    assert "`reproci golden update --image local --image-name brand-new -m embedding --steps 8 --resume-at 4`" in p.stderr
     p = workspace("run", "-m", "embedding", "--image-name", "brand-new", *SHORT)
     assert p.returncode == 0 and model_entry(workspace.latest(), "embedding")["verdict"] == "NEW"
 
@@ -180,7 +181,8 @@ def test_dead_webhook_never_changes_the_verdict(workspace):
 
 
 def test_the_new_notice_advice_runs_as_printed(reproci):
-    """The NEW notice tells a first-time user how to record a golden: that command must work."""
+    """The NEW notice tells a first-time user how to record a golden: that command, exactly as
+    printed (it carries the run's own models, steps and resume point), must work."""
     import re
     import shlex
 
@@ -188,7 +190,8 @@ def test_the_new_notice_advice_runs_as_printed(reproci):
     p = reproci("run", *short)
     assert p.returncode == 0, p.stderr
     advice = re.search(r"`(reproci golden update[^`]*)`", p.stderr).group(1)  # a notice: stderr
-    q = reproci(*shlex.split(advice)[1:], *short)
+    assert advice == "reproci golden update --image local -m embedding --steps 6 --resume-at 3"
+    q = reproci(*shlex.split(advice)[1:])
     assert q.returncode == 0, q.stdout + q.stderr
     assert (reproci.cwd / "goldens" / "local.yaml").is_file()
     r = reproci("run", *short)
