@@ -3,7 +3,8 @@
 The same worker spec runs alternately through both backends (fresh process each time,
 same torch, same thread count); the overhead is the median wall time per run in a
 container minus the median wall time per run as a local subprocess (target <= 2 s).
-Also printed: the one-off start-up check per invocation, and the bare container
+Also printed: the same run forked from the local fork server (what a server inside
+a container could save per run), the one-off start-up check per invocation, and the bare container
 round trip (create, start, wait, remove of ``python3 -c pass``) against a bare local
 ``python3 -c pass``. The final hashes of both backends must agree.
 
@@ -73,14 +74,15 @@ def main() -> None:
     t0 = time.monotonic()
     docker = DockerBackend(opts)
     startup = time.monotonic() - t0
-    local = LocalBackend(dataclasses.replace(opts, image=None, image_name="local"))
+    local = LocalBackend(dataclasses.replace(opts, image=None, image_name="local", fork_server=False))
+    forked = LocalBackend(dataclasses.replace(opts, image=None, image_name="local"))
     spec = WorkerSpec(model_ref=args.model, model_name=args.model, role="A", steps=args.steps, threads=args.threads)
-    times: dict[str, list[float]] = {"local": [], "docker": []}
-    hashes: dict[str, set[str]] = {"local": set(), "docker": set()}
+    times: dict[str, list[float]] = {"local": [], "forked": [], "docker": []}
+    hashes: dict[str, set[str]] = {"local": set(), "forked": set(), "docker": set()}
     try:
         with tempfile.TemporaryDirectory() as d:
-            for i in range(args.reps + 1):  # the first pair warms the page cache and is not counted
-                for name, backend in (("local", local), ("docker", docker)):
+            for i in range(args.reps + 1):  # the first round warms the page cache (and the fork server): not counted
+                for name, backend in (("local", local), ("forked", forked), ("docker", docker)):
                     s, h = run_once(backend, dataclasses.replace(spec, role=f"{name}{i}", output=f"{name}{i}.json"),
                                     Path(d) / "run")
                     hashes[name].add(h)
@@ -90,6 +92,7 @@ def main() -> None:
     finally:
         docker.close()
         local.close()
+        forked.close()
 
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"image {docker.reference} ({docker.digest[:19]}), model {args.model}, {args.steps} steps, "
@@ -99,7 +102,9 @@ def main() -> None:
           f"{med['docker'] / med['local']:7.2f}")
     print(f"{'bare python3 -c pass':26}{bare_l:9.2f}{bare_c:10.2f}{bare_c - bare_l:12.2f}{bare_c / bare_l:7.2f}")
     print(f"{'start-up check (once)':26}{'':9}{startup:10.2f}")
-    same = hashes["local"] == hashes["docker"] and len(hashes["local"]) == 1
+    print(f"{'forked local run (median)':26}{med['forked']:9.2f}   (a fresh process's imports saved: "
+          f"{med['local'] - med['forked']:.2f} s; a container's start costs {med['docker'] - med['local']:.2f} s beside them)")
+    same = hashes["local"] == hashes["docker"] == hashes["forked"] and len(hashes["local"]) == 1
     print(f"final sha256: local {min(hashes['local'])[:16]}, docker {min(hashes['docker'])[:16]}: "
           f"{'identical' if same else 'DIFFERENT'}")
     print("target: overhead <= 2 s per run")

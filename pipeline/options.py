@@ -38,9 +38,7 @@ class RunOptions:
     profile: str = "quick"
     steps: int = PROFILES["quick"]
     resume_at: int = PROFILES["quick"] // 2
-    # k not given: run A moves it past the loader's first epoch when the run crosses one, so
-    # that the resume check covers per-epoch state (the result records the k it used)
-    resume_at_auto: bool = True
+    resume_at_auto: bool = True  # k not given: run A moves it past the loader's first epoch (recorded)
     seed: int = 0
     threads: int = 1  # CPU intra-op threads: part of a run's identity (changes conv/transformer hashes)
     device: str = "cpu"
@@ -55,6 +53,7 @@ class RunOptions:
     ci: bool = False
     webhook: str | None = None
     keep_checkpoints: bool = False
+    fork_server: bool | None = None  # fork runs from preloaded servers; None: on locally, off for Docker
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
     seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
@@ -105,6 +104,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "results_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
     "goldens_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
     "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
+    "fork_server": ("true or false", lambda v: isinstance(v, bool)),
     "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
     "repetitions": ("an integer", _is_int),
     "seeds": ("an integer", _is_int),
@@ -147,9 +147,8 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
 
 
 def default_jobs(threads: int) -> int:
-    """Worker runs at once by default: as many as the usable CPUs hold at ``threads`` each,
-    at most 3 (A, B and another model's run). Concurrency never changes a result: each
-    run's thread count is pinned and recorded."""
+    """Worker runs at once by default: as many as the usable CPUs hold at ``threads`` each, at
+    most 3 (A, B and another model's run). Concurrency never changes a result (threads are pinned)."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(3, usable // max(threads, 1)))
 
@@ -192,6 +191,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
+        fork_server=pick("fork_server", None),
         repetitions=int(pick("repetitions", 5)),
         seeds=_seeds(pick),
         slowdown_factor=float(pick("slowdown_factor", 1.25)),

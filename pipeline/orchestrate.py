@@ -188,6 +188,7 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
             "resume_at": options.resume_at, "seed": options.seed, "threads": options.threads, "world_size": options.world_size,
             "device": options.device, "cpu_isa": options.cpu_isa, "fault": options.fault, "ci": options.ci,
             "slowdown_fails": options.slowdown_fails, "probes_fail": options.probes_fail,
+            "fork_server": options.fork_server if options.fork_server is not None else options.backend == "local",
         },
         environment=(environment or {}).get("fingerprint"),
         packages=(environment or {}).get("packages"),

@@ -144,6 +144,7 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
     if record.get("status") != "ok":
         raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
     record["wall_s"] = result.seconds
+    record["launch"] = result.launch
     record["launched_at"] = launched  # time.monotonic() as the process started (after any wait for a slot)
     done = len(record.get("losses") or [])
     train_s = (record.get("timings") or {}).get("train_s")

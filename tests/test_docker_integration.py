@@ -205,6 +205,27 @@ def test_a_hanging_run_times_out_and_its_container_is_removed(engine, tmp_path):
     assert containers_of(engine, run.pid) == []
 
 
+def test_fork_server_runs_fork_in_a_server_container_with_the_hashes_of_a_container_per_run(engine, matrix, tmp_path):
+    run = reproci(tmp_path, "run", "--image", IMAGE, "-m", "embedding", "-m", "conv", *SHORT, "--fork-server")
+    assert run.returncode == 0, run.stdout + run.stderr
+    doc, per_run = run.latest(), matrix[1]
+    assert doc["options"]["fork_server"] is True and per_run["options"]["fork_server"] is False
+    for name in ("embedding", "conv"):
+        entry = model_entry(doc, name)
+        assert [r["launch"] for r in entry["runs"].values()] == [{"mode": "forked", "in": "container"}] * 3
+        assert [r["launch"] for r in model_entry(per_run, name)["runs"].values()] == [{"mode": "container"}] * 3
+        assert entry["final_sha256"] == model_entry(per_run, name)["final_sha256"], name
+    assert containers_of(engine, run.pid) == []  # the server containers too
+
+
+def test_a_hanging_forked_run_is_killed_through_its_server_and_no_container_is_left(engine, tmp_path):
+    run = reproci(tmp_path, "run", "--image", IMAGE, *SHORT, "--timeout", "10", "-m", f"{FAULTY}:hang", "--fork-server")
+    assert run.returncode == errors.EXIT_RUN_ERROR, run.stdout + run.stderr
+    m = run.latest()["models"][0]
+    assert m["error"]["kind"] == "timeout" and "timed out after 10 s" in m["message"]
+    assert containers_of(engine, run.pid) == []
+
+
 def test_the_containers_of_a_killed_reproci_are_removed_by_the_next_run(engine, tmp_path):
     """SIGKILL gives reproci no chance to remove its container; the next run on this host does, and says so."""
     proc = start(tmp_path, "run", "--image", IMAGE, *SHORT, "-m", f"{FAULTY}:hang")

@@ -60,6 +60,9 @@ class BackendOptions(Protocol):
     @property
     def gpus(self) -> str | None: ...
 
+    @property
+    def fork_server(self) -> bool | None: ...  # fork runs from preloaded servers; None: the backend's default
+
 
 @dataclass(frozen=True)
 class LaunchResult:
@@ -67,6 +70,7 @@ class LaunchResult:
     seconds: float
     timed_out: bool = False
     log_tail: str = ""  # last lines of the worker's stderr/stdout
+    launch: dict[str, Any] | None = None  # how the process started: {"mode": "forked" | "fresh" | "container", ...}
 
 
 class Backend(abc.ABC):

@@ -30,6 +30,9 @@ from ..worker.exitcodes import EXIT_MISSING_DEPENDENCY
 from ..worker.spec import WorkerSpec
 from .base import Backend, BackendOptions, LaunchResult, OnStep
 from .container import Container
+from .docker_forking import server_for
+from .forking import ServerFailed, follow, fresh_reason
+from .forkpool import ForkServers
 from .docker_engine import Engine, device_requests, image_digest, no_python3_error
 from .docker_spec import (RUN, Bind, code_binds, container_path, container_user, environment, translate_spec,
                           worker_command)
@@ -74,6 +77,7 @@ class DockerBackend(Backend):
         self._live: dict[str, Container] = {}
         self._run_dirs: list[Path] = []
         self._plugin_binds: dict[PurePosixPath, Bind] = {}
+        self.servers = ForkServers() if options.fork_server is True else None  # opt-in: docker_forking.py
         self.engine = Engine.connect()
         self.sweep_orphans()
         try:
@@ -119,6 +123,10 @@ class DockerBackend(Backend):
         inner = container_path(spec_file, run_dir)
         labels = {"reproci.run_id": run_dir.name, "reproci.model": spec.model_name, "reproci.role": spec.role}
         t0 = time.monotonic()
+        if self.servers is not None:
+            forked = self._forked(spec, binds, run_dir, inner, timeout, on_step)
+            if forked is not None:
+                return forked
         with self._container(worker_command(spec, inner), role="worker", labels=labels,
                              environment=environment(spec), working_dir=str(inner.parent), mounts=binds,
                              on_step=on_step) as c:
@@ -133,9 +141,33 @@ class DockerBackend(Backend):
         if code == EXIT_MISSING_DEPENDENCY:
             self._raise_if_missing_dependency(spec_file.parent / spec.output)
         return LaunchResult(returncode=-9 if code is None else code, seconds=seconds, timed_out=timed_out,
-                            log_tail="\n".join(c.tail))
+                            log_tail="\n".join(c.tail), launch={"mode": "container"})
+
+    def _forked(self, spec: WorkerSpec, binds: list[Bind], run_dir: Path, inner: PurePosixPath, timeout: float,
+                on_step: OnStep | None) -> LaunchResult | None:
+        """--fork-server: the run forked in its model's server container, or None where it
+        cannot be (it then gets a container of its own)."""
+        assert self.servers is not None
+        env = environment(spec)
+        if fresh_reason(env, world_size=spec.world_size) is not None:
+            return None
+        t0 = time.monotonic()
+        try:
+            run = self.servers.start(*server_for(self._container, spec.model_name, env, binds, run_dir), inner,
+                                     inner.parent)
+        except ServerFailed as e:
+            why = f"the fork server container failed: {e}"
+            if why not in self.servers.warned:
+                self.servers.warned.add(why)
+                print(f"warning: {why}; these runs get a container each", file=sys.stderr)
+            return None
+        code, timed_out, tail = follow(run, timeout, on_step)
+        return LaunchResult(returncode=code, seconds=time.monotonic() - t0, timed_out=timed_out, log_tail=tail,
+                            launch={"mode": "forked", "in": "container"})
 
     def close(self) -> None:
+        if self.servers is not None:
+            self.servers.close()
         with self._lock:
             live = list(self._live.values())
         for c in live:

@@ -1,4 +1,6 @@
-"""The local backend: fresh subprocesses of the current Python interpreter."""
+"""The local backend: fresh processes of the current Python interpreter, forked by default
+from a preloaded server per launch environment (``forking``), else started with
+``subprocess``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from typing import Any
 from ..worker.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
 from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
+from .forking import ForkedRun, ServerFailed, fresh_reason
+from .forkpool import ForkServers
 
 # Names of the variables the launcher owns; inherited values are dropped first.
 _OWNED = ("REPROCI_PARENT_PID", "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -27,8 +31,9 @@ class LocalBackend(Backend):
 
     def __init__(self, options: BackendOptions) -> None:
         self.options = options
-        self._procs: dict[subprocess.Popen[bytes], bool] = {}  # each running worker: under torchrun?
+        self._procs: dict[subprocess.Popen[bytes] | ForkedRun, bool] = {}  # each running worker: under torchrun?
         self._lock = threading.Lock()
+        self.servers = ForkServers() if options.fork_server is not False else None
 
     def image_info(self) -> dict[str, Any]:
         return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local"}
@@ -46,15 +51,8 @@ class LocalBackend(Backend):
                on_step: OnStep | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
-        proc = subprocess.Popen(
-            worker_command(sys.executable, str(spec_file), world_size=spec.world_size),
-            env=self.environment(spec),
-            cwd=str(spec_file.parent),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: a timeout kills loader workers too
-        )
+        env = self.environment(spec)
+        proc, launch = self._start(spec, spec_file, env)
         with self._lock:
             refused = self.closed  # left while this run started: close() will not see it, so stop it here
             if not refused:
@@ -79,25 +77,59 @@ class LocalBackend(Backend):
             with self._lock:
                 self._procs.pop(proc, None)
         return LaunchResult(returncode=proc.returncode, seconds=time.monotonic() - t0, timed_out=timed_out,
-                            log_tail="\n".join(tail))
+                            log_tail="\n".join(tail), launch=launch)
+
+    def _start(self, spec: WorkerSpec, spec_file: Path,
+               env: dict[str, str]) -> tuple[subprocess.Popen[bytes] | ForkedRun, dict[str, str]]:
+        """The run's process, forked where a server can give it what a fresh interpreter would,
+        and how it started ({"mode": "forked"} or {"mode": "fresh", "why": ...})."""
+        why = "--no-fork-server" if self.servers is None else fresh_reason(env, world_size=spec.world_size)
+        if why is None and self.servers is not None:
+            try:
+                key, make = self.servers.local(sys.executable, env, CODE_ROOT)
+                return self.servers.start(key, make, spec_file, spec_file.parent), {"mode": "forked"}
+            except ServerFailed as e:
+                why = f"the fork server failed: {e}"
+                if why not in self.servers.warned:
+                    self.servers.warned.add(why)
+                    print(f"warning: {why}; runs with this environment start as fresh processes", file=sys.stderr)
+        proc = subprocess.Popen(
+            worker_command(sys.executable, str(spec_file), world_size=spec.world_size),
+            env=env,
+            cwd=str(spec_file.parent),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: a timeout kills loader workers too
+        )
+        return proc, {"mode": "fresh", "why": why}
 
     def close(self) -> None:
         with self._lock:
             procs = list(self._procs.items())
         for p, torchrun in procs:
             _kill_group(p, torchrun=torchrun)
+        if self.servers is not None:
+            self.servers.close()
 
 
-def _drain(proc: subprocess.Popen[bytes], tail: deque[str], on_step: OnStep | None) -> None:
+def _drain(proc: subprocess.Popen[bytes] | ForkedRun, tail: deque[str], on_step: OnStep | None) -> None:
     assert proc.stdout is not None
     for raw in proc.stdout:
         take_line(raw.decode("utf-8", "replace").rstrip(), tail, on_step)
 
 
-def _kill_group(proc: subprocess.Popen[bytes], *, torchrun: bool = False) -> None:
+def _kill_group(proc: subprocess.Popen[bytes] | ForkedRun, *, torchrun: bool = False) -> None:
     """Stop a worker and its process group (loader workers too) with SIGKILL. Under torchrun,
     SIGTERM first: torchrun passes it on to its ranks, each of which runs in a session of its
     own, out of the group's reach."""
+    if isinstance(proc, ForkedRun):
+        proc.kill_group()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        return
     for sig in (signal.SIGTERM, signal.SIGKILL) if torchrun else (signal.SIGKILL,):
         try:
             os.killpg(proc.pid, sig)

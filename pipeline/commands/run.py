@@ -39,6 +39,9 @@ _OPTIONS = [
     click.option("--update-golden", is_flag=True, default=None, help="Record goldens from this run if it passed its own checks."),
     click.option("--webhook", help="Slack-compatible webhook URL for alerts (or REPROCI_WEBHOOK)."),
     click.option("--keep-checkpoints", is_flag=True, default=None, help="Keep run A's checkpoint files."),
+    click.option("--fork-server/--no-fork-server", default=None,
+                 help="Fork each run from a preloaded server (default on the local backend; with --image, "
+                      "a server container per model) or start a fresh interpreter (container) per run."),
     click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
     click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI)."),
     click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),

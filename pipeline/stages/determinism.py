@@ -74,6 +74,7 @@ def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
         "setup_s": round(t.get("setup_s", 0.0), 3),
         "train_s": round(t.get("train_s", 0.0), 3),
         "attested": bool(record.get("attestation", {}).get("ok")),
+        "launch": record.get("launch"),  # forked from a server, fresh (and why), or a container
         "losses_last": record.get("losses", [None])[-1] if record.get("losses") else None,
     }
 
