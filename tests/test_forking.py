@@ -91,6 +91,7 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(backends, tmp_path, cha
         assert forked["env"]["PYTHONHASHSEED"] == "123"
 
 
+@pytest.mark.slow
 def test_runs_of_one_environment_share_a_server_and_another_environment_gets_its_own(backends, tmp_path) -> None:
     backend = backends()
     results = [launch(backend, dataclasses.replace(SPEC, role=r), tmp_path / r) for r in ("A", "B")]
@@ -153,6 +154,7 @@ def test_the_thread_check_sees_a_python_thread() -> None:
         t.join()
 
 
+@pytest.mark.slow
 def test_a_dead_server_falls_back_to_a_fresh_process_with_one_warning(backends, tmp_path, capsys) -> None:
     backend = backends()
     first, _ = launch(backend, SPEC, tmp_path / "1")
@@ -167,12 +169,14 @@ def test_a_dead_server_falls_back_to_a_fresh_process_with_one_warning(backends, 
     assert len(warnings) == 1 and "start as fresh processes" in warnings[0]
 
 
+@pytest.mark.slow
 def test_a_forked_run_past_its_timeout_is_killed_with_everything_it_started(backends, tmp_path) -> None:
     result, seen = launch(backends(), dataclasses.replace(SPEC, model_ref=HANGS), tmp_path / "h", timeout=4)
     assert result.launch == {"mode": "forked"} and result.timed_out and result.returncode == -signal.SIGKILL
     assert gone(seen["pid"]) and gone(seen["child"])
 
 
+@pytest.mark.slow
 def test_leaving_the_backend_stops_forked_runs_and_their_servers(backends, tmp_path) -> None:
     backend = backends()
     facts = tmp_path / "h" / "facts.json"
@@ -207,6 +211,7 @@ threading.Event().wait()
 """
 
 
+@pytest.mark.slow
 def test_a_launcher_killed_by_sigkill_takes_its_servers_and_their_runs_with_it(tmp_path) -> None:
     work = tmp_path / "w"
     proc = subprocess.Popen([sys.executable, "-c", ORPHAN, str(work), HANGS], cwd=CODE_ROOT,

@@ -39,9 +39,10 @@ def _launch(spec: WorkerSpec, path: Path) -> dict:
     return record
 
 
-def sweep(tmp_path: Path, factory: str, ks: tuple[int, ...] = tuple(range(1, STEPS))) -> dict[int, object]:
+def sweep(tmp_path: Path, factory: str, ks: tuple[int, ...] = tuple(range(1, STEPS)),
+          plugin: Path = RESUMABLE) -> dict[int, object]:
     """{k: first divergence of the run resumed at k from the full run (None when exact)}."""
-    base = WorkerSpec(model_ref=f"{RESUMABLE}:{factory}", model_name=factory, role="A", steps=STEPS,
+    base = WorkerSpec(model_ref=f"{plugin}:{factory}", model_name=factory, role="A", steps=STEPS,
                       output="record-A.json", checkpoint_steps=ks)
     a = _launch(base, tmp_path / "spec-A.json")
 

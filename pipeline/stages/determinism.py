@@ -43,8 +43,23 @@ def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit
     )
 
 
+def identity_config(config: Any) -> Any:
+    """``config`` without the keys a library stamps into it (``transformers_version``,
+    ``_commit_hash``, ``_diffusers_version``, any ``*_version`` or ``__version__``), at any depth:
+    an upgrade of that library is the package versions' to tell, not a model change."""
+    if isinstance(config, dict):
+        return {k: identity_config(v) for k, v in config.items() if not _stamped(str(k))}
+    if isinstance(config, (list, tuple)):
+        return [identity_config(v) for v in config]
+    return config
+
+
+def _stamped(key: str) -> bool:
+    return key.endswith("_version") or key in ("_commit_hash", "__version__")
+
+
 def config_sha256(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(identity_config(config), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> dict[str, WorkerSpec]:

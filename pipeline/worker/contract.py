@@ -35,6 +35,9 @@ class ModelContext:
     seed: int
     rank: int = 0  # this process's rank under DistributedDataParallel (--world-size)
     world_size: int = 1  # ranks in the job; the harness wraps the model in DDP when above 1
+    # Optimizer steps N of a run from scratch (--steps), the same in every run of a check: the
+    # length of a schedule (HF's num_training_steps). A resumed run is told N, not N - k.
+    steps: int = 30
 
     def generator(self, offset: int = 0) -> torch.Generator:
         """A CPU generator seeded from the run seed; give one to every DataLoader."""
@@ -64,10 +67,12 @@ class ModelContext:
 @dataclass
 class TrainSetup:
     model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: torch.optim.Optimizer  # or a list of them, each stepped (steppers.Optimizers)
     loader: Iterable[Any]  # re-iterable once per epoch, e.g. a DataLoader with a generator
-    loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor]  # (model, batch on device) -> scalar loss
-    scheduler: Any | None = None  # stepped once per training step
+    # (model, batch on device) -> the loss: a scalar tensor, or an output with .loss (HF's
+    # ModelOutput) or a "loss" key (Lightning's dict); under accumulation, one micro-batch's
+    loss_fn: Callable[[torch.nn.Module, Any], Any]
+    scheduler: Any | None = None  # one or a list: torch, ReduceLROnPlateau, timm, EveryEpoch (steppers.py)
     scaler: Any | None = None  # torch.amp.GradScaler
     grad_clip: float | None = None
     batch_size: int | None = None  # samples per step, for samples/s
@@ -84,6 +89,8 @@ class TrainSetup:
     # timm's ``ModelEmaV3``), a teacher, a target network. Their tensors are fingerprinted every
     # step (``state:NAME.TENSOR``), part of the final hash, checkpointed and restored like the model.
     state_modules: dict[str, torch.nn.Module] = field(default_factory=dict)
+    accumulate: int = 1  # micro-batches (loader batches) per optimizer step; each loss is divided by it
+    after_step: Callable[[int], None] | None = None  # after each optimizer step (1-based): update an EMA here
 
     def generator(self) -> torch.Generator | None:
         """The generator that decides the loader's order and worker seeds, if any."""
@@ -136,16 +143,43 @@ def load_factory(ref: str, plugin_paths: Iterable[str] = ()) -> Callable[[ModelC
     return factory
 
 
+def loss_of(out: Any) -> torch.Tensor:
+    """The scalar loss in what ``loss_fn`` returned, or a ContractError naming ``loss_fn``."""
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", out)
+    if not isinstance(loss, torch.Tensor):
+        what = type(out).__name__ if loss is out else f"{type(out).__name__} whose loss is {type(loss).__name__}"
+        raise ContractError(f"loss_fn returned {what}; return the step's loss as a scalar tensor "
+                            "(or an output with .loss, such as a ModelOutput given labels)")
+    if loss.numel() != 1:
+        raise ContractError(f"loss_fn returned a loss of shape {tuple(loss.shape)}; reduce it to a scalar "
+                            "(.mean() or .sum())")
+    return loss.reshape(())
+
+
 def validate(setup: object, ref: str) -> TrainSetup:
-    """Check a factory's return value against the contract, with a message that says what to fix."""
+    """Check a factory's return value against the contract, with a message that says what to
+    fix; a list of optimizers or schedulers becomes one (``steppers``)."""
+    from .steppers import Optimizers, Schedules
+
     if not isinstance(setup, TrainSetup):
         raise ContractError(f"{ref} returned {type(setup).__name__}, not pipeline.worker.contract.TrainSetup")
     if not isinstance(setup.model, torch.nn.Module):
         raise ContractError(f"{ref}: TrainSetup.model is not a torch.nn.Module")
+    if isinstance(setup.optimizer, (list, tuple)) and setup.optimizer \
+            and all(isinstance(o, torch.optim.Optimizer) for o in setup.optimizer):
+        setup.optimizer = Optimizers(setup.optimizer) if len(setup.optimizer) > 1 else setup.optimizer[0]
     if not isinstance(setup.optimizer, torch.optim.Optimizer):
-        raise ContractError(f"{ref}: TrainSetup.optimizer is not a torch.optim.Optimizer")
+        raise ContractError(f"{ref}: TrainSetup.optimizer is not a torch.optim.Optimizer (or a list of them)")
     if not callable(setup.loss_fn):
         raise ContractError(f"{ref}: TrainSetup.loss_fn is not callable")
+    setup.scheduler = Schedules.of(setup.scheduler)
+    problem = setup.scheduler.problem() if setup.scheduler is not None else None
+    if problem:
+        raise ContractError(f"{ref}: TrainSetup.scheduler: {problem}")
+    if not isinstance(setup.accumulate, int) or isinstance(setup.accumulate, bool) or setup.accumulate < 1:
+        raise ContractError(f"{ref}: TrainSetup.accumulate must be a whole number of micro-batches, at least 1")
+    if setup.after_step is not None and not callable(setup.after_step):
+        raise ContractError(f"{ref}: TrainSetup.after_step is not callable (give a function step -> None)")
     if setup.eval_fn is not None and not callable(setup.eval_fn):
         raise ContractError(f"{ref}: TrainSetup.eval_fn is not callable (give a function model -> dict of metrics, or None)")
     modules = setup.state_modules

@@ -261,7 +261,7 @@ def resume_point(spec: Any, setup: TrainSetup) -> int | None:
     if k is None or not spec.checkpoint_after_epoch:
         return k
     try:
-        per_epoch = len(setup.loader)  # type: ignore[arg-type]
+        per_epoch = -(-len(setup.loader) // setup.accumulate)  # type: ignore[arg-type]  # steps that cross the first boundary
     except Exception:  # an iterable without a length: k stays
         return k
     if per_epoch < 1 or k > per_epoch or per_epoch + 1 >= spec.steps:

@@ -63,8 +63,10 @@ class Trace:
         if self.fps is not None:
             bs = batch_checksum(batch, self._workspace)
             self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
-            cs = contents_checksum(batch)
-            self.batch_contents.append(cs if cs is not None else torch.zeros((), dtype=torch.int64))
+            # the samples of all of a step's micro-batches, as one multiset (a list of batches is one step's)
+            parts = [contents_checksum(b) for b in batch] if type(batch).__name__ == "Accumulated" else [contents_checksum(batch)]
+            cs = sum((c for c in parts if c is not None), torch.zeros((), dtype=torch.int64)) % 2**32
+            self.batch_contents.append(cs)
             if len(self.batch_sums) == 1:
                 self.opaque = batchtree.opaque(batch)
 
@@ -104,6 +106,7 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         "packages": envinfo.packages() if spec.role in ("A", "golden") else None,
         "config": setup.config,
         "batch_size": setup.batch_size,
+        "accumulate": setup.accumulate,
         "initial_fingerprint": trace.initial,
         "batch_checksum": BATCH_CHECKSUM,
         "tensor_names": trace.fps.names if trace.fps is not None else [],

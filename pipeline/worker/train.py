@@ -19,7 +19,7 @@ import torch
 from . import checkpoint, determinism, distributed, loader, perturb, record, rng
 from .checkpoint import LoopPosition, Resume, extra_sha256
 from .batchtree import to_device
-from .contract import ContractError, ModelContext, TrainSetup, load_factory, validate
+from .contract import ContractError, ModelContext, TrainSetup, load_factory, loss_of, validate
 from .controls import ControlWatch
 from .evaluate import evaluate
 from .faults import Faults
@@ -89,6 +89,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     clock = StepClock(device, since=t_setup, start_step=pos.step, stop=stop, warmup_steps=spec.warmup_steps,
                       profile_ops=spec.profile_ops)
     batches = _batches(setup, pos, resume, spec, faults)
+    epochs = EpochEnds(setup, pos.epoch)  # epoch-stepped schedulers, from the epoch the run starts in
     watch.step = lambda: pos.step + 1  # from here on, a control set is set in the step being taken
     step_line = StepLine(stop) if rank.rank == 0 else (lambda step: None)
     sync(device)
@@ -99,9 +100,10 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
             clock.turn_started()
         clock.before_step(pos.step)
         t_fetch = time.perf_counter()
-        batch = to_device(next(batches), device)
+        batch = _next_batch(batches, setup.accumulate, device)
         fetch_s = time.perf_counter() - t_fetch
         trace.batch(batch, pos.epoch)
+        epochs.reached(pos.epoch)
         loss = _recorded_step(spec, spec_file, setup, net, batch, pos.step + 1)
         pos.step += 1
         faults.after_step(setup.model, pos.step)
@@ -158,7 +160,8 @@ def _attest(spec: WorkerSpec) -> dict[str, Any]:
 
 def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device, rank: distributed.Rank) -> TrainSetup:
     """The plugin's TrainSetup, checked against the contract, its model on the device and training."""
-    ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed, rank=rank.rank, world_size=rank.world_size)
+    ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed, rank=rank.rank, world_size=rank.world_size,
+                       steps=spec.steps)
     plugin_paths = [str(resolve(spec_file, p)) for p in spec.plugin_paths]
     factory = load_factory(spec.model_ref, plugin_paths)
     setup = validate(factory(ctx), spec.model_ref)
@@ -186,38 +189,71 @@ def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, net: to
     if spec.audit_path is not None and step == 1:
         from .audit import audited_step
 
-        return audited_step(setup.model, setup.optimizer, lambda: train_step(setup, net, batch),
+        return audited_step(setup.model, setup.optimizer, lambda: train_step(setup, net, batch, step),
                             str(resolve(spec_file, spec.audit_path)))
     several = step in spec.ops_steps
     if spec.ops_path is None or not (several or (step == spec.dump_at and not spec.ops_steps)):
-        return train_step(setup, net, batch)
+        return train_step(setup, net, batch, step)
     from .oprecord import OpRecorder
 
     with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
-        loss = train_step(setup, net, batch)
+        loss = train_step(setup, net, batch, step)
     recorder.save(str(resolve(spec_file, spec.ops_path.format(step=step) if several else spec.ops_path)))
     return loss
 
 
-def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any) -> torch.Tensor:
-    """One optimizer step; ``net`` is the model as the step calls it (DDP-wrapped above one rank)."""
+class Accumulated(list):
+    """The micro-batches of one optimizer step (``TrainSetup.accumulate`` above 1)."""
+
+
+class EpochEnds:
+    """Steps the epoch-stepped schedulers (timm's, ``EveryEpoch``) as the loop enters a new epoch."""
+
+    def __init__(self, setup: TrainSetup, epoch: int) -> None:
+        self.schedules, self.epoch = setup.scheduler, epoch
+
+    def reached(self, epoch: int) -> None:
+        """The next step's batch is from ``epoch``."""
+        while self.epoch < epoch:
+            if self.schedules is not None:
+                self.schedules.epoch_ended(self.epoch)
+            self.epoch += 1
+
+
+def _next_batch(batches: Iterator[Any], accumulate: int, device: torch.device) -> Any:
+    if accumulate == 1:
+        return to_device(next(batches), device)
+    return Accumulated(to_device(next(batches), device) for _ in range(accumulate))
+
+
+def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 0) -> torch.Tensor:
+    """One optimizer step (number ``step``, 1-based) over one batch or the micro-batches of an
+    ``Accumulated``; ``net`` is the model as the step calls it (DDP-wrapped above one rank)."""
+    parts = list(batch) if isinstance(batch, Accumulated) else [batch]
     setup.optimizer.zero_grad(set_to_none=True)
-    loss = setup.loss_fn(net, batch)
+    total = None
+    for part in parts:
+        loss = loss_of(setup.loss_fn(net, part))
+        scaled = loss / len(parts) if len(parts) > 1 else loss
+        (setup.scaler.scale(scaled) if setup.scaler is not None else scaled).backward()
+        total = loss.detach() if total is None else total + loss.detach()
     if setup.scaler is not None:
-        setup.scaler.scale(loss).backward()
         if setup.grad_clip is not None:
             setup.scaler.unscale_(setup.optimizer)
             torch.nn.utils.clip_grad_norm_(setup.model.parameters(), setup.grad_clip)
         setup.scaler.step(setup.optimizer)
         setup.scaler.update()
     else:
-        loss.backward()
         if setup.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(setup.model.parameters(), setup.grad_clip)
         setup.optimizer.step()
+    assert total is not None
+    loss = total / len(parts) if len(parts) > 1 else total
     if setup.scheduler is not None:
-        setup.scheduler.step()
-    return loss.detach()
+        setup.scheduler.stepped(step, loss)
+    if setup.after_step is not None:
+        setup.after_step(step)
+    return loss
 
 
 def _batches(setup: TrainSetup, pos: LoopPosition, resume: Resume | None, spec: WorkerSpec,
