@@ -35,6 +35,23 @@ def test_worker_side_imports_only_stdlib_torch_numpy():
                 assert root in stdlib or root in ALLOWED_THIRD_PARTY, f"{f.relative_to(ROOT)} imports {root}"
 
 
+ADAPTERS = {"hf.py": {"transformers"}, "lightning.py": {"lightning", "pytorch_lightning"}, "__init__.py": set()}
+
+
+def test_each_adapter_imports_only_the_worker_side_and_its_own_library():
+    """The adapters run in the worker, in the image that has the library they adapt, and nothing else of ours."""
+    stdlib = set(sys.stdlib_module_names)
+    folder = ROOT / "pipeline" / "adapters"
+    assert {f.name for f in folder.glob("*.py")} == set(ADAPTERS)
+    for f in folder.glob("*.py"):
+        for root in imported_roots(f) - {"pipeline"}:
+            assert root in stdlib or root in ALLOWED_THIRD_PARTY | ADAPTERS[f.name], f"{f.name} imports {root}"
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+                assert node.module.startswith("pipeline.worker"), f"{f.name} imports {node.module}"
+
+
 def test_worker_side_never_imports_the_orchestrator():
     for folder in WORKER_SIDE:
         for f in folder.rglob("*.py"):

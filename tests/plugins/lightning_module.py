@@ -48,3 +48,30 @@ def build(ctx: ModelContext) -> TrainSetup:
     opt = module.configure_optimizers()
     return TrainSetup(model=module, optimizer=opt["optimizer"], scheduler=opt["lr_scheduler"]["scheduler"],
                       loader=loader, loss_fn=lambda m, batch: m.training_step(batch, 0), batch_size=BATCH)
+
+
+class IndexedRegressor(Regressor):
+    """A training step that uses its batch_idx (every other batch weighs double), and Lightning's
+    default scheduler interval (a bare scheduler in the tuple form: stepped per epoch)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> dict[str, torch.Tensor]:
+        x, y = batch
+        return {"loss": nn.functional.mse_loss(self(x), y) * (1 + batch_idx % 2)}
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=1e-2, momentum=0.9)
+        return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)]
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        g = torch.Generator().manual_seed(7)
+        x = torch.randn(SAMPLES, FEATURES, generator=g)
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x[:, :1] - 1), batch_size=BATCH,
+                                           shuffle=True)
+
+
+def adapted(ctx: ModelContext) -> TrainSetup:
+    """The same kind of module through the adapter: no glue."""
+    from pipeline.adapters.lightning import lightning_setup
+
+    pl.seed_everything(ctx.seed)
+    return lightning_setup(ctx, IndexedRegressor(), accumulate=2)

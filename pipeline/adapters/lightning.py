@@ -1,0 +1,168 @@
+"""A LightningModule, as it is, as a TrainSetup: no rewrite of its training code.
+
+    from pipeline.adapters.lightning import lightning_setup
+
+    def build(ctx):
+        return lightning_setup(ctx, MyModule(), grad_clip=1.0, accumulate=2)
+
+What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
+
+- ``training_step(batch, batch_idx)``: the loss (a tensor, or a dict with ``"loss"``);
+  ``batch_idx`` is the batch's index in its epoch, checkpointed with the run, so a resumed run
+  passes the same indices. ``self.log``/``self.log_dict`` are quiet outside a Trainer.
+- ``configure_optimizers()`` in every form Lightning takes: an optimizer; a list of one; a
+  tuple ``([optimizer], [scheduler, ...])``; a dict ``{"optimizer", "lr_scheduler"}`` whose
+  scheduler is a scheduler or a config ``{"scheduler", "interval", "frequency", "monitor"}``; a
+  list of such dicts. ``"interval": "step"`` steps after every optimizer step, ``"epoch"`` (the
+  default, as in Lightning) as each epoch ends; ``ReduceLROnPlateau`` is fed the training loss
+  (the ``monitor`` metric is the Trainer's to compute, which reproci does not run).
+  ``frequency`` above 1 and several optimizers (manual optimization) are refused.
+- ``train_dataloader()`` (or ``datamodule.train_dataloader()``): rebuilt with a sampler seeded
+  from the run seed where it shuffles without a generator (as ``Trainer`` relies on
+  ``seed_everything`` for), its workers seeded; everything else as the module made it.
+- ``val_dataloader()`` and ``validation_step``: with both, the mean of what validation_step
+  returns (a tensor, or a dict's ``"loss"``/``"val_loss"``) is the run's ``val_loss`` metric.
+
+What a ``Trainer`` would be told is given here: ``grad_clip`` (``gradient_clip_val``),
+``accumulate`` (``accumulate_grad_batches``), ``precision`` ("32", "bf16-mixed" or
+"16-mixed"). A ``Trainer(deterministic=True)`` setting, or ``seed_everything`` in the factory,
+coexists with reproci's own controls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pipeline.worker.contract import ContractError, ModelContext, TrainSetup, loss_of
+from pipeline.worker.steppers import EveryEpoch
+
+try:
+    import lightning.pytorch as pl
+except ImportError:  # the older package name
+    import pytorch_lightning as pl  # type: ignore[no-redef]
+
+
+def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodule: Any = None,
+                    grad_clip: float | None = None, accumulate: int = 1, precision: str = "32",
+                    **setup: Any) -> TrainSetup:
+    """The TrainSetup of ``module`` as ``Trainer(...).fit(module)`` would train it."""
+    if not isinstance(module, pl.LightningModule):
+        raise ContractError(f"lightning_setup: {type(module).__name__} is not a LightningModule")
+    if not module.automatic_optimization:
+        raise ContractError("lightning_setup: manual optimization (automatic_optimization = False) is not supported: "
+                            "build the TrainSetup by hand, with the optimizers as a list")
+    module = module.to(ctx.device)
+    module.log = lambda *a, **k: None  # type: ignore[method-assign]  # a Trainer's logger is not there
+    module.log_dict = lambda *a, **k: None  # type: ignore[method-assign]
+    optimizer, schedulers = _optimizers(module.configure_optimizers())
+    source = datamodule if datamodule is not None else module
+    loader = seeded(source.train_dataloader(), ctx)
+    per_epoch = len(loader) if hasattr(loader, "__len__") else None
+    calls = {"n": 0}  # training_step calls so far: the batch index, checkpointed as extra state
+    autocast = _autocast(precision, ctx.device)
+
+    def loss_fn(m: Any, batch: Any) -> torch.Tensor:
+        idx = calls["n"] % per_epoch if per_epoch else calls["n"]
+        calls["n"] += 1
+        with autocast():
+            return loss_of(module.training_step(batch, idx))
+
+    return TrainSetup(model=module, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=schedulers or None,
+                      grad_clip=grad_clip, accumulate=accumulate, batch_size=getattr(loader, "batch_size", None),
+                      scaler=torch.amp.GradScaler("cuda") if precision.startswith("16") else None,
+                      get_extra_state=lambda: dict(calls), set_extra_state=calls.update,
+                      eval_fn=_validation(module, source, ctx.device, autocast),
+                      config={"lightning_module": type(module).__name__, "hparams": dict(module.hparams),
+                              "precision": precision, **setup.pop("config", {})}, **setup)
+
+
+def _optimizers(conf: Any) -> tuple[torch.optim.Optimizer, list[Any]]:
+    """(the optimizer, its schedulers as steppers take them) from any return form of configure_optimizers."""
+    if isinstance(conf, torch.optim.Optimizer):
+        return conf, []
+    if isinstance(conf, dict):
+        conf = [conf]
+    if isinstance(conf, tuple) and len(conf) == 2 and isinstance(conf[0], (list, tuple)):
+        optimizers, schedulers = list(conf[0]), [_scheduler(s) for s in conf[1]]
+    elif isinstance(conf, (list, tuple)) and conf and all(isinstance(c, dict) for c in conf):
+        optimizers = [c["optimizer"] for c in conf]
+        schedulers = [_scheduler(c["lr_scheduler"]) for c in conf if c.get("lr_scheduler") is not None]
+    elif isinstance(conf, (list, tuple)):
+        optimizers, schedulers = list(conf), []
+    else:
+        raise ContractError(f"lightning_setup: configure_optimizers returned {type(conf).__name__}, "
+                            "which is none of the forms Lightning takes")
+    if len(optimizers) != 1:
+        raise ContractError(f"lightning_setup: configure_optimizers gave {len(optimizers)} optimizers, which Lightning "
+                            "steps only under manual optimization: build the TrainSetup by hand, with the optimizers as a list")
+    return optimizers[0], schedulers
+
+
+def _scheduler(s: Any) -> Any:
+    if not isinstance(s, dict):
+        return EveryEpoch(s)  # Lightning's default interval
+    if s.get("frequency", 1) != 1:
+        raise ContractError(f"lightning_setup: a scheduler frequency of {s['frequency']} is not supported: use 1")
+    interval = s.get("interval", "epoch")
+    if interval not in ("step", "epoch"):
+        raise ContractError(f"lightning_setup: scheduler interval {interval!r} is neither 'step' nor 'epoch'")
+    return s["scheduler"] if interval == "step" else EveryEpoch(s["scheduler"])
+
+
+def seeded(loader: Any, ctx: ModelContext) -> Any:
+    """``loader`` with its shuffle seeded from the run seed (and its workers seeded), where a
+    Trainer would rely on ``seed_everything``; a loader that already seeds itself, as it is."""
+    if not isinstance(loader, torch.utils.data.DataLoader) or loader.batch_sampler is None:
+        return loader
+    sampler = loader.sampler
+    shuffles = isinstance(sampler, torch.utils.data.RandomSampler) and sampler.generator is None
+    if not shuffles and loader.generator is not None:
+        return loader
+    kw: dict[str, Any] = {}
+    g = ctx.generator()  # the sampler's order and the workers' seeds, as DataLoader(shuffle=True, generator=g) has them
+    if shuffles:
+        kw = ctx.shuffling(loader.dataset) if ctx.world_size > 1 else {
+            "sampler": torch.utils.data.RandomSampler(loader.dataset, replacement=sampler.replacement,
+                                                      num_samples=sampler._num_samples, generator=g)}
+    elif not isinstance(loader.batch_sampler, torch.utils.data.BatchSampler) or loader.batch_sampler.sampler is not sampler:
+        kw = {"batch_sampler": loader.batch_sampler}
+    else:
+        kw = {"sampler": sampler}
+    if "batch_sampler" not in kw:
+        kw.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    return torch.utils.data.DataLoader(
+        loader.dataset, **kw, generator=g, collate_fn=loader.collate_fn, num_workers=loader.num_workers,
+        worker_init_fn=loader.worker_init_fn or (ctx.seed_worker if loader.num_workers else None),
+        pin_memory=loader.pin_memory, persistent_workers=loader.persistent_workers,
+        **({"prefetch_factor": loader.prefetch_factor} if loader.num_workers else {}))
+
+
+def _autocast(precision: str, device: torch.device) -> Any:
+    dtype = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}.get(
+        str(precision))
+    if dtype is None and str(precision) not in ("32", "32-true"):
+        raise ContractError(f"lightning_setup: precision {precision!r} is not supported: use '32', 'bf16-mixed' or '16-mixed'")
+    return (lambda: torch.autocast(device_type=device.type, dtype=dtype)) if dtype is not None else \
+        (lambda: torch.autocast(device_type=device.type, enabled=False))
+
+
+def _validation(module: Any, source: Any, device: torch.device, autocast: Any) -> Any:
+    base = pl.LightningDataModule if isinstance(source, pl.LightningDataModule) else pl.LightningModule
+    if type(module).validation_step is pl.LightningModule.validation_step or \
+            getattr(type(source), "val_dataloader", None) in (None, base.val_dataloader):
+        return None  # no validation of its own (the base hooks raise)
+    val = source.val_dataloader
+    from pipeline.worker.batchtree import to_device
+
+    def eval_fn(model: Any) -> dict[str, float]:
+        out = []
+        for idx, batch in enumerate(val()):
+            with autocast():
+                r = module.validation_step(to_device(batch, device), idx)
+            r = r.get("val_loss", r.get("loss")) if isinstance(r, dict) else r
+            if isinstance(r, torch.Tensor):
+                out.append(r.detach().float().reshape(()))
+        return {"val_loss": float(torch.stack(out).mean())} if out else {}
+    return eval_fn

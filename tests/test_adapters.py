@@ -1,0 +1,183 @@
+"""The adapters (``pipeline/adapters/``) and their examples (``examples/``): a Hugging Face
+model with its collator, dataset and TrainingArguments, and a LightningModule as it is, each
+a TrainSetup in one call, judged right by the real CLI; and a golden recorded under one
+transformers version alerting as UPGRADE_CHANGED under another, though the model's config
+carries ``transformers_version``. Real transformers, accelerate and Lightning throughout."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from pipeline import errors, verdicts
+from pipeline.stages.determinism import config_sha256
+from pipeline.worker.contract import ContractError, ModelContext
+from pipeline.worker.steppers import EveryEpoch
+
+from .helpers import PLUGINS, ROOT, Cli, model_entry
+
+pl = pytest.importorskip("pytorch_lightning")
+transformers = pytest.importorskip("transformers")
+lightning = pytest.importorskip("pipeline.adapters.lightning")
+hf = pytest.importorskip("pipeline.adapters.hf")
+
+HF_EXAMPLE = f"{ROOT / 'examples' / 'hf_gpt2.py'}:build"
+LIGHTNING_EXAMPLE = f"{ROOT / 'examples' / 'lightning_regressor.py'}:build"
+CTX = ModelContext(profile="quick", device=torch.device("cpu"), seed=0, steps=12)
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self, conf):
+        super().__init__()
+        self.layer, self.conf = nn.Linear(2, 1), conf
+
+    def configure_optimizers(self):
+        return self.conf(torch.optim.SGD(self.parameters(), lr=0.1))
+
+
+@pytest.mark.parametrize("form, kinds", [
+    (lambda o: o, []),
+    (lambda o: [o], []),
+    (lambda o: ([o], [torch.optim.lr_scheduler.StepLR(o, 1)]), ["epoch"]),
+    (lambda o: {"optimizer": o, "lr_scheduler": torch.optim.lr_scheduler.StepLR(o, 1)}, ["epoch"]),
+    (lambda o: {"optimizer": o, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "interval": "step"}},
+     ["step"]),
+    (lambda o: [{"optimizer": o, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.ReduceLROnPlateau(o),
+                                                  "monitor": "val_loss"}}], ["epoch"]),
+], ids=["optimizer", "list", "tuple", "dict", "dict-step", "list-of-dicts-plateau"])
+def test_every_form_of_configure_optimizers_gives_one_optimizer_and_its_schedules(form, kinds) -> None:
+    module = Tiny(form)
+    optimizer, schedulers = lightning._optimizers(module.configure_optimizers())
+    assert isinstance(optimizer, torch.optim.SGD)
+    assert ["epoch" if isinstance(s, EveryEpoch) else "step" for s in schedulers] == kinds
+
+
+@pytest.mark.parametrize("form, says", [
+    (lambda o: [o, torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=1)], "gave 2 optimizers"),
+    (lambda o: {"optimizer": o, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(o, 1), "frequency": 2}},
+     "frequency of 2 is not supported"),
+    (lambda o: "adam", "configure_optimizers returned str"),
+])
+def test_forms_lightning_itself_would_not_step_automatically_are_refused_in_one_line(form, says) -> None:
+    with pytest.raises(ContractError, match=says):
+        lightning._optimizers(Tiny(form).configure_optimizers())
+
+
+def test_manual_optimization_is_refused_with_what_to_do_instead() -> None:
+    module = Tiny(lambda o: o)
+    module.automatic_optimization = False
+    with pytest.raises(ContractError, match="manual optimization .* build the TrainSetup by hand"):
+        lightning.lightning_setup(CTX, module)
+
+
+def test_a_shuffling_loader_without_a_generator_is_rebuilt_seeded_and_the_rest_kept() -> None:
+    data = torch.utils.data.TensorDataset(torch.arange(10.0))
+    original = torch.utils.data.DataLoader(data, batch_size=3, shuffle=True, drop_last=True)
+    seeded = lightning.seeded(original, CTX)
+    assert seeded is not original and seeded.batch_size == 3 and seeded.drop_last
+    assert isinstance(seeded.sampler, torch.utils.data.RandomSampler) and seeded.sampler.generator is seeded.generator
+    assert [b[0].tolist() for b in seeded] == [b[0].tolist() for b in lightning.seeded(original, CTX)]  # same order
+    ordered = torch.utils.data.DataLoader(data, batch_size=3, generator=torch.Generator())
+    assert lightning.seeded(ordered, CTX) is ordered  # seeds itself already
+
+
+def test_the_optimizer_is_the_one_trainer_would_make() -> None:
+    """Against a real Trainer's create_optimizer: the same class, arguments and two groups."""
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    args = transformers.TrainingArguments(output_dir="unused", learning_rate=3e-4, weight_decay=0.1, optim="adamw_torch",
+                                          adam_beta2=0.95, report_to=[])
+    ours = hf._optimizer(model, args)
+    theirs = transformers.Trainer(model=model, args=args).create_optimizer()
+    assert type(ours) is type(theirs) and ours.defaults == theirs.defaults
+    assert [(len(g["params"]), g["weight_decay"]) for g in ours.param_groups] == \
+        [(len(g["params"]), g["weight_decay"]) for g in theirs.param_groups]
+
+
+def test_knobs_reproci_does_not_honour_are_refused() -> None:
+    model = nn.Linear(2, 1)
+    args = transformers.TrainingArguments(output_dir="unused", label_smoothing_factor=0.1, report_to=[])
+    with pytest.raises(ContractError, match="label_smoothing_factor is not supported"):
+        hf.hf_setup(CTX, model, args, train_dataset=[])
+
+
+def test_a_library_stamp_in_the_config_is_not_part_of_the_models_identity() -> None:
+    config = transformers.GPT2Config(n_layer=1).to_dict()
+    older = {**config, "transformers_version": "5.22.0", "text_config": {"transformers_version": "5.22.0", "n": 1}}
+    newer = {**config, "transformers_version": "5.23.0", "text_config": {"transformers_version": "5.23.0", "n": 1}}
+    assert config_sha256(older) == config_sha256(newer)
+    assert config_sha256({**newer, "n_layer": 2}) != config_sha256(newer)
+    assert config_sha256({"_commit_hash": "a", "x": 1}) == config_sha256({"_commit_hash": "b", "x": 1})
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    cli = Cli(tmp_path_factory.mktemp("adapters"))
+    out = cli("run", "-m", HF_EXAMPLE, "-m", LIGHTNING_EXAMPLE, "-m", f"{PLUGINS / 'lightning_module.py'}:adapted",
+              "--steps", "12")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return cli, cli.latest()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, metric", [("hf_gpt2", "eval_loss"), ("lightning_regressor", "val_loss"),
+                                          ("lightning_module.adapted", None)])
+def test_each_example_runs_through_reproci_in_one_call_and_is_reproducible(run, name, metric) -> None:
+    cli, doc = run
+    entry = model_entry(doc, name)
+    assert entry["verdict"] == verdicts.NEW, entry["message"]
+    assert entry["message"].startswith("A = B = C: bitwise reproducible, resume exact"), entry["message"]
+    assert "warning" not in entry["message"]
+    record = json.loads((cli.cwd / "results" / doc["run_id"] / name / "record-A.json").read_text())
+    if metric:
+        assert set(record["eval"]) == {metric}
+
+
+@pytest.mark.slow
+def test_the_hf_example_takes_its_training_arguments(run) -> None:
+    cli, doc = run
+    record = json.loads((cli.cwd / "results" / doc["run_id"] / "hf_gpt2" / "record-A.json").read_text())
+    assert record["accumulate"] == 2 and record["batch_size"] == 8
+    assert record["config"]["training_args"]["lr_scheduler_type"] == "SchedulerType.COSINE"
+    assert record["config"]["hf_config"]["transformers_version"] == transformers.__version__  # kept in the record
+
+
+OLDER_TRANSFORMERS = """\
+import transformers.configuration_utils
+transformers.configuration_utils.__version__ = "5.22.0"  # what PretrainedConfig.to_dict stamps
+"""
+
+
+@pytest.mark.slow
+def test_a_golden_from_another_transformers_version_is_upgrade_changed(tmp_path) -> None:
+    """The upgrade, simulated: the golden is recorded by processes whose transformers stamps
+    5.22.0 into every config it writes (a sitecustomize on their path), with --threads 2 (as
+    another version's kernels would give other bits), and its packages are edited to say
+    transformers 5.22.0. Then a run with this transformers: the model's config carries another
+    transformers_version, yet it is the same model, so the verdict is UPGRADE_CHANGED, exit 3,
+    naming the package (with the stamp in the identity it was MODEL_CHANGED, "not compared")."""
+    cli = Cli(tmp_path)
+    site = tmp_path / "older"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(OLDER_TRANSFORMERS)
+    short = ("-m", HF_EXAMPLE, "--steps", "6")
+    older = cli("golden", "update", *short, "--threads", "2", env={"PYTHONPATH": f"{ROOT}:{site}"})
+    assert older.returncode == 0, older.stdout + older.stderr
+    recorded = cli.latest()
+    assert model_entry(recorded, "hf_gpt2")["config"]["hf_config"]["transformers_version"] == "5.22.0"
+    path = tmp_path / "goldens" / "local.yaml"
+    header = "".join(line for line in path.read_text().splitlines(True) if line.startswith("#"))
+    data = yaml.safe_load(path.read_text())
+    data["packages"]["transformers"] = "5.22.0"
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    out = cli("run", *short)
+    assert out.returncode == errors.EXIT_DRIFT, out.stdout + out.stderr
+    entry = model_entry(cli.latest(), "hf_gpt2")
+    assert entry["config"]["hf_config"]["transformers_version"] == transformers.__version__
+    assert entry["verdict"] == verdicts.UPGRADE_CHANGED, entry["message"]
+    assert entry["golden"]["package_diff"]["transformers"] == ["5.22.0", transformers.__version__]
+    assert f"transformers 5.22.0 → {transformers.__version__}" in entry["message"]
