@@ -98,6 +98,18 @@ def test_the_optimizer_is_the_one_trainer_would_make() -> None:
         [(len(g["params"]), g["weight_decay"]) for g in theirs.param_groups]
 
 
+def test_bf16_trains_under_autocast_and_the_loss_is_the_models_own() -> None:
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    args = transformers.TrainingArguments(output_dir="unused", bf16=True, use_cpu=True, per_device_train_batch_size=2, report_to=[],
+                                          gradient_accumulation_steps=3, max_grad_norm=0.5)
+    data = [{"input_ids": torch.arange(8) % 20, "labels": torch.arange(8) % 20} for _ in range(4)]
+    setup = hf.hf_setup(CTX, model, args, train_dataset=data)
+    assert (setup.accumulate, setup.grad_clip, setup.batch_size) == (3, 0.5, 6)
+    out = setup.loss_fn(setup.model, next(iter(setup.loader)))
+    assert out.logits.dtype == torch.bfloat16 and out.loss.shape == ()
+
+
 def test_knobs_reproci_does_not_honour_are_refused() -> None:
     model = nn.Linear(2, 1)
     args = transformers.TrainingArguments(output_dir="unused", label_smoothing_factor=0.1, report_to=[])
@@ -116,9 +128,13 @@ def test_a_library_stamp_in_the_config_is_not_part_of_the_models_identity() -> N
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """The examples (and a module that uses its batch_idx) as a new user runs them: a golden
+    recorded, then a run against it."""
     cli = Cli(tmp_path_factory.mktemp("adapters"))
-    out = cli("run", "-m", HF_EXAMPLE, "-m", LIGHTNING_EXAMPLE, "-m", f"{PLUGINS / 'lightning_module.py'}:adapted",
-              "--steps", "12")
+    models = ("-m", HF_EXAMPLE, "-m", LIGHTNING_EXAMPLE, "-m", f"{PLUGINS / 'lightning_module.py'}:adapted", "--steps", "12")
+    recorded = cli("golden", "update", *models)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    out = cli("run", *models)
     assert out.returncode == 0, out.stdout + out.stderr
     return cli, cli.latest()
 
@@ -129,8 +145,8 @@ def run(tmp_path_factory):
 def test_each_example_runs_through_reproci_in_one_call_and_is_reproducible(run, name, metric) -> None:
     cli, doc = run
     entry = model_entry(doc, name)
-    assert entry["verdict"] == verdicts.NEW, entry["message"]
-    assert entry["message"].startswith("A = B = C: bitwise reproducible, resume exact"), entry["message"]
+    assert entry["verdict"] == verdicts.PASS, entry["message"]
+    assert entry["golden"]["verdict"] == verdicts.PASS and entry["message"].startswith("A = B = C"), entry["message"]
     assert "warning" not in entry["message"]
     record = json.loads((cli.cwd / "results" / doc["run_id"] / name / "record-A.json").read_text())
     if metric:

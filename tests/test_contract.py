@@ -29,8 +29,12 @@ def test_a_batch_sampler_of_the_users_own_is_judged_as_the_sampler_it_is():
 def test_a_torch_batch_sampler_over_an_unseeded_random_sampler_is_refused():
     inner = torch.utils.data.RandomSampler(DATA)
     loader = torch.utils.data.DataLoader(DATA, batch_sampler=torch.utils.data.BatchSampler(inner, 2, False))
-    with pytest.raises(ContractError, match="the DataLoader shuffles but nothing seeds its order"):
+    with pytest.raises(ContractError, match="the DataLoader shuffles but nothing seeds its order: pass "
+                                             r"generator=ctx.generator\(\) to the RandomSampler inside its batch_sampler"):
         validate(_setup(loader), "m")
+    plain = torch.utils.data.DataLoader(DATA, batch_size=2, shuffle=True)
+    with pytest.raises(ContractError, match=r"pass generator=ctx.generator\(\) to the DataLoader, or"):
+        validate(_setup(plain), "m")
     seeded = torch.utils.data.RandomSampler(DATA, generator=torch.Generator().manual_seed(0))
     loader = torch.utils.data.DataLoader(DATA, batch_sampler=torch.utils.data.BatchSampler(seeded, 2, False))
     assert validate(_setup(loader), "m").generator() is seeded.generator

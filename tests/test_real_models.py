@@ -138,8 +138,9 @@ def test_a_timm_ema_left_out_of_the_checkpoint_is_resume_broken(tmp_path):
     cli = Cli(tmp_path)
     timm_plugin = PLUGINS / "timm_models.py"
     cli("run", "--steps", "12", "--resume-at", "6", "-m", f"{timm_plugin}:vit_ema_unsaved",
-        "-m", f"{timm_plugin}:vit_ema_declared")
+        "-m", f"{timm_plugin}:vit_ema_declared", "-m", f"{timm_plugin}:vit_cosine_after_step")
     doc = cli.latest()
     broken = model_entry(doc, "timm_models.vit_ema_unsaved")
     assert broken["verdict"] == "RESUME_BROKEN" and "ema_loss" in broken["message"], broken["message"]
     assert_agrees(model_entry(doc, "timm_models.vit_ema_declared"))
+    assert_agrees(model_entry(doc, "timm_models.vit_cosine_after_step"))  # timm's scheduler, stepped as timm steps it

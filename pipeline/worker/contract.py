@@ -203,10 +203,11 @@ def validate(setup: object, ref: str) -> TrainSetup:
         shuffles = any(isinstance(s, torch.utils.data.RandomSampler) for s in samplers)
         if shuffles or (loader.num_workers > 0 and not own_sampler):
             what = "shuffles" if shuffles else f"uses {loader.num_workers} worker processes"
-            raise ContractError(
-                f"{ref}: the DataLoader {what} but nothing seeds its order: pass generator=ctx.generator() "
-                "to the DataLoader, or give it a sampler of your own that seeds itself"
-            )
+            inside = shuffles and loader.sampler not in samplers  # a RandomSampler inside the batch_sampler
+            fix = ("pass generator=ctx.generator() to the RandomSampler inside its batch_sampler" if inside
+                   else "pass generator=ctx.generator() to the DataLoader")
+            raise ContractError(f"{ref}: the DataLoader {what} but nothing seeds its order: {fix}, "
+                                "or give it a sampler of your own that seeds itself")
     elif not hasattr(loader, "__iter__"):
         raise ContractError(f"{ref}: TrainSetup.loader is not iterable")
     return setup

@@ -76,7 +76,7 @@ def _setup(ctx: ModelContext, model: torch.nn.Module, collator: Any, *, data: li
     scheduler = None
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=24)
+        scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=ctx.steps)
     kw.setdefault("loss_fn", _loss)
     return TrainSetup(model=model, optimizer=optimizer, loader=loader, scheduler=scheduler, batch_size=BATCH, **kw)
 

@@ -47,3 +47,17 @@ def vit_ema_unsaved(ctx: ModelContext) -> TrainSetup:
 
 def vit_ema_declared(ctx: ModelContext) -> TrainSetup:
     return _vit_ema(ctx, declared=True)
+
+
+def vit_cosine_after_step(ctx: ModelContext) -> TrainSetup:
+    """timm as its train.py trains: CosineLRScheduler (``step_update`` per step, ``step(epoch)``
+    per epoch, warmup by updates) and the EMA updated after the optimizer step, declared."""
+    from timm.scheduler import CosineLRScheduler
+
+    setup = _vit_ema(ctx, declared=True)
+    ema = setup.state_modules["ema"]
+    setup.loss_fn = lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1])
+    setup.scheduler = CosineLRScheduler(setup.optimizer, t_initial=4, warmup_t=3, warmup_prefix=True,
+                                        t_in_epochs=False)
+    setup.after_step = lambda step: ema.update(setup.model, step=step)
+    return setup
