@@ -26,7 +26,7 @@ PLUGIN = PLUGINS / "real_libs.py"
 LIGHTNING = PLUGINS / "lightning_module.py"
 FACTORIES = ("gpt2_clm", "bert_mlm", "bert_mlm_private_generator", "bert_mlm_private_generator_fixed",
              "bert_mlm_persistent_workers", "bert_mlm_workers_fixed", "t5_adafactor", "gpt2_full_determinism",
-             "gpt2_ema_unsaved", "gpt2_ema_declared")
+             "gpt2_ema_unsaved", "gpt2_ema_declared", "gpt2_adapted_full_determinism")
 AGREE = "A = B = C: bitwise reproducible, resume exact"
 
 
@@ -34,7 +34,7 @@ AGREE = "A = B = C: bitwise reproducible, resume exact"
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real run of every factory: its results document and its run directory."""
     cli = Cli(tmp_path_factory.mktemp("real-libs"))
-    refs = [a for f in FACTORIES for a in ("-m", f"{PLUGIN}:{f}")] + ["-m", f"{LIGHTNING}:build"]
+    refs = [a for f in FACTORIES for a in ("-m", f"{PLUGIN}:{f}")] + ["-m", f"{LIGHTNING}:build", "-m", f"{LIGHTNING}:adapted"]
     p = cli("run", "--steps", "12", "--resume-at", "6", "--jobs", "2", *refs)
     assert (cli.cwd / "results" / "latest.json").is_file(), p.stdout + p.stderr
     doc = cli.latest()
@@ -106,6 +106,15 @@ def test_enable_full_determinism_is_not_taken_for_switching_determinism_off(run)
     CUBLAS_WORKSPACE_CONFIG=":16:8", a deterministic setting like the harness's own: the
     runs pass, not NONDETERMINISTIC for a control "switched off"."""
     assert_agrees(entry(run, "gpt2_full_determinism"))
+
+
+def test_the_libraries_own_switches_through_the_adapters_coexist_with_reproci(run):
+    """TrainingArguments(full_determinism=True) through hf_setup, and lightning_setup(deterministic=True)
+    (Lightning's own _set_torch_flags, as Trainer(deterministic=True) applies it): both pass."""
+    assert_agrees(entry(run, "gpt2_adapted_full_determinism"))
+    m = model_entry(run["doc"], "lightning_module.adapted")
+    assert_agrees(m)
+    assert "warning" not in m["message"], m["message"]
 
 
 def test_an_undeclared_weight_ema_is_resume_broken_and_a_declared_one_passes(run):

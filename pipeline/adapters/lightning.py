@@ -25,8 +25,8 @@ What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
 
 What a ``Trainer`` would be told is given here: ``grad_clip`` (``gradient_clip_val``),
 ``accumulate`` (``accumulate_grad_batches``), ``precision`` ("32", "bf16-mixed" or
-"16-mixed"). A ``Trainer(deterministic=True)`` setting, or ``seed_everything`` in the factory,
-coexists with reproci's own controls.
+"16-mixed"), ``deterministic`` (Lightning's own ``_set_torch_flags``, as the Trainer applies
+it; ``True`` coexists with reproci's own controls, as does ``seed_everything`` in the factory).
 """
 
 from __future__ import annotations
@@ -46,8 +46,11 @@ except ImportError:  # the older package name
 
 def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodule: Any = None,
                     grad_clip: float | None = None, accumulate: int = 1, precision: str = "32",
-                    **setup: Any) -> TrainSetup:
-    """The TrainSetup of ``module`` as ``Trainer(...).fit(module)`` would train it."""
+                    deterministic: bool | None = None, **setup: Any) -> TrainSetup:
+    """The TrainSetup of ``module`` as ``Trainer(...).fit(module)`` would train it;
+    ``deterministic=True`` applies the Trainer's own switch (``_set_torch_flags``)."""
+    if deterministic is not None:
+        _trainer_flags(deterministic)
     if not isinstance(module, pl.LightningModule):
         raise ContractError(f"lightning_setup: {type(module).__name__} is not a LightningModule")
     if not module.automatic_optimization:
@@ -76,6 +79,15 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
                       eval_fn=_validation(module, source, ctx.device, autocast),
                       config={"lightning_module": type(module).__name__, "hparams": dict(module.hparams),
                               "precision": precision, **setup.pop("config", {})}, **setup)
+
+
+def _trainer_flags(deterministic: bool) -> None:
+    """What ``Trainer(deterministic=...)`` sets: Lightning's own function where it has one."""
+    try:
+        from pytorch_lightning.trainer.connectors.accelerator_connector import _set_torch_flags
+    except ImportError:
+        from lightning.pytorch.trainer.connectors.accelerator_connector import _set_torch_flags  # type: ignore[no-redef]
+    _set_torch_flags(deterministic=deterministic)
 
 
 def _optimizers(conf: Any) -> tuple[torch.optim.Optimizer, list[Any]]:

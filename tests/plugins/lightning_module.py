@@ -70,8 +70,8 @@ class IndexedRegressor(Regressor):
 
 
 def adapted(ctx: ModelContext) -> TrainSetup:
-    """The same kind of module through the adapter: no glue."""
+    """The same kind of module through the adapter, no glue, with the Trainer's deterministic=True."""
     from pipeline.adapters.lightning import lightning_setup
 
     pl.seed_everything(ctx.seed)
-    return lightning_setup(ctx, IndexedRegressor(), accumulate=2)
+    return lightning_setup(ctx, IndexedRegressor(), accumulate=2, deterministic=True)

@@ -176,3 +176,15 @@ def t5_adafactor(ctx: ModelContext) -> TrainSetup:
     optimizer = Adafactor(model.parameters(), scale_parameter=True, relative_step=True, warmup_init=True, lr=None)
     return _setup(ctx, model, DataCollatorForSeq2Seq(_tokenizer(), model=model), data=_tokens(ctx, seq2seq=True),
                   optimizer=optimizer)
+
+
+def gpt2_adapted_full_determinism(ctx: ModelContext) -> TrainSetup:
+    """GPT-2 through the HF adapter with TrainingArguments(full_determinism=True): HF's own
+    switch (enable_full_determinism), applied as Trainer applies it."""
+    from transformers import TrainingArguments
+
+    from pipeline.adapters.hf import hf_setup
+
+    args = TrainingArguments(output_dir="unused", learning_rate=1e-3, warmup_steps=2, full_determinism=True,
+                             per_device_train_batch_size=BATCH, report_to=[])
+    return hf_setup(ctx, _gpt2(ctx), args, train_dataset=_tokens(ctx), data_collator=_clm())
