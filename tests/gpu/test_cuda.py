@@ -1,7 +1,8 @@
 """Every stage on a GPU through the real CLI (local backend): the reference models, every
 optimizer state layout, AMP, real CUDA nondeterminism caught, an op without a deterministic
 kernel reported in one line, the throughput stage with the allocator's peak memory, and
-DDP: more ranks than GPUs refused, two ranks over NCCL (where two GPUs are visible)."""
+DDP: more ranks than GPUs refused, two ranks over NCCL (where two GPUs are visible); runs forked
+from the fork server on CUDA, equal to fresh ones."""
 
 from __future__ import annotations
 
@@ -120,3 +121,17 @@ def test_two_ranks_over_nccl_pass_with_the_nccl_settings_recorded(reproci, devic
     rank1 = json.loads((reproci.cwd / "results" / doc["run_id"] / "conv" / "record-A.rank1.json").read_text())
     assert rank1["distributed"]["backend"] == "nccl" and rank1["distributed"]["nccl"]["version"]
     assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(rank1["distributed"]["nccl"])
+
+
+def test_forked_runs_initialise_cuda_after_the_fork_and_match_fresh_ones(reproci, device):
+    """The fork server never touches the device: each forked run makes its own CUDA context,
+    and its hashes are a fresh interpreter's, bit for bit (conv: cuDNN convolutions)."""
+    forked = run(reproci, device, "conv")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    f = model_entry(reproci.latest(), "conv")
+    fresh = run(reproci, device, "conv", extra=("--no-fork-server",))
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    n = model_entry(reproci.latest(), "conv")
+    assert [r["launch"]["mode"] for r in f["runs"].values()] == ["forked"] * 3
+    assert [r["launch"]["mode"] for r in n["runs"].values()] == ["fresh"] * 3
+    assert f["final_sha256"] == n["final_sha256"]
