@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from pipeline.backends.local import LocalBackend  # noqa: E402
+from pipeline.options import build  # noqa: E402
 from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from pipeline.worker.determinism import deterministic_mode  # noqa: E402
 from pipeline.worker.batchsum import batch_checksum  # noqa: E402
@@ -87,7 +88,7 @@ def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profi
 
 def stage_vs_seed_style(model: str, steps: int, device: str = "cpu", profile: str = "quick") -> tuple[float, float]:
     k = steps // 2
-    backend = LocalBackend(type("O", (), {"image_name": "local"})())
+    backend = LocalBackend(build({}, env={}))
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
 

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from pipeline.backends.local import LocalBackend  # noqa: E402
+from pipeline.options import build  # noqa: E402
 from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from pipeline.worker.determinism import deterministic_mode  # noqa: E402
 from pipeline.worker.oprecord import OpRecorder  # noqa: E402
@@ -54,7 +55,7 @@ def step_cost(model: str, repeats: int = 5) -> tuple[float, float, int]:
 
 def replay_cost(model: str, steps: int) -> tuple[float, float]:
     """Wall seconds of a probe replay to the last step, without and with op recording."""
-    backend = LocalBackend(type("O", (), {"image_name": "local"})())
+    backend = LocalBackend(build({}, env={}))
     out = []
     with tempfile.TemporaryDirectory() as d:
         for ops in (None, "ops.pt"):

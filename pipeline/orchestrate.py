@@ -4,11 +4,9 @@ one worker run is launched by ``runner.run_worker``."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,8 +18,9 @@ from .options import RunOptions
 from .golden import check as golden_check
 from .golden import store as golden_store
 from .reports import github, history, webhook
-from .runner import RunContext, background, settle
-from .stages import audit, determinism, golden_cause, golden_ops, probes, throughput, variance
+from .runner import RunContext
+from .stages import registry, throughput
+from .stages.registry import StageRun
 
 
 def project_commit(root: Path) -> str | None:
@@ -63,29 +62,15 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             ctx = RunContext(backend=backend, run_dir=run_dir, timeout=options.timeout, progress=progress)
             if on_step is not None:
                 ctx.on_step = on_step
-            models: list[dict[str, Any]] = []
-            environment: dict[str, Any] | None = None
-            if "determinism" in options.stages:
-                models = _determinism(options, ctx, project_commit=commit, image=image)
-                environment = next((_environment_of(run_dir, e) for e in models if e.get("verdict") != verdicts.ERROR), None)
-            else:
-                models = [throughput.unchecked_entry(options, model) for model in options.models]  # verdict NOT_CHECKED
-            if "throughput" in options.stages:
-                for model, entry in zip(options.models, models):
-                    throughput.attach(entry, throughput.run_model(options, ctx, model, project_commit=commit,
-                                                                  image=image))
-                    if environment is None and entry.get("verdict") != verdicts.ERROR:
-                        environment = _environment_of(run_dir, entry)
-            if "variance" in options.stages:  # K seeds per model: is a change inside seed noise?
-                variance.run_all(options, ctx, models, project_commit=commit, image=image, old_golden=old_golden)
-                environment = environment or next((_environment_of(run_dir, e) for e in models), None)
-            for stage in (s for s in EXTRA_STAGES if s in options.stages):
-                for entry, result in zip(models, _per_model(EXTRA_STAGES[stage], options, ctx, project_commit=commit,
-                                                            image=image)):
-                    entry[stage] = result
+            run = StageRun(options=options, ctx=ctx, project_commit=commit, image=image, old_golden=old_golden)
+            models = [throughput.unchecked_entry(options, m) for m in options.models]  # NOT_CHECKED until a stage says
+            stages = registry.selected(options.stages)
+            for stage in stages:
+                stage.run(run, models)
+            environment = _environment(run_dir, models)
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
-            if "determinism" in options.stages:  # goldens hold determinism results
-                _golden(options, ctx, document, old_golden, project_commit=commit, image=image)
+            for stage in stages:
+                stage.conclude(run, document)
             verdicts.summarize(document)  # counts and the exit code, once every verdict is in
             alerts_out = _alert(options, document)
             if alerts_out:
@@ -97,18 +82,6 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     except BaseException:
         results.discard(run_dir)
         raise
-
-
-def _golden(options: RunOptions, ctx: RunContext, document: results.ResultsDocument,
-            old: golden_store.Golden | None, *, project_commit: str | None, image: dict[str, Any]) -> None:
-    """The golden comparison; the per-op hashes a golden update records, the op a drift first
-    changed (``stages/golden_ops.py``), and a re-run that proves a settable cause (``golden_cause``)."""
-    ops = None
-    if options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
-        ops = golden_ops.record(options, ctx, list(options.models), project_commit=project_commit, image=image)
-    golden_check.apply(options, document, ctx.run_dir, old, ops)
-    golden_ops.name_changes(options, ctx, document, old, project_commit=project_commit, image=image)
-    golden_cause.confirm(options, ctx, document, old, project_commit=project_commit, image=image)
 
 
 def _check_goldens_dir(options: RunOptions) -> None:
@@ -140,28 +113,12 @@ def _old_golden(options: RunOptions) -> golden_store.Golden | None:
         return None
 
 
-def _determinism(options: RunOptions, ctx: RunContext, *, project_commit: str | None,
-                 image: dict[str, Any]) -> list[dict[str, Any]]:
-    return _per_model(determinism.run_model, options, ctx, project_commit=project_commit, image=image)
-
-
-# Stages whose result goes on each model entry under the stage's name; they claim nothing
-# about the verdict (``verdicts.document_exit_code`` reads ``--probes-fail``).
-EXTRA_STAGES: dict[str, Callable[..., dict[str, Any]]] = {"audit": audit.run_model, "probes": probes.run_model}
-
-
-def _per_model(run_model: Callable[..., dict[str, Any]], options: RunOptions, ctx: RunContext, *,
-               project_commit: str | None, image: dict[str, Any]) -> list[dict[str, Any]]:
-    """A stage for every model, in the order given. With ``--jobs`` ≥ 2 the models' runs
-    overlap, at most ``jobs`` worker processes at once (a free slot goes to whichever run
-    is ready: B beside A, another model's A, a probe)."""
-    if options.jobs < 2 or len(options.models) < 2:
-        return [run_model(options, ctx, m, project_commit=project_commit, image=image) for m in options.models]
-    shared = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
-    futures = [background(run_model, options, shared, m, project_commit=project_commit, image=image)
-               for m in options.models]
-    settle(*futures)  # a failure of one model waits for the others' runs to end, so none runs on
-    return [f.result() for f in futures]
+def _environment(run_dir: Path, models: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the results record of the environment: from the first model whose runs succeeded,
+    else from any record there is."""
+    ok = (e for e in models if e.get("verdict") != verdicts.ERROR)
+    return next((env for e in ok if (env := _environment_of(run_dir, e))), None) or \
+        next((env for e in models if (env := _environment_of(run_dir, e))), None)
 
 
 def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:

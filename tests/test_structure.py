@@ -132,3 +132,14 @@ def test_each_cli_verb_lives_in_its_own_command_module() -> None:
         assert module == f"pipeline.commands.{name.replace('-', '_')}", (name, module)
         source = (PACKAGE / "commands" / f"{name.replace('-', '_')}.py").read_text()
         assert "import click" in source
+
+
+def test_every_stage_the_options_accept_is_one_entry_of_the_registry() -> None:
+    """The orchestrator loops over the registry: a stage --stage accepts and nothing runs is a bug."""
+    from pipeline.options import STAGES
+    from pipeline.stages import registry
+
+    assert tuple(s.name for s in registry.STAGES) == STAGES
+    assert [s.name for s in registry.selected(("probes", "determinism"))] == ["determinism", "probes"]
+    source = (Path(__file__).resolve().parents[1] / "pipeline" / "orchestrate.py").read_text()
+    assert not any(f'"{name}" in options.stages' in source for name in STAGES)  # no stage special-cased

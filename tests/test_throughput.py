@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.models import resolve_all
-from pipeline.options import RunOptions
+from pipeline.options import RunOptions, build
 from pipeline.stages import throughput
 from pipeline.worker.spec import PROFILE_STEPS, WorkerSpec
 
@@ -177,7 +177,7 @@ def test_bookkeeping_mode_sets_only_the_cheap_controls(tmp_path: Path):
                       mode="bookkeeping", output="record.json", fingerprints=False, warmup_steps=3)
     spec_file = tmp_path / "spec.json"
     spec.write(spec_file)
-    result = LocalBackend(type("O", (), {"image_name": "local"})()).launch(spec, spec_file, timeout=300)
+    result = LocalBackend(build({}, env={})).launch(spec, spec_file, timeout=300)
     assert result.returncode == 0, result.log_tail
     rec = json.loads((tmp_path / "record.json").read_text())
     checks = rec["attestation"]["checks"]

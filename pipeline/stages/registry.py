@@ -1,0 +1,130 @@
+"""The stages of ``reproci run``, each one interface the orchestrator loops over.
+
+A stage has a ``name`` (what ``--stage`` says), ``run(run, entries)``, which does its work
+for every model and puts its result on the model entries, and ``conclude(run, document)``,
+called once the results document holds every stage's results and before the verdicts are
+counted (the determinism stage compares with the golden there). ``STAGES`` is the order they
+run in: determinism first (it makes the entries the others attach to), then throughput,
+variance (which reuses the determinism stage's run A), the op audit and the probes. A new
+stage is a new entry here, not a branch in the orchestrator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from ..golden import check as golden_check
+from ..options import RunOptions
+from ..runner import RunContext, background, settle
+from . import audit, determinism, golden_cause, golden_ops, probes, throughput, variance
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """What every stage of one invocation shares: the options, the backend's context, and
+    what the results record of the project, the image and its golden."""
+
+    options: RunOptions
+    ctx: RunContext
+    project_commit: str | None
+    image: dict[str, Any]
+    old_golden: Any = None  # golden.store.Golden | None
+
+
+class Stage(Protocol):
+    name: str
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None: ...
+
+    def conclude(self, run: StageRun, document: dict[str, Any]) -> None: ...
+
+
+def per_model(run_model: Callable[..., dict[str, Any]], run: StageRun) -> list[dict[str, Any]]:
+    """``run_model`` for every model, in the order given. With ``--jobs`` ≥ 2 the models' runs
+    overlap, at most ``jobs`` worker processes at once (a free slot goes to whichever run
+    is ready: B beside A, another model's A, a probe)."""
+    options, ctx = run.options, run.ctx
+    kw = {"project_commit": run.project_commit, "image": run.image}
+    if options.jobs < 2 or len(options.models) < 2:
+        return [run_model(options, ctx, m, **kw) for m in options.models]
+    shared = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
+    futures = [background(run_model, options, shared, m, **kw) for m in options.models]
+    settle(*futures)  # a failure of one model waits for the others' runs to end, so none runs on
+    return [f.result() for f in futures]
+
+
+class _Stage:
+    name = ""
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+        """Nothing to add once every stage's results are in."""
+
+
+class Determinism(_Stage):
+    """A, B and C per model: the entries' verdicts; then the golden comparison."""
+
+    name = "determinism"
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        entries[:] = per_model(determinism.run_model, run)
+
+    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+        """The golden comparison; the per-op hashes a golden update records, the op a drift
+        first changed (``golden_ops``), and a re-run that proves a settable cause (``golden_cause``)."""
+        from .. import verdicts
+
+        options, kw = run.options, {"project_commit": run.project_commit, "image": run.image}
+        ops = None
+        if options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
+            ops = golden_ops.record(options, run.ctx, list(options.models), **kw)
+        golden_check.apply(options, document, run.ctx.run_dir, run.old_golden, ops)
+        golden_ops.name_changes(options, run.ctx, document, run.old_golden, **kw)
+        golden_cause.confirm(options, run.ctx, document, run.old_golden, **kw)
+
+
+class Throughput(_Stage):
+    """Strict against default mode, per model, in turns; a failed measurement makes the entry an ERROR."""
+
+    name = "throughput"
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        for model, entry in zip(run.options.models, entries):
+            throughput.attach(entry, throughput.run_model(run.options, run.ctx, model,
+                                                          project_commit=run.project_commit, image=run.image))
+
+
+class Variance(_Stage):
+    """K seeds per model, judged against the golden's seed noise."""
+
+    name = "variance"
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        variance.run_all(run.options, run.ctx, entries, project_commit=run.project_commit, image=run.image,
+                         old_golden=run.old_golden)
+
+
+class Attached(_Stage):
+    """A stage whose per-model result goes on the entry under the stage's name, claiming
+    nothing about the verdict (``verdicts.document_exit_code`` reads ``--probes-fail``)."""
+
+    def __init__(self, name: str, run_model: Callable[..., dict[str, Any]]) -> None:
+        self.name, self._run_model = name, run_model
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        for entry, result in zip(entries, per_model(self._run_model, run)):
+            entry[self.name] = result
+
+
+STAGES: tuple[Stage, ...] = (Determinism(), Throughput(), Variance(), Attached("audit", audit.run_model),
+                             Attached("probes", probes.run_model))
+
+
+def selected(names: tuple[str, ...]) -> list[Stage]:
+    """The stages ``--stage`` asks for, in the order they run."""
+    return [s for s in STAGES if s.name in names]
