@@ -33,6 +33,19 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 READY_TIMEOUT_S = 180.0  # a server that has not imported torch by then is given up
 
 
+def kill_process_group(proc: subprocess.Popen[bytes], signals: tuple[int, ...] = (signal.SIGKILL,)) -> None:
+    """Send each signal to ``proc``'s process group, waiting up to 10 s after each."""
+    for sig in signals:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def fresh_reason(env: dict[str, str], *, world_size: int) -> str | None:
     """Why a run with this environment starts as a fresh process without asking a server."""
     if world_size > 1:

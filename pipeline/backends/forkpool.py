@@ -3,8 +3,6 @@ process (``local_server``); the protocol and its guarantees are in ``forking``."
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import threading
@@ -13,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from .forking import ForkedRun, ForkServer, ServerFailed
+from .forking import ForkedRun, ForkServer, ServerFailed, kill_process_group
 
 MAX_IDLE_SERVERS = 4  # servers kept for keys not in use (each holds torch's pages)
 
@@ -34,14 +32,7 @@ def local_server(python: str, env: dict[str, str], code_root: Path, spawner: Thr
     threading.Thread(target=_drain, args=(proc, said), daemon=True).start()  # never a full pipe
 
     def stop() -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_process_group(proc)
 
     def describe() -> str:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 from ..worker.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
 from ..worker.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
-from .forking import ForkedRun, ServerFailed, fresh_reason
+from .forking import ForkedRun, ServerFailed, fresh_reason, kill_process_group
 from .forkpool import ForkServers
 
 # Names of the variables the launcher owns; inherited values are dropped first.
@@ -130,12 +130,4 @@ def _kill_group(proc: subprocess.Popen[bytes] | ForkedRun, *, torchrun: bool = F
         except subprocess.TimeoutExpired:
             pass
         return
-    for sig in (signal.SIGTERM, signal.SIGKILL) if torchrun else (signal.SIGKILL,):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+    kill_process_group(proc, (signal.SIGTERM, signal.SIGKILL) if torchrun else (signal.SIGKILL,))
