@@ -124,15 +124,17 @@ def test_the_cli_starts_without_importing_torch():
 
 
 def _workers_of(spec_dir) -> list[int]:
-    """Live processes whose command line names a spec file under ``spec_dir``."""
+    """Live worker processes of runs under ``spec_dir``: a fresh one names its spec file on its
+    command line; a forked one has its server's command line and works in its spec's directory."""
     out = []
     for proc in os.listdir("/proc"):
         if proc.isdigit():
             try:
                 cmd = open(f"/proc/{proc}/cmdline", "rb").read().decode(errors="replace")
+                cwd = os.readlink(f"/proc/{proc}/cwd")
             except OSError:
                 continue
-            if "pipeline.worker" in cmd and str(spec_dir) in cmd:
+            if "pipeline.worker" in cmd and (str(spec_dir) in cmd or cwd.startswith(str(spec_dir))):
                 out.append(int(proc))
     return out
 

@@ -36,16 +36,16 @@ SOCK = PurePosixPath("/reproci/sock")
 CONNECT_TIMEOUT_S = 60.0  # the server binds its socket before it imports torch: this is the interpreter's start
 
 
-def server_for(container: Callable[..., Any], model: str, env: dict[str, str], binds: list[Bind],
+def server_for(make_container: Callable[..., Any], model: str, env: dict[str, str], binds: list[Bind],
                run_dir: Path) -> tuple[tuple, Maker]:
     """The key and maker of the server container for one model's runs with ``env`` and
-    ``binds``; ``container`` makes a tracked container (DockerBackend._container)."""
+    ``binds``; ``make_container`` makes a tracked container (DockerBackend._container)."""
     key = ("docker", model, tuple(sorted(env.items())),
            tuple(sorted((str(b.source), str(b.target), b.read_only) for b in binds)))
 
     def make() -> ForkServer:
         sock_dir = Path(tempfile.mkdtemp(prefix="reproci-fork-"))
-        tracked = container(
+        tracked = make_container(
             ["python3", "-m", "pipeline.worker.forkserver", "--listen", str(SOCK / "control")], role="fork-server",
             labels={"reproci.run_id": run_dir.name, "reproci.model": model, "reproci.role": "fork-server"},
             environment=env, working_dir=str(RUN), mounts=[*binds, Bind(sock_dir, SOCK, read_only=False)])
