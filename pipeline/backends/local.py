@@ -89,6 +89,7 @@ class LocalBackend(Backend):
                 key, make = self.servers.local(sys.executable, env, CODE_ROOT)
                 return self.servers.start(key, make, spec_file, spec_file.parent), {"mode": "forked"}
             except ServerFailed as e:
+                self.refuse_if_closed(spec)  # the servers went with the backend (Ctrl-C): no warning, no fresh run
                 why = f"the fork server failed: {e}"
                 if why not in self.servers.warned:
                     self.servers.warned.add(why)
