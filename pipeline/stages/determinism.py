@@ -197,18 +197,23 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     return result
 
 
-# With --jobs ≥ 2, A starts this long after B: a seed drawn from the wall clock, to the second or
-# finer, then differs between A and B (times more than a second apart never share a second),
-# so such a model is NONDETERMINISTIC whatever --jobs is, never a resume bug or a PASS by luck.
+# A and B start at least this long apart (with --jobs ≥ 2, A this long after B; at one job, B
+# this long after A, however fast A was: a forked run can take well under a second): a seed
+# drawn from the wall clock, to the second or finer, then differs between A and B (times more
+# than a second apart never share a second), so such a model is NONDETERMINISTIC whatever
+# --jobs is, never a resume bug or a PASS by luck.
 STAGGER_S = 1.5
 
 
 def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
              records: dict[str, dict[str, Any]]) -> None:
     """Runs A, B and C into ``records``. With ``--jobs`` ≥ 2, B runs beside A (A starting
-    ``STAGGER_S`` later) and C starts once A is done; a failure waits for the partner run in flight."""
+    ``STAGGER_S`` later) and C starts once A is done; a failure waits for the partner run in
+    flight. At one job they run in turn, B starting ``STAGGER_S`` after A at the earliest."""
     if options.jobs < 2:
-        for role in ("A", "B", "C"):
+        records["A"] = run_worker(ctx, specs["A"])
+        time.sleep(max(0.0, STAGGER_S - (time.monotonic() - records["A"].get("launched_at", 0.0))))
+        for role in ("B", "C"):
             records[role] = run_worker(ctx, specs[role])
         return
     launched = threading.Event()
