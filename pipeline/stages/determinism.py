@@ -44,9 +44,8 @@ def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit
 
 
 def identity_config(config: Any) -> Any:
-    """``config`` without the keys a library stamps into it (``transformers_version``,
-    ``_commit_hash``, ``_diffusers_version``, any ``*_version`` or ``__version__``), at any depth:
-    an upgrade of that library is the package versions' to tell, not a model change."""
+    """``config`` without the keys a library stamps into it (any ``*_version``, ``_commit_hash``,
+    ``__version__``), at any depth: an upgrade is the package versions' to tell, not a model change."""
     if isinstance(config, dict):
         return {k: identity_config(v) for k, v in config.items() if not _stamped(str(k))}
     if isinstance(config, (list, tuple)):
@@ -197,19 +196,16 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     return result
 
 
-# A and B start at least this long apart (with --jobs ≥ 2, A this long after B; at one job, B
-# this long after A, however fast A was: a forked run can take well under a second): a seed
-# drawn from the wall clock, to the second or finer, then differs between A and B (times more
-# than a second apart never share a second), so such a model is NONDETERMINISTIC whatever
-# --jobs is, never a resume bug or a PASS by luck.
+# A and B start at least this long apart (a forked A can end within a second), so a seed drawn
+# from the wall clock, to the second or finer, differs between them: such a model is
+# NONDETERMINISTIC whatever --jobs is, never a resume bug or a PASS by luck.
 STAGGER_S = 1.5
 
 
 def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
              records: dict[str, dict[str, Any]]) -> None:
-    """Runs A, B and C into ``records``. With ``--jobs`` ≥ 2, B runs beside A (A starting
-    ``STAGGER_S`` later) and C starts once A is done; a failure waits for the partner run in
-    flight. At one job they run in turn, B starting ``STAGGER_S`` after A at the earliest."""
+    """Runs A, B and C into ``records``: in turn at one job; with ``--jobs`` ≥ 2, B beside A and
+    C once A is done (a failure waits for the partner run in flight). A and B start ``STAGGER_S`` apart."""
     if options.jobs < 2:
         records["A"] = run_worker(ctx, specs["A"])
         time.sleep(max(0.0, STAGGER_S - (time.monotonic() - records["A"].get("launched_at", 0.0))))
