@@ -101,7 +101,8 @@ def _from(spec: WorkerSpec) -> str:
 
 def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] | None = None) -> dict[str, Any]:
     """Write the spec, launch it in a fresh process, return the record (or raise WorkerFailed).
-    ``on_launch`` is called as the process starts (once a job slot is free)."""
+    ``on_launch`` is called as the process starts (once a job slot is free, and any fork server
+    or container it needs is up)."""
     ctx.backend.refuse_if_closed(spec)
     work = ctx.run_dir / spec.model_name
     work.mkdir(parents=True, exist_ok=True)
@@ -114,11 +115,15 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         ctx.backend.refuse_if_closed(spec)  # interrupted while this run waited for a slot
         stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)  # a probe stops at its step
         ctx.progress(f"{spec.model_name}: run {spec.role} started ({stop} steps{_from(spec)})")
-        launched = time.monotonic()
-        if on_launch is not None:
-            on_launch()
-        result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout,
+        started: list[float] = []
+
+        def on_start() -> None:  # the process really starts (after a fork server's or container's own start)
+            started.append(time.monotonic())
+            if on_launch is not None:
+                on_launch()
+        result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout, on_start=on_start,
                                     on_step=lambda step, stop: ctx.on_step(spec.model_name, spec.role, step, stop))
+        launched = started[0] if started else time.monotonic() - result.seconds
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:g} s; raise --timeout or use a smaller profile",
                            kind="timeout")

@@ -105,7 +105,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
-               on_step: OnStep | None = None) -> LaunchResult:
+               on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
         """Run ``python -m pipeline.worker spec_file`` to completion or timeout; refused (see
         ``refuse_if_closed``) once the backend is left, even while the run was starting.
-        ``on_step(step, stop)`` hears the worker's step progress lines as they come."""
+        ``on_step(step, stop)`` hears the worker's step progress lines as they come; ``on_start()``
+        is called as the worker's process really starts (after any fork server's or container's start)."""

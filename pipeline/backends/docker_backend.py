@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InfrastructureError
 from ..worker.exitcodes import EXIT_MISSING_DEPENDENCY
@@ -114,7 +114,7 @@ class DockerBackend(Backend):
         return out
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
-               on_step: OnStep | None = None) -> LaunchResult:
+               on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         spec_file = spec_file.resolve()
         run_dir = next((d for d in self._run_dirs if spec_file.is_relative_to(d)), spec_file.parent)
@@ -124,7 +124,7 @@ class DockerBackend(Backend):
         labels = {"reproci.run_id": run_dir.name, "reproci.model": spec.model_name, "reproci.role": spec.role}
         t0 = time.monotonic()
         if self.servers is not None:
-            forked = self._forked(spec, binds, run_dir, inner, timeout, on_step)
+            forked = self._forked(spec, binds, run_dir, inner, timeout, on_step, on_start)
             if forked is not None:
                 return forked
         with self._container(worker_command(spec, inner), role="worker", labels=labels,
@@ -132,6 +132,8 @@ class DockerBackend(Backend):
                              on_step=on_step) as c:
             self.refuse_if_closed(spec)  # left while the container was made: close() may not have seen it
             c.start()
+            if on_start is not None:
+                on_start()
             code = c.wait(timeout)
             timed_out = code is None
             if timed_out:
@@ -144,7 +146,7 @@ class DockerBackend(Backend):
                             log_tail="\n".join(c.tail), launch={"mode": "container"})
 
     def _forked(self, spec: WorkerSpec, binds: list[Bind], run_dir: Path, inner: PurePosixPath, timeout: float,
-                on_step: OnStep | None) -> LaunchResult | None:
+                on_step: OnStep | None, on_start: Callable[[], None] | None) -> LaunchResult | None:
         """--fork-server: the run forked in its model's server container, or None where it
         cannot be (it then gets a container of its own)."""
         assert self.servers is not None
@@ -161,6 +163,8 @@ class DockerBackend(Backend):
                 self.servers.warned.add(why)
                 print(f"warning: {why}; these runs get a container each", file=sys.stderr)
             return None
+        if on_start is not None:
+            on_start()
         code, timed_out, tail = follow(run, timeout, on_step)
         return LaunchResult(returncode=code, seconds=time.monotonic() - t0, timed_out=timed_out, log_tail=tail,
                             launch={"mode": "forked", "in": "container"})

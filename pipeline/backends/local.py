@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..worker.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
 from ..worker.spec import WorkerSpec
@@ -48,11 +48,13 @@ class LocalBackend(Backend):
         return overridden(env, spec.env)
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
-               on_step: OnStep | None = None) -> LaunchResult:
+               on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
         env = self.environment(spec)
         proc, launch = self._start(spec, spec_file, env)
+        if on_start is not None:
+            on_start()
         with self._lock:
             refused = self.closed  # left while this run started: close() will not see it, so stop it here
             if not refused:
