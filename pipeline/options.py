@@ -11,18 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-import yaml
-
 from reference_models import REGISTRY
 
 from . import images
+from .config_file import CONFIG_FILE, CONFIG_KEYS, load_config  # noqa: F401 (re-exported)
 from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
 from .worker.spec import FAULTS
 
-STAGES = ("determinism", "throughput", "variance", "audit", "probes")
+STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
-CONFIG_FILE = "reproci.yaml"
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
 SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 - 1
 
@@ -54,6 +52,9 @@ class RunOptions:
     webhook: str | None = None
     keep_checkpoints: bool = False
     fork_server: bool | None = None  # fork runs from preloaded servers; None: on locally, off for Docker
+    compiled: tuple[str, ...] = ()  # the models run under torch.compile (--compile: all; config: a list)
+    compile_mode: str | None = None  # torch.compile's mode; None: its default
+    amp: str | None = None  # "bf16" or "fp16": the step under torch.autocast
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
     repetitions: int = 5  # throughput stage: interleaved repetitions per mode
     seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
@@ -69,81 +70,11 @@ class RunOptions:
     def backend(self) -> str:
         return "local" if self.image is None else "docker"
 
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return _is_int(v) or isinstance(v, float)
-
-
-def _is_names(v: Any) -> bool:
-    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
-
-
-# The keys a user may set in reproci.yaml (the flags of `reproci run`, with underscores), each
-# with what it takes: checked here, in one place, before any value is used.
-CONFIG_KEYS: dict[str, tuple[str, Any]] = {
-    "image": ("an image name (a string)", lambda v: isinstance(v, str)),
-    "image_name": ("a golden name (a string)", lambda v: isinstance(v, str)),
-    "models": ("a model name or a list of them", _is_names),
-    "model": ("a model name or a list of them", _is_names),
-    "stages": ("a stage name or a list of them", _is_names),
-    "profile": ("quick or full", lambda v: isinstance(v, str)),
-    "steps": ("an integer", _is_int),
-    "resume_at": ("an integer", _is_int),
-    "seed": ("an integer", _is_int),
-    "threads": ("an integer", _is_int),
-    "cpu_isa": ("one of avx2, avx512, native", lambda v: v in ("avx2", "avx512", "native")),
-    "device": ("cpu or cuda", lambda v: isinstance(v, str)),
-    "world_size": ("an integer", _is_int),
-    "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
-    "timeout": ("a number of seconds", _is_number),
-    "jobs": ("an integer", _is_int),
-    "results_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
-    "goldens_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
-    "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
-    "fork_server": ("true or false", lambda v: isinstance(v, bool)),
-    "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
-    "repetitions": ("an integer", _is_int),
-    "seeds": ("an integer", _is_int),
-    "slowdown_factor": ("a number", _is_number),
-    "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
-    "probes_fail": ("true or false", lambda v: isinstance(v, bool)),
-}
-
-
-def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
-    """The run section of reproci.yaml (explicit path, or ./reproci.yaml if present)."""
-    if path is None:
-        default = Path(CONFIG_FILE)
-        if not default.is_file():
-            return {}, None
-        path = default
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; drop --config or create it")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the file") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a config file is YAML: fix the file") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of options at the top level")
-    unknown = sorted(set(data) - set(CONFIG_KEYS))
-    if unknown:
-        raise ConfigError(f"{path}: unknown option(s) {', '.join(map(str, unknown))}; "
-                          f"known: {', '.join(sorted(CONFIG_KEYS))}")
-    for key, value in data.items():
-        expected, ok = CONFIG_KEYS[key]
-        if value is not None and not ok(value):
-            raise ConfigError(f"{path}: {key}: expected {expected}, got {value!r}; fix the file")
-    if "model" in data and "models" not in data:
-        data["models"] = data.pop("model")
-    return data, path
+    def compile_spec(self, model: str) -> dict[str, Any] | None:
+        """How a model's runs are compiled (``WorkerSpec.compile``), or None: eager."""
+        if model not in self.compiled:
+            return None
+        return {"backend": "inductor", "mode": self.compile_mode, "dynamic": None, "fullgraph": False}
 
 
 def default_jobs(threads: int) -> int:
@@ -171,6 +102,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     model_texts = pick("models", tuple(REGISTRY))
     if isinstance(model_texts, str):
         model_texts = (model_texts,)
+    models = resolve_all(tuple(model_texts))
     update_golden = bool(pick("update_golden", False))
     if update_golden and "determinism" not in shape["stages"]:
         raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
@@ -179,7 +111,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         raise UsageError("--probes-fail fails a run on what the portability probes find: add --stage probes")
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
-        models=resolve_all(tuple(model_texts)),
+        models=models,
+        **_execution(pick, config, models),
         **shape,
         **resources,
         **image,
@@ -221,6 +154,10 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
     stages = tuple(pick("stages", ("determinism",)))
     if isinstance(config.get("stages"), str):
         stages = (config["stages"],)
+    if pick("bisect", False) and "bisect" not in stages:
+        stages = (*stages, "bisect")
+    if "bisect" in stages and "determinism" not in stages:
+        stages = ("determinism", *stages)  # the bisection re-runs the determinism stage's failed check
     for s in stages:
         if s not in STAGES:
             raise UsageError(f"unknown stage {s!r}; use one of {', '.join(STAGES)}")
@@ -229,6 +166,28 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
     return {"profile": profile, "steps": steps, "resume_at": resume_at, "resume_at_auto": resume_at_auto,
             "stages": stages, "fault": fault}
+
+
+def _execution(pick: Callable[[str, Any], Any], config: Mapping[str, Any],
+               models: tuple[ModelRef, ...]) -> dict[str, Any]:
+    """Compile and autocast: which models are compiled (``--compile``: all; the config may list
+    some), in which mode, and the AMP dtype."""
+    chosen = pick("compile_", None)
+    chosen = config.get("compile", False) if chosen is None else chosen
+    names = [m.name for m in models]
+    if isinstance(chosen, (str, list)):
+        listed = [chosen] if isinstance(chosen, str) else chosen
+        unknown = [n for n in listed if n not in names]
+        if unknown:
+            raise ConfigError(f"compile: {', '.join(unknown)} is not among the models run ({', '.join(names)}); "
+                              "list model names, or write compile: true for all")
+        compiled = tuple(n for n in names if n in listed)
+    else:
+        compiled = tuple(names) if chosen else ()
+    mode = pick("compile_mode", None)
+    if mode is not None and not compiled:
+        raise UsageError("--compile-mode sets how torch.compile compiles: add --compile")
+    return {"compiled": compiled, "compile_mode": None if mode == "default" else mode, "amp": pick("amp", None)}
 
 
 def _seed(pick: Callable[[str, Any], Any]) -> int:

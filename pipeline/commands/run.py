@@ -42,6 +42,17 @@ _OPTIONS = [
     click.option("--fork-server/--no-fork-server", default=None,
                  help="Fork each run from a preloaded server (default on the local backend; with --image, "
                       "a server container per model) or start a fresh interpreter (container) per run."),
+    click.option("--compile", "compile_", is_flag=True, default=None,
+                 help="Run every run compiled with torch.compile (inductor), each with a cold cache of its own; "
+                      "compared only with compiled goldens."),
+    click.option("--compile-mode", type=click.Choice(["default", "reduce-overhead", "max-autotune",
+                                                      "max-autotune-no-cudagraphs"]), default=None,
+                 help="With --compile: torch.compile's mode (default: default)."),
+    click.option("--amp", type=click.Choice(["bf16", "fp16"]), default=None,
+                 help="Each forward and loss under torch.autocast to this dtype (fp16 with a GradScaler); part of the identity."),
+    click.option("--bisect", is_flag=True, default=None,
+                 help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
+                      "threads turned off one at a time, and name the first change that restores equality."),
     click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
     click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI)."),
     click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),

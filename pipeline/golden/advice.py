@@ -30,6 +30,10 @@ def update_command(options: RunOptions) -> str:
                                  ("--world-size", options.world_size, 1), ("--device", options.device, "cpu")):
         if value != default:
             args += [flag, str(value)]
+    if options.compiled and (options.config_file is None or len(options.compiled) == len(options.models)):
+        args += ["--compile"] + (["--compile-mode", options.compile_mode] if options.compile_mode else [])
+    if options.amp:
+        args += ["--amp", options.amp]
     image_cap = options.image_entry.cpu_isa if options.image_entry is not None else None
     if options.cpu_isa != image_cap:
         args += ["--cpu-isa", options.cpu_isa or "native"]

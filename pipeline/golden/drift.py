@@ -59,8 +59,9 @@ def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[s
                golden_image={k: golden.image.get(k) for k in ("name", "reference", "digest")})
     identity = _identity_diff(g.entry, entry, document["options"])
     if identity:
+        how = execution_change(*identity["execution"]) if "execution" in identity else None
         return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity,
-                "message": (f"the model or its run settings changed ({', '.join(identity)}); "
+                "message": (f"the model or its run settings changed ({how or ', '.join(identity)}); "
                             f"not compared with the golden: re-record with {fix}")}
     if g.entry.get("final_sha256") == record_a.get("final_sha256"):
         return {**out, "verdict": verdicts.PASS, "message": "matches the golden"}
@@ -72,11 +73,27 @@ def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[s
                                            f"{_magnitude(evidence)}{_losses(evidence)} ({why})"}
 
 
+def execution_text(execution: dict[str, Any] | None) -> str:
+    """'eager fp32', 'compiled (inductor, mode default)', 'eager, bf16 autocast', ..."""
+    execution = execution or {}
+    c = execution.get("compile")
+    how = "eager" if not c else ("compiled by the plugin" if c.get("source") == "plugin" else
+                                 f"compiled ({c.get('backend')}, mode {c.get('mode') or 'default'})")
+    amp = execution.get("amp")
+    return f"{how}, {amp} autocast" if amp else f"{how} fp32" if not c else how
+
+
+def execution_change(golden: dict[str, Any] | None, current: dict[str, Any] | None) -> str:
+    """How the run executes unlike its golden: compiled runs are compared only with compiled runs."""
+    return (f"the golden was recorded {execution_text(golden)}, this run is {execution_text(current)}: "
+            "compare compiled runs only with compiled runs, and autocast with the same autocast")
+
+
 def _identity_diff(golden_entry: dict[str, Any], entry: dict[str, Any], options: dict[str, Any]) -> dict[str, list[Any]]:
     """What identifies the model and its run settings, where it differs from the golden's."""
     current = {"code_sha256": entry.get("code_sha256"), "config_sha256": entry.get("config_sha256"),
                "steps": entry.get("steps"), "seed": entry.get("seed"), "profile": options["profile"],
-               "device": options["device"]}
+               "device": options["device"], "execution": entry.get("execution")}
     return {k: [golden_entry.get(k), current[k]] for k in IDENTITY_KEYS if golden_entry.get(k) != current[k]}
 
 

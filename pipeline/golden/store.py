@@ -34,7 +34,7 @@ from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
 INTACT = "; the previous golden is intact"
-IDENTITY_KEYS = ("code_sha256", "config_sha256", "steps", "seed", "profile", "device")
+IDENTITY_KEYS = ("code_sha256", "config_sha256", "steps", "seed", "profile", "device", "execution")
 
 
 @dataclass
@@ -247,7 +247,7 @@ def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any
         "ref": m.get("ref"), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
         "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
         "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
-        "world_size": opts.get("world_size", 1),
+        "world_size": opts.get("world_size", 1), "execution": m.get("execution"),
         "final_sha256": rec["final_sha256"], "batch_checksum": rec.get("batch_checksum"),
         "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
         "run_id": document.get("run_id"), "recorded_at": now,

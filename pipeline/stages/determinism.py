@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
 from . import causes, coverage, epochs, replicas, sidestate
+from .explain import controls_switched_off, describe, evidence_of
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -39,7 +41,7 @@ def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit
         model_ref=model.ref, model_name=model.name, role=role, steps=options.steps, seed=options.seed,
         profile=options.profile, device=options.device, threads=options.threads, mode="strict",
         output=f"record-{role}.json", project_commit=project_commit, image=image, world_size=options.world_size,
-        cpu_isa=options.cpu_isa,
+        cpu_isa=options.cpu_isa, compile=options.compile_spec(model.name), amp=options.amp,
     )
 
 
@@ -73,9 +75,23 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
                             fault=fault if fault == "clock-seed" else None)
     b = dataclasses.replace(base, role="B", output="record-B.json",
                             fault=fault if fault in ("clock-seed", "buffer-drift") else None)
+    # C, when compiled, reuses A's caches: W proves warm = cold first (``_decide``), and C compiles in seconds
     c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=f"ckpt-{k}.pt",
+                            compile_cache="inductor-cache-A",
                             fault=fault if fault in ("clock-seed", "resume-skip-loader-position", "resume-drop-rng") else None)
     return {"A": a, "B": b, "C": c}
+
+
+def warm_spec(specs: dict[str, WorkerSpec]) -> WorkerSpec:
+    """Run W: run A again with A's inductor caches, now warm; it must equal A (cold) bit for bit."""
+    return dataclasses.replace(specs["A"], role="W", output="record-W.json", checkpoint_at=None, checkpoint_path=None,
+                               checkpoint_after_epoch=False, final_dump_path=None, compile_cache="inductor-cache-A",
+                               fault=None)
+
+
+def compiled(record: dict[str, Any]) -> bool:
+    """Whether a run was compiled (by ``--compile`` or by the plugin)."""
+    return bool((record.get("execution") or {}).get("compile"))
 
 
 def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -172,9 +188,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     result.update(
         verdict=verdict,
         message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
-                 else describe(verdict, evidence, pair, switched)) + (f"; {hint}" if hint else "")
-                + "".join(f"; warning: {w}" for w in warnings)  # warnings never change the verdict
-                + (f"; note: {covered['note']}" if covered.get("note") else ""),
+                 else describe(verdict, evidence, pair, switched)) + _notes(hint, warnings, covered, records, pair),
         epoch_order=order,
         shared_batches=shared,
         coverage=covered,
@@ -182,10 +196,11 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         final_sha256=a["final_sha256"],
         config=a.get("config", {}),
         config_sha256=config_sha256(a.get("config", {})),
+        execution=a.get("execution"),  # compiled, autocast: part of the identity a golden is compared by
         batch_size=a.get("batch_size"),
         attestation=a.get("attestation"),
         runs={r: _run_summary(rec) for r, rec in records.items()},
-        evidence=_evidence(evidence, pair, switched, hint, rank),
+        evidence=evidence_of(evidence, pair, switched, hint, rank),
         error=None,
         records={r: f"{model.name}/record-{r}.json" for r in records},
         seconds=round(time.monotonic() - own_start(records, t0), 3),
@@ -193,7 +208,19 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     if not options.keep_checkpoints:
         for p in (ctx.run_dir / model.name).glob("ckpt-*.pt"):
             p.unlink(missing_ok=True)
+    for cache in (ctx.run_dir / model.name).glob("inductor-cache-*"):
+        shutil.rmtree(cache, ignore_errors=True)  # compiled code, rebuilt by any re-run
     return result
+
+
+def _notes(hint: str | None, warnings: list[str], covered: dict[str, Any], records: dict[str, dict[str, Any]],
+           pair: tuple[str, str] | None) -> str:
+    """What the verdict's sentence is followed by: a known cause, warnings (which never change the
+    verdict), what the run did not cover, and that warm caches were checked (compiled runs)."""
+    return ((f"; {hint}" if hint else "") + "".join(f"; warning: {w}" for w in warnings)
+            + (f"; note: {covered['note']}" if covered.get("note") else "")
+            + ("; compiled: W, on A's warm inductor caches, = A, compiled cold" if "W" in records
+               and pair != ("A", "W") else ""))
 
 
 # A and B start at least this long apart (a forked A can end within a second), so a seed drawn
@@ -205,12 +232,16 @@ STAGGER_S = 1.5
 def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
              records: dict[str, dict[str, Any]]) -> None:
     """Runs A, B and C into ``records``: in turn at one job; with ``--jobs`` ≥ 2, B beside A and
-    C once A is done (a failure waits for the partner run in flight). A and B start ``STAGGER_S`` apart."""
+    C once A is done (a failure waits for the partner run in flight). A and B start ``STAGGER_S``
+    apart. A compiled A is followed by W, A again on A's warm caches (``warm_spec``)."""
     if options.jobs < 2:
         records["A"] = run_worker(ctx, specs["A"])
         time.sleep(max(0.0, STAGGER_S - (time.monotonic() - records["A"].get("launched_at", 0.0))))
         for role in ("B", "C"):
             records[role] = run_worker(ctx, specs[role])
+        if compiled(records["A"]):
+            specs["W"] = warm_spec(specs)
+            records["W"] = run_worker(ctx, specs["W"])
         return
     launched = threading.Event()
     fb = background(run_worker, ctx, specs["B"], on_launch=launched.set)
@@ -223,12 +254,20 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
         settle(fb)
         raise
     fc = background(run_worker, ctx, specs["C"])
+    if compiled(records["A"]):
+        specs["W"] = warm_spec(specs)
+    later = [fc, *([background(run_worker, ctx, specs["W"])] if "W" in specs else [])]
     try:
         records["B"] = fb.result()
     except Exception:
-        settle(fc)
+        settle(*later)
         raise
-    records["C"] = fc.result()
+    for role, future in zip(("C", "W"), later):
+        try:
+            records[role] = future.result()
+        except Exception:
+            settle(*later)
+            raise
 
 
 def own_start(records: dict[str, dict[str, Any]], t0: float) -> float:
@@ -238,83 +277,16 @@ def own_start(records: dict[str, dict[str, Any]], t0: float) -> float:
 
 
 def _decide(records: dict[str, dict[str, Any]]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
-    """A ≠ B is NONDETERMINISTIC; A = B ≠ C is RESUME_BROKEN; else PASS."""
+    """A ≠ B is NONDETERMINISTIC, and so is A ≠ W (compiled: warm caches ≠ cold); A = B (= W) ≠ C
+    is RESUME_BROKEN; else PASS."""
     ab = first_divergence(records["A"], records["B"]) or sidestate.divergence(records["A"], records["B"])
     if ab is not None:
         return verdicts.NONDETERMINISTIC, ("A", "B"), ab
+    if "W" in records:  # a compiled run on warm caches against the same run compiled cold
+        aw = first_divergence(records["A"], records["W"]) or sidestate.divergence(records["A"], records["W"])
+        if aw is not None:
+            return verdicts.NONDETERMINISTIC, ("A", "W"), aw
     ac = first_divergence(records["A"], records["C"]) or sidestate.divergence(records["A"], records["C"])
     if ac is not None:
         return verdicts.RESUME_BROKEN, ("A", "C"), ac
     return verdicts.PASS, None, None
-
-
-def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Determinism controls switched off during any run: by the model's own calls (with
-    file:line), or found off by a re-attestation (at the checkpoint, at the end)."""
-    found: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for role, rec in records.items():
-        for e in (rec.get("controls") or {}).get("switched_off", []):
-            key = (e["control"], e["file"], e["line"])
-            found.setdefault(key, {**e, "runs": []})["runs"].append(role)
-        for when, att in (rec.get("attestations") or {}).items():
-            if when == "start" or att.get("ok", True):
-                continue
-            for control, c in att["checks"].items():
-                if c["ok"] or any(f["control"] == control for f in found.values()):
-                    continue
-                key = (control, None, None)
-                found.setdefault(key, {"control": control, "value": repr(c["actual"]), "where": None,
-                                       "step": None, "found_at": when, "runs": []})["runs"].append(role)
-    return list(found.values())
-
-
-def _controls_sentence(switched: list[dict[str, Any]]) -> str:
-    parts = []
-    for e in switched[:3]:
-        if e.get("where"):
-            when = "before the first step" if e.get("step") == 0 else f"in step {e['step']}"
-            parts.append(f"{e['control']} set to {e['value']} at {e['where']} ({e.get('function', '?')}, {when})")
-        else:
-            parts.append(f"{e['control']} was {e['value']} at the {e['found_at']} (set where torch could not be watched)")
-    return "determinism controls switched off by the model: " + "; ".join(parts)
-
-
-def _evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
-              hint: str | None = None, rank: int | None = None) -> dict[str, Any] | None:
-    if ev is None and not switched:
-        return None
-    out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
-        "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
-    if rank is not None and pair is not None:  # found on another rank than 0
-        out.update(rank=rank, comparison=(f"run {pair[0]}: rank 0 vs rank {rank}" if pair[0] == pair[1]
-                                          else f"{pair[0]} vs {pair[1]} on rank {rank}"))
-    if switched:
-        out["controls"] = switched
-    if hint:
-        out["hint"] = hint
-    return out
-
-
-def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
-             switched: list[dict[str, Any]] | None = None) -> str:
-    controls = _controls_sentence(switched) if switched else ""
-    if ev is None or pair is None:
-        if controls:
-            return f"A = B = C here, but not under strict determinism: {controls}"
-        return "A = B = C: bitwise reproducible, resume exact"
-    if ev.cause in ("eval", "extra"):
-        text = sidestate.describe(ev, pair)
-        return f"{text}; {controls}" if controls else text
-    d = ev.to_dict()
-    text = f"{pair[0]} ≠ {pair[1]} {verdicts.where_text(d)}"
-    if ev.cause == "init":
-        text += f" ({ev.differing_tensors} differ): the initial parameters/buffers are not seeded"
-    elif ev.cause == "restore":
-        text += f" ({ev.differing_tensors} tensors differ): the checkpoint does not restore it"
-    else:
-        mag = verdicts.magnitude_text(d)
-        cause = f"; {verdicts.cause_text(d)}" if ev.cause in ("data", "compute") else ""
-        loss = "; losses still equal" if ev.losses_equal else ""
-        op = f"; first differing op: {verdicts.op_text(ev.op)}" if ev.op else ""
-        text += f"{', ' + mag if mag else ''}{cause}{op}{loss}"
-    return f"{text}; {controls}" if controls else text

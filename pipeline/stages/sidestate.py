@@ -22,6 +22,9 @@ def divergence(x: dict[str, Any], y: dict[str, Any]) -> Divergence | None:
     if ex is not None and ey is not None and ex != ey:
         return Divergence(step=None, tensor="extra_state", kind="extra", cause="extra",
                           detail={"x": ex[:12], "y": ey[:12]})
+    sx, sy = x.get("scaler_state"), y.get("scaler_state")
+    if sx is not None and sy is not None and sx != sy:
+        return Divergence(step=None, tensor="scaler", kind="extra", cause="scaler", detail={"x": sx, "y": sy})
     mx, my = x.get("eval") or {}, y.get("eval") or {}
     for name in mx:
         if name in my and mx[name] != my[name]:
@@ -35,7 +38,11 @@ def describe(div: Divergence, pair: tuple[str, str]) -> str:
     x, y = pair
     resumed = y == "C"
     d = div.detail or {}
-    if div.cause == "extra":
+    if div.cause == "scaler":
+        what = f"the GradScaler's state differs at the end ({x} {d.get('x')}, {y} {d.get('y')})"
+        why = ("the checkpoint does not restore the scaler (give TrainSetup.scaler your GradScaler)" if resumed
+               else "an inf/NaN gradient in one run only skipped a step and moved the scale")
+    elif div.cause == "extra":
         what = f"the extra state (get_extra_state) differs at the end ({x} {d.get('x')}…, {y} {d.get('y')}…)"
         why = ("set_extra_state does not put back all that get_extra_state returns, or the state changes in "
                "ways the checkpoint misses" if resumed else "the extra state is not reproducible")

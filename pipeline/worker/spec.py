@@ -77,6 +77,11 @@ class WorkerSpec:
     world_size: int = 1  # ranks under DistributedDataParallel, launched by torchrun when above 1
     cpu_isa: str | None = None  # cap the CPU kernels at this level (launch.CPU_ISA_ENV), attested
     env: dict[str, str | None] = field(default_factory=dict)  # variables set (None: removed) after the launcher's
+    # torch.compile of the step's module: {"backend", "mode", "dynamic", "fullgraph"} (worker.execution); None: eager
+    compile: dict[str, Any] | None = None
+    compile_cache: str | None = None  # inductor's and Triton's cache directory for this run (cold unless shared)
+    eager: bool = False  # run a plugin's own compiled model uncompiled (the bisection's compile factor)
+    amp: str | None = None  # "bf16" or "fp16": each forward and loss under torch.autocast (fp16 with a GradScaler)
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:

@@ -12,14 +12,14 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from . import checkpoint, determinism, distributed, loader, perturb, record, rng
+from . import checkpoint, determinism, distributed, execution, perturb, record
+from .batches import Accumulated, EpochEnds, epoch_batches, next_batch
 from .checkpoint import LoopPosition, Resume, extra_sha256
-from .batchtree import to_device
-from .contract import ContractError, ModelContext, TrainSetup, load_factory, loss_of, validate
+from .contract import ModelContext, TrainSetup, load_factory, loss_of, validate
 from .controls import ControlWatch
 from .evaluate import evaluate
 from .faults import Faults
@@ -73,10 +73,13 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
            faults: Faults, start: record.Start, rank: distributed.Rank) -> dict[str, Any]:
     """Set the model up (or restore it), take the steps, then hash and record the result."""
     listings = perturb.reverse_listings() if spec.reverse_listing else None
-    setup = _set_up(spec, spec_file, device, rank)
+    setup, own = _set_up(spec, spec_file, device, rank)
     spec = dataclasses.replace(spec, checkpoint_at=resume_point(spec, setup))
     perturbed = _perturb(spec, spec_file, setup, device, listings)
     net, ddp = distributed.wrap(setup, rank)  # setup.model stays the plain module: hashed, checkpointed
+    net, compiled, cache = execution.prepare(spec.compile, resolve(spec_file, spec.compile_cache or f"inductor-cache-{spec.role}"), spec.mode == "strict",
+                                             setup, net, own, eager=spec.eager)
+    autocast = execution.autocast(spec.amp, device)
     faults.after_setup()
     resume = _resume(spec, spec_file, setup, device, pos)
     trace = record.Trace(setup, fingerprints=spec.fingerprints, start_step=pos.step)
@@ -88,7 +91,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)  # a dump at dump_at ends the run
     clock = StepClock(device, since=t_setup, start_step=pos.step, stop=stop, warmup_steps=spec.warmup_steps,
                       profile_ops=spec.profile_ops)
-    batches = _batches(setup, pos, resume, spec, faults)
+    batches = epoch_batches(setup, pos, resume, spec, faults)
     epochs = EpochEnds(setup, pos.epoch)  # epoch-stepped schedulers, from the epoch the run starts in
     watch.step = lambda: pos.step + 1  # from here on, a control set is set in the step being taken
     step_line = StepLine(stop) if rank.rank == 0 else (lambda step: None)
@@ -100,11 +103,11 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
             clock.turn_started()
         clock.before_step(pos.step)
         t_fetch = time.perf_counter()
-        batch = _next_batch(batches, setup.accumulate, device)
+        batch = next_batch(batches, setup.accumulate, device)
         fetch_s = time.perf_counter() - t_fetch
         trace.batch(batch, pos.epoch)
         epochs.reached(pos.epoch)
-        loss = _recorded_step(spec, spec_file, setup, net, batch, pos.step + 1)
+        loss = _recorded_step(spec, spec_file, setup, net, batch, pos.step + 1, autocast)
         pos.step += 1
         faults.after_step(setup.model, pos.step)
         trace.step(loss)
@@ -125,9 +128,17 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     final = final_hash(setup.model, setup.optimizer, setup.state_modules)
     extra_hashes["end"] = extra_sha256(setup)
     attestations["end"] = _attest(spec)
+    compile_attested = execution.attest(compiled, spec.mode == "strict")
+    if compile_attested is not None and not compile_attested["ok"]:
+        raise AttestationError("inductor's deterministic switch (torch._inductor.config.deterministic) was found off "
+                               "at the end of a strict compiled run: the model or a library set it; leave it on")
     out = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
                        watch=watch, clock=clock, turns=turns, final=final)
     out["perturbed"] = perturbed
+    out["execution"] = execution.describe(compiled, spec.amp)  # part of the run's identity
+    out["compile_cache"] = cache
+    out["compile_attestation"] = compile_attested
+    out["scaler_state"] = execution.scaler_state(setup)
     out["checkpoint_at"] = spec.checkpoint_at
     out["extra_state_sha256"] = extra_hashes if setup.get_extra_state is not None else None
     if spec.evaluate:
@@ -158,18 +169,22 @@ def _attest(spec: WorkerSpec) -> dict[str, Any]:
                               hash_seed=spec.hash_seed, cpu_isa=spec.cpu_isa)
 
 
-def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device, rank: distributed.Rank) -> TrainSetup:
-    """The plugin's TrainSetup, checked against the contract, its model on the device and training."""
+def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device,
+            rank: distributed.Rank) -> tuple[TrainSetup, torch.nn.Module | None]:
+    """The plugin's TrainSetup, checked against the contract, its model on the device and training,
+    with a GradScaler under fp16; and the plugin's own compiled model, if it compiled one."""
     ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed, rank=rank.rank, world_size=rank.world_size,
                        steps=spec.steps)
     plugin_paths = [str(resolve(spec_file, p)) for p in spec.plugin_paths]
     factory = load_factory(spec.model_ref, plugin_paths)
     setup = validate(factory(ctx), spec.model_ref)
+    own = execution.unwrap(setup)
     setup.model.to(device)
     setup.model.train()
     for module in setup.state_modules.values():
         module.to(device)
-    return setup
+    execution.ensure_scaler(spec.amp, setup, device)
+    return setup, own
 
 
 def _resume(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.device,
@@ -183,57 +198,36 @@ def _resume(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.
 
 
 def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, net: torch.nn.Module, batch: Any,
-                   step: int) -> torch.Tensor:
+                   step: int, autocast: Any = contextlib.nullcontext) -> torch.Tensor:
     """One training step; every op recorded where the spec asks: the audit's first step
     (``audit``), a probed step (``oprecord``)."""
     if spec.audit_path is not None and step == 1:
         from .audit import audited_step
 
-        return audited_step(setup.model, setup.optimizer, lambda: train_step(setup, net, batch, step),
+        return audited_step(setup.model, setup.optimizer, lambda: train_step(setup, net, batch, step, autocast),
                             str(resolve(spec_file, spec.audit_path)))
     several = step in spec.ops_steps
     if spec.ops_path is None or not (several or (step == spec.dump_at and not spec.ops_steps)):
-        return train_step(setup, net, batch, step)
+        return train_step(setup, net, batch, step, autocast)
     from .oprecord import OpRecorder
 
     with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
-        loss = train_step(setup, net, batch, step)
+        loss = train_step(setup, net, batch, step, autocast)
     recorder.save(str(resolve(spec_file, spec.ops_path.format(step=step) if several else spec.ops_path)))
     return loss
 
 
-class Accumulated(list):
-    """The micro-batches of one optimizer step (``TrainSetup.accumulate`` above 1)."""
-
-
-class EpochEnds:
-    """Steps the epoch-stepped schedulers (timm's, ``EveryEpoch``) as the loop enters a new epoch."""
-
-    def __init__(self, setup: TrainSetup, epoch: int) -> None:
-        self.schedules, self.epoch = setup.scheduler, epoch
-
-    def reached(self, epoch: int) -> None:
-        """The next step's batch is from ``epoch``."""
-        while self.epoch < epoch:
-            if self.schedules is not None:
-                self.schedules.epoch_ended(self.epoch)
-            self.epoch += 1
-
-
-def _next_batch(batches: Iterator[Any], accumulate: int, device: torch.device) -> Any:
-    if accumulate == 1:
-        return to_device(next(batches), device)
-    return Accumulated(to_device(next(batches), device) for _ in range(accumulate))
-
-
-def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 0) -> torch.Tensor:
+def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 0,
+               autocast: Any = contextlib.nullcontext) -> torch.Tensor:
     """One optimizer step (number ``step``, 1-based) over one batch or the micro-batches of an
-    ``Accumulated``; ``net`` is the model as the step calls it (DDP-wrapped above one rank)."""
+    ``Accumulated``; ``net`` is the model as the step calls it (DDP-wrapped above one rank,
+    compiled under ``--compile``); each forward and loss runs in ``autocast()`` (``--amp``)."""
     parts = list(batch) if isinstance(batch, Accumulated) else [batch]
     setup.optimizer.zero_grad(set_to_none=True)
     total = None
     for part in parts:
-        loss = loss_of(setup.loss_fn(net, part))
+        with autocast():
+            loss = loss_of(setup.loss_fn(net, part))
         scaled = loss / len(parts) if len(parts) > 1 else loss
         (setup.scaler.scale(scaled) if setup.scaler is not None else scaled).backward()
         total = loss.detach() if total is None else total + loss.detach()
@@ -254,46 +248,6 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
     if setup.after_step is not None:
         setup.after_step(step)
     return loss
-
-
-def _batches(setup: TrainSetup, pos: LoopPosition, resume: Resume | None, spec: WorkerSpec,
-             faults: Faults) -> Iterator[Any]:
-    """Yield batches forever, across epochs, tracking the position for checkpoints.
-
-    Each epoch starts with a snapshot (``loader.EpochStart``) and ``set_epoch``. A resumed
-    run puts the interrupted epoch's snapshot back, replays that epoch to the checkpoint's
-    batch (``loader.replay_epoch``), and only then restores the RNG and extra state saved
-    at the checkpoint: state that the replay advanced is put back to its checkpointed value,
-    and state the replay never touches (a dataset's own RNG, under index-level skipping) is
-    not advanced twice. A checkpoint at an epoch's last batch resumes into the next epoch.
-    """
-    resuming = resume is not None
-    while True:
-        if resuming:
-            assert resume is not None
-            if pos.epoch_start is not None:
-                loader.restore(setup, pos.epoch_start)
-            skip = 0 if faults.skip_loader_position else pos.batch_in_epoch
-            it, how = loader.replay_epoch(setup, pos.epoch, skip)
-            pos.replayed = how
-            rng.set_states(resume.rng, torch_rng=faults.restore_torch_rng)
-            if setup.set_extra_state is not None and resume.extra is not None:
-                setup.set_extra_state(resume.extra)
-            if faults.skip_loader_position:
-                pos.batch_in_epoch = 0
-        else:
-            pos.epoch_start = loader.snapshot(setup)
-            it = loader.begin_epoch(setup, pos.epoch)
-        produced = False
-        for batch in it:
-            produced = True
-            pos.batch_in_epoch += 1
-            yield batch
-        if not produced and not resuming:
-            raise ContractError(f"{spec.model_ref}: the loader yielded no batch in epoch {pos.epoch}")
-        resuming = False
-        pos.epoch += 1
-        pos.batch_in_epoch = 0
 
 
 def _save_checkpoints(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: LoopPosition,

@@ -1,0 +1,95 @@
+"""reproci.yaml: the keys a user may set (the flags of ``reproci run``, with underscores) and
+what each takes, checked in one place before any value is used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+CONFIG_FILE = "reproci.yaml"
+AMP = ("bf16", "fp16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _is_names(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+# The keys a user may set in reproci.yaml (the flags of `reproci run`, with underscores), each
+# with what it takes: checked here, in one place, before any value is used.
+CONFIG_KEYS: dict[str, tuple[str, Any]] = {
+    "image": ("an image name (a string)", lambda v: isinstance(v, str)),
+    "image_name": ("a golden name (a string)", lambda v: isinstance(v, str)),
+    "models": ("a model name or a list of them", _is_names),
+    "model": ("a model name or a list of them", _is_names),
+    "stages": ("a stage name or a list of them", _is_names),
+    "profile": ("quick or full", lambda v: isinstance(v, str)),
+    "steps": ("an integer", _is_int),
+    "resume_at": ("an integer", _is_int),
+    "seed": ("an integer", _is_int),
+    "threads": ("an integer", _is_int),
+    "cpu_isa": ("one of avx2, avx512, native", lambda v: v in ("avx2", "avx512", "native")),
+    "device": ("cpu or cuda", lambda v: isinstance(v, str)),
+    "world_size": ("an integer", _is_int),
+    "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
+    "timeout": ("a number of seconds", _is_number),
+    "jobs": ("an integer", _is_int),
+    "results_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
+    "goldens_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
+    "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
+    "fork_server": ("true or false", lambda v: isinstance(v, bool)),
+    "compile": ("true, false or a list of the models to compile", lambda v: isinstance(v, bool) or _is_names(v)),
+    "compile_mode": (f"one of {', '.join(COMPILE_MODES)}", lambda v: v in COMPILE_MODES),
+    "amp": ("bf16 or fp16", lambda v: v in AMP),
+    "bisect": ("true or false", lambda v: isinstance(v, bool)),
+    "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
+    "repetitions": ("an integer", _is_int),
+    "seeds": ("an integer", _is_int),
+    "slowdown_factor": ("a number", _is_number),
+    "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
+    "probes_fail": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
+    """The run section of reproci.yaml (explicit path, or ./reproci.yaml if present)."""
+    if path is None:
+        default = Path(CONFIG_FILE)
+        if not default.is_file():
+            return {}, None
+        path = default
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; drop --config or create it")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: malformed YAML ({getattr(e, 'problem', e)}); fix the file") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a config file is YAML: fix the file") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of options at the top level")
+    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(map(str, unknown))}; "
+                          f"known: {', '.join(sorted(CONFIG_KEYS))}")
+    for key, value in data.items():
+        expected, ok = CONFIG_KEYS[key]
+        if value is not None and not ok(value):
+            raise ConfigError(f"{path}: {key}: expected {expected}, got {value!r}; fix the file")
+    if "model" in data and "models" not in data:
+        data["models"] = data.pop("model")
+    return data, path

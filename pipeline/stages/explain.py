@@ -1,0 +1,85 @@
+"""What the determinism stage says about a model: the sentence of its verdict, the evidence
+it records, and the determinism controls the model switched off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import verdicts
+from ..golden.compare import Divergence
+from . import sidestate
+
+
+def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Determinism controls switched off during any run: by the model's own calls (with
+    file:line), or found off by a re-attestation (at the checkpoint, at the end)."""
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for role, rec in records.items():
+        for e in (rec.get("controls") or {}).get("switched_off", []):
+            key = (e["control"], e["file"], e["line"])
+            found.setdefault(key, {**e, "runs": []})["runs"].append(role)
+        for when, att in (rec.get("attestations") or {}).items():
+            if when == "start" or att.get("ok", True):
+                continue
+            for control, c in att["checks"].items():
+                if c["ok"] or any(f["control"] == control for f in found.values()):
+                    continue
+                key = (control, None, None)
+                found.setdefault(key, {"control": control, "value": repr(c["actual"]), "where": None,
+                                       "step": None, "found_at": when, "runs": []})["runs"].append(role)
+    return list(found.values())
+
+
+def _controls_sentence(switched: list[dict[str, Any]]) -> str:
+    parts = []
+    for e in switched[:3]:
+        if e.get("where"):
+            when = "before the first step" if e.get("step") == 0 else f"in step {e['step']}"
+            parts.append(f"{e['control']} set to {e['value']} at {e['where']} ({e.get('function', '?')}, {when})")
+        else:
+            parts.append(f"{e['control']} was {e['value']} at the {e['found_at']} (set where torch could not be watched)")
+    return "determinism controls switched off by the model: " + "; ".join(parts)
+
+
+def evidence_of(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
+              hint: str | None = None, rank: int | None = None) -> dict[str, Any] | None:
+    if ev is None and not switched:
+        return None
+    out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
+        "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
+    if rank is not None and pair is not None:  # found on another rank than 0
+        out.update(rank=rank, comparison=(f"run {pair[0]}: rank 0 vs rank {rank}" if pair[0] == pair[1]
+                                          else f"{pair[0]} vs {pair[1]} on rank {rank}"))
+    if switched:
+        out["controls"] = switched
+    if hint:
+        out["hint"] = hint
+    return out
+
+
+def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
+             switched: list[dict[str, Any]] | None = None) -> str:
+    controls = _controls_sentence(switched) if switched else ""
+    if ev is None or pair is None:
+        if controls:
+            return f"A = B = C here, but not under strict determinism: {controls}"
+        return "A = B = C: bitwise reproducible, resume exact"
+    if ev.cause in ("eval", "extra", "scaler"):
+        text = sidestate.describe(ev, pair)
+        return f"{text}; {controls}" if controls else text
+    d = ev.to_dict()
+    text = f"{pair[0]} ≠ {pair[1]} {verdicts.where_text(d)}"
+    if pair == ("A", "W"):
+        text = (f"cache-dependent compilation: A (cold inductor caches) ≠ W (A again, on A's warm caches) "
+                f"{verdicts.where_text(d)}")
+    if ev.cause == "init":
+        text += f" ({ev.differing_tensors} differ): the initial parameters/buffers are not seeded"
+    elif ev.cause == "restore":
+        text += f" ({ev.differing_tensors} tensors differ): the checkpoint does not restore it"
+    else:
+        mag = verdicts.magnitude_text(d)
+        cause = f"; {verdicts.cause_text(d)}" if ev.cause in ("data", "compute") else ""
+        loss = "; losses still equal" if ev.losses_equal else ""
+        op = f"; first differing op: {verdicts.op_text(ev.op)}" if ev.op else ""
+        text += f"{', ' + mag if mag else ''}{cause}{op}{loss}"
+    return f"{text}; {controls}" if controls else text
