@@ -192,6 +192,9 @@ def op_text(op: dict[str, Any] | None) -> str:
     for the first op whose output differs; '' when no op was recorded."""
     if not op:
         return ""
+    if not op.get("found") and op.get("compiled"):
+        return (f"no op output outside the compiled graphs differs in that step ({op.get('ops')} ops compared): "
+                "inductor's kernels are not seen op by op; bisect (--bisect) or run eager to see the op")
     if not op.get("found"):
         return f"no op output differs in that step ({op.get('ops')} ops compared): the difference entered outside them"
     where = "".join([f" in {op['module']}" if op.get("module") else "", f" at {op['source']}" if op.get("source") else ""])

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..stages import audit, probes
+from ..stages import audit, bisect, probes
 
 PROBE_STYLE = {probes.DEPENDS: "bold yellow", probes.INDEPENDENT: "green", probes.NOT_APPLICABLE: "dim",
                probes.FAILED: "bold red"}
@@ -48,11 +48,26 @@ def probes_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
+def bisect_table(document: dict[str, Any]) -> Table | None:
+    rows = bisect.rows(document)
+    if not rows:
+        return None
+    t = Table(title="Bisection: the first factor whose removal restores equality", title_justify="left")
+    t.add_column("model", no_wrap=True)
+    t.add_column("cause", no_wrap=True)
+    t.add_column("stages", overflow="fold")
+    t.add_column("finding", overflow="fold")
+    for r in rows:
+        t.add_row(r["model"], f"[bold yellow]{escape(str(r['culprit']))}[/]" if r["culprit"] else "[dim]—[/]",
+                  escape(bisect.stages_text(r)), escape(r["message"]))
+    return t
+
+
 def print_findings(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
     """The audit and probe tables, where those stages ran; the results path when no other
     table printed it."""
     printed = False
-    for table in (audit_table(document), probes_table(document)):
+    for table in (audit_table(document), probes_table(document), bisect_table(document)):
         if table is not None:
             console.print(table)
             printed = True

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
 from . import charts
-from ..stages import audit, probes
+from ..stages import audit, bisect, probes
 from . import variance as variance_report
 from .rows import op_text, throughput_rows
 
@@ -159,6 +159,12 @@ def _findings(doc: dict[str, Any]) -> str:
                  prose(r["message"])] for r in probe_rows]
         out.append('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
                    + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
+    bisected = bisect.rows(doc)
+    if bisected:
+        rows = [[escape(str(r["model"])), escape(r["check"] or "—"), escape(str(r["culprit"] or "—")),
+                 escape(bisect.stages_text(r)), prose(r["message"])] for r in bisected]
+        out.append('<section id="bisect"><h2>Bisection: the first factor whose removal restores equality</h2>'
+                   + _table(["model", "check", "cause", "stages", "finding"], rows) + "</section>")
     return "".join(out)
 
 

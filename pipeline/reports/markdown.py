@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..stages.throughput import NOISY_WIDTH
-from ..stages import audit, probes
+from ..stages import audit, bisect, probes
 from .mdtable import cell, code, table
 from . import variance
 from .rows import op_text, ranked_job, slowdown_text, throughput_rows
@@ -99,6 +99,12 @@ def findings(doc: dict[str, Any]) -> list[str]:
         lines += ["### Portability probes: what the results depend on", ""]
         lines += _table(["model", "probe", "result", "evidence"],
                         [[r["model"], r["probe"], r["status"], r["message"]] for r in probe_rows]) + [""]
+    bisected = bisect.rows(doc)
+    if bisected:
+        lines += ["### Bisection: the first factor whose removal restores equality", ""]
+        lines += _table(["model", "check", "cause", "stages", "finding"],
+                        [[r["model"], r["check"] or "—", r["culprit"] or "—", bisect.stages_text(r), r["message"]]
+                         for r in bisected]) + [""]
     return lines
 
 

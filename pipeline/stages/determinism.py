@@ -143,6 +143,8 @@ def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: s
     div.magnitude_source = "probe" if faithful else "probe (re-run did not reproduce the original checksums)"
     if ops_x.is_file() and ops_y.is_file():
         div.op = ops.first_op_difference(ops.load(ops_x), ops.load(ops_y))
+        if div.op is not None and compiled(records[x]):
+            div.op["compiled"] = True  # the recorder sees aten ops, not the code inductor generated
     for p in (dump_x, dump_y, ops_x, ops_y):
         p.unlink(missing_ok=True)
 

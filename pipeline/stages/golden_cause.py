@@ -108,7 +108,7 @@ def confirm(options: RunOptions, ctx: RunContext, document: dict[str, Any], gold
                 print(f"warning: {entry['model']}: the run with the golden's settings failed ({e})", file=sys.stderr)
             continue
         g = golden.models[entry["model"]]
-        confirmed = _matches(g.as_record(), record, steps, options.steps)
+        confirmed = matches(g.as_record(), record, steps, options.steps)
         section["confirmation"] = {"confirmed": confirmed, "settings": change, "steps": steps,
                                    "unsettable": unsettable, "seconds": round(time.monotonic() - t0, 1)}
         through = f"through step {steps}" if steps < options.steps else "to the end"
@@ -121,7 +121,7 @@ def confirm(options: RunOptions, ctx: RunContext, document: dict[str, Any], gold
                                                                  if unsettable else ""))
 
 
-def _matches(golden_record: dict[str, Any], record: dict[str, Any], steps: int, full: int) -> bool:
+def matches(golden_record: dict[str, Any], record: dict[str, Any], steps: int, full: int) -> bool:
     """Whether a run to ``steps`` reproduces the golden's checksums at every one of its steps
     (and its final hash, when it ran the full length)."""
     ours, theirs = step_rows(record), step_rows(golden_record)

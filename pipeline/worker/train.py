@@ -76,9 +76,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     setup, own = _set_up(spec, spec_file, device, rank)
     spec = dataclasses.replace(spec, checkpoint_at=resume_point(spec, setup))
     perturbed = _perturb(spec, spec_file, setup, device, listings)
-    net, ddp = distributed.wrap(setup, rank)  # setup.model stays the plain module: hashed, checkpointed
-    net, compiled, cache = execution.prepare(spec.compile, resolve(spec_file, spec.compile_cache or f"inductor-cache-{spec.role}"), spec.mode == "strict",
-                                             setup, net, own, eager=spec.eager)
+    net, ddp, compiled, cache = _step_module(spec, spec_file, setup, own, rank)
     autocast = execution.autocast(spec.amp, device)
     faults.after_setup()
     resume = _resume(spec, spec_file, setup, device, pos)
@@ -86,7 +84,6 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     attestations = {"start": start.attestation}
     extra_hashes: dict[str, str | None] = {}  # what get_extra_state returns, hashed at the checkpoint and the end
     t_setup = time.perf_counter()
-
     turns = Turns(spec, spec_file, device) if spec.lockstep else None
     stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)  # a dump at dump_at ends the run
     clock = StepClock(device, since=t_setup, start_step=pos.step, stop=stop, warmup_steps=spec.warmup_steps,
@@ -128,23 +125,38 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     final = final_hash(setup.model, setup.optimizer, setup.state_modules)
     extra_hashes["end"] = extra_sha256(setup)
     attestations["end"] = _attest(spec)
-    compile_attested = execution.attest(compiled, spec.mode == "strict")
-    if compile_attested is not None and not compile_attested["ok"]:
-        raise AttestationError("inductor's deterministic switch (torch._inductor.config.deterministic) was found off "
-                               "at the end of a strict compiled run: the model or a library set it; leave it on")
     out = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
                        watch=watch, clock=clock, turns=turns, final=final)
-    out["perturbed"] = perturbed
-    out["execution"] = execution.describe(compiled, spec.amp)  # part of the run's identity
-    out["compile_cache"] = cache
-    out["compile_attestation"] = compile_attested
-    out["scaler_state"] = execution.scaler_state(setup)
+    out.update(_execution_facts(spec, setup, compiled, cache), perturbed=perturbed)
     out["checkpoint_at"] = spec.checkpoint_at
     out["extra_state_sha256"] = extra_hashes if setup.get_extra_state is not None else None
     if spec.evaluate:
         out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
     out["distributed"] = distributed.describe(rank, ddp)
     return out
+
+
+def _step_module(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, own: torch.nn.Module | None,
+                 rank: distributed.Rank) -> tuple[torch.nn.Module, Any, dict[str, Any] | None, dict[str, Any] | None]:
+    """The module each step calls: DDP-wrapped above one rank, then compiled where asked (or as
+    the plugin compiled it); ``setup.model`` stays the plain module: hashed, checkpointed."""
+    net, ddp = distributed.wrap(setup, rank)
+    cache_dir = resolve(spec_file, spec.compile_cache or f"inductor-cache-{spec.role}")
+    net, compiled, cache = execution.prepare(spec.compile, cache_dir, spec.mode == "strict", setup, net, own,
+                                             eager=spec.eager)
+    return net, ddp, compiled, cache
+
+
+def _execution_facts(spec: WorkerSpec, setup: TrainSetup, compiled: dict[str, Any] | None,
+                     cache: dict[str, Any] | None) -> dict[str, Any]:
+    """The record's facts of compile and autocast; a strict compiled run whose inductor
+    deterministic switch was turned off is refused, like any control that did not hold."""
+    attested = execution.attest(compiled, spec.mode == "strict")
+    if attested is not None and not attested["ok"]:
+        raise AttestationError("inductor's deterministic switch (torch._inductor.config.deterministic) was found off "
+                               "at the end of a strict compiled run: the model or a library set it; leave it on")
+    return {"execution": execution.describe(compiled, spec.amp),  # part of the run's identity
+            "compile_cache": cache, "compile_attestation": attested, "scaler_state": execution.scaler_state(setup)}
 
 
 def _perturb(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.device,

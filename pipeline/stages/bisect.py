@@ -1,0 +1,284 @@
+"""The bisection (``--bisect``, ``reproci bisect``): which factor makes a failing check fail.
+
+The practice: "When it fails, bisect: disable torch.compile, then mixed precision, then
+multi-worker loading, then distributed, and re-test at each stage. The first change that
+restores equality points at the culprit." For each model whose determinism check failed
+(NONDETERMINISTIC, RESUME_BROKEN), the failing pair of runs (A and B, A and C, A and W) is
+re-run with one more factor turned off at each stage, in that order, then one thread: each
+stage keeps the factors turned off before it. Factors that were already off are skipped and
+said to be. Only the first differing step plus one is re-run.
+
+A golden drift is bisected the same way over the factors a launcher can set, each put back to
+the golden's value in turn (the CPU kernel level, kernel-selecting variables, the thread count,
+the world size: ``golden_cause.settings``); compile, AMP and the loader are part of the run's
+identity and the model, the same on both sides by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import verdicts
+from ..errors import WorkerFailed
+from ..golden.compare import first_divergence
+from ..models import ModelRef
+from ..runner import RunContext, run_worker
+from ..worker.spec import WorkerSpec
+from . import golden_cause, sidestate
+from .determinism import STAGGER_S, plan, warm_spec
+
+Records = dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str
+    label: str  # for "none of compile, AMP, ..."
+    cause: str
+    on: Callable[[WorkerSpec, dict[str, Any]], str | None]  # the factor as the check ran it; None: already off
+    off: Callable[[WorkerSpec], WorkerSpec]
+    off_text: str
+
+
+def _compiled(spec: WorkerSpec, record: dict[str, Any]) -> str | None:
+    c = (record.get("execution") or {}).get("compile")
+    if not c:
+        return None
+    return "compiled by the plugin" if c.get("source") == "plugin" else f"torch.compile ({c.get('backend')})"
+
+
+def _workers(spec: WorkerSpec, record: dict[str, Any]) -> str | None:
+    n = (record.get("loader") or {}).get("num_workers") or 0
+    return f"num_workers={n}" if n > 0 else None
+
+
+FACTORS = (
+    Factor("compile", "compile", "compilation (torch.compile) is the cause", _compiled,
+           lambda s: dataclasses.replace(s, compile=None, eager=True), "eager"),
+    Factor("amp", "AMP", "mixed precision (autocast) is the cause", lambda s, r: f"{s.amp} autocast" if s.amp else None,
+           lambda s: dataclasses.replace(s, amp=None), "fp32"),
+    Factor("workers", "workers", "the data loader's workers are the cause", _workers,
+           lambda s: dataclasses.replace(s, num_workers=0), "num_workers=0"),
+    Factor("ranks", "ranks", "distribution over ranks is the cause",
+           lambda s, r: f"{s.world_size} ranks" if s.world_size > 1 else None,
+           lambda s: dataclasses.replace(s, world_size=1), "one rank"),
+    Factor("threads", "threads", "intra-op threading is the cause",
+           lambda s, r: f"{s.threads} threads" if s.threads > 1 else None,
+           lambda s: dataclasses.replace(s, threads=1), "one thread"),
+)
+BISECTED = (verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN)
+
+
+def pair_of(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """The runs whose comparison failed ("A vs B" -> ("A", "B")), or None when it was not a
+    comparison of two runs (controls switched off, ranks of one run)."""
+    ev = entry.get("evidence") or {}
+    parts = str(ev.get("comparison") or "").split(" vs ")
+    if len(parts) != 2 or ev.get("rank") is not None or not all(p in ("A", "B", "C", "W") for p in parts):
+        return None
+    return parts[0], parts[1]
+
+
+def _steps(entry: dict[str, Any], full: int, resumed: bool) -> int:
+    """To the first differing step plus one (past the resume point for a resume check)."""
+    step = (entry.get("evidence") or {}).get("step")
+    steps = full if step is None else min(full, step + 1)
+    return max(steps, int(entry.get("resume_at") or 1) + 1) if resumed else max(steps, 1)
+
+
+def _specs(specs: dict[str, WorkerSpec], pair: tuple[str, str], stage: int, steps: int, k: int) -> list[WorkerSpec]:
+    """The pair's specs for one stage: their own roles and files, ``steps`` long, A checkpointing at ``k``."""
+    tag = f"bisect{stage}"
+    out = []
+    for role in pair:
+        s = dataclasses.replace(specs[role], role=f"{tag}-{role}", output=f"record-{tag}-{role}.json", steps=steps,
+                                final_dump_path=None, checkpoint_at=None, checkpoint_path=None,
+                                checkpoint_after_epoch=False)
+        if role == "A" and pair[1] == "C":
+            s = dataclasses.replace(s, checkpoint_at=k, checkpoint_path=f"ckpt-{tag}.pt")
+        if role == "C":
+            s = dataclasses.replace(s, resume_from=f"ckpt-{tag}.pt", compile_cache=f"inductor-cache-{tag}-A")
+        if role == "W":
+            s = dataclasses.replace(s, compile_cache=f"inductor-cache-{tag}-A")
+        out.append(s)
+    return out
+
+
+def _check(ctx: RunContext, specs: list[WorkerSpec]) -> tuple[Any, int]:
+    """Run the pair in turn, the second ``STAGGER_S`` after the first started; their first difference."""
+    first = run_worker(ctx, specs[0])
+    time.sleep(max(0.0, STAGGER_S - (time.monotonic() - first.get("launched_at", 0.0))))
+    second = run_worker(ctx, specs[1])
+    return first_divergence(first, second) or sidestate.divergence(first, second), 2
+
+
+def bisect_model(ctx: RunContext, options: Any, model: ModelRef, entry: dict[str, Any], record_a: dict[str, Any], *,
+                 project_commit: str | None, image: dict[str, Any]) -> dict[str, Any]:
+    """Turn the factors off one after another until the failing pair agrees; what each stage showed."""
+    t0 = time.monotonic()
+    pair = pair_of(entry)
+    out: dict[str, Any] = {"check": None, "verdict": entry.get("verdict"), "stages": [], "culprit": None,
+                           "runs": 0, "steps": None}
+    if pair is None:
+        why = ("the model switches determinism controls off; turn them back on first"
+               if (entry.get("evidence") or {}).get("cause") == "controls" else
+               "the ranks of one run disagree; bisect with --world-size 1 runs")
+        return {**out, "message": f"{model.name}: not bisected: {why}", "seconds": 0.0}
+    specs = plan(options, model, project_commit=project_commit, image=image)
+    if pair[1] == "W":
+        specs["W"] = warm_spec(specs)
+    steps = _steps(entry, options.steps, pair[1] == "C")
+    out.update(check=f"{pair[0]} vs {pair[1]}", steps=steps)
+    k = int(entry.get("resume_at") or options.resume_at)
+    for stage, factor in enumerate(FACTORS, 1):
+        state = factor.on(specs["A"], record_a)
+        if state is None:
+            out["stages"].append({"factor": factor.name, "status": "already off"})
+            continue
+        specs = {role: factor.off(s) for role, s in specs.items()}
+        row: dict[str, Any] = {"factor": factor.name, "status": "turned off", "from": state, "to": factor.off_text}
+        out["stages"].append(row)
+        if pair[1] == "W":  # an eager run has no compile cache: turning compile off ends cache dependence
+            row.update(equal=True, evidence=None, note="eager runs have no compile cache")
+        else:
+            try:
+                div, runs = _check(ctx, _specs(specs, pair, stage, steps, k))
+            except WorkerFailed as e:
+                row.update(status="error", message=str(e))
+                break
+            out["runs"] += runs
+            row.update(equal=div is None, evidence=div.to_dict() if div is not None else None)
+        if row["equal"]:
+            out["culprit"] = factor.name
+            break
+    out["message"] = _message(model.name, entry, out)
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def _message(name: str, entry: dict[str, Any], out: dict[str, Any]) -> str:
+    """'conv: NONDETERMINISTIC with num_workers=2; equal with num_workers=0 (compile and AMP were
+    already off): the data loader's workers are the cause'."""
+    rows = out["stages"]
+    already = [FACTOR[r["factor"]].label for r in rows if r["status"] == "already off"]
+    off_note = f" ({_and(already)} {'was' if len(already) == 1 else 'were'} already off)" if already else ""
+    tried = [r for r in rows if r["status"] == "turned off"]
+    if any(r["status"] == "error" for r in rows):
+        bad = next(r for r in rows if r["status"] == "error")
+        return f"{name}: bisection stopped: the run with {FACTOR[bad['factor']].label} off failed ({bad['message']})"
+    if out["culprit"] is not None:
+        hit = tried[-1]
+        before = [f"{FACTOR[r['factor']].label} off" for r in tried[:-1]]
+        still = f"; still unequal with {_and(before)}" if before else ""
+        return (f"{name}: {out['verdict']} with {hit['from']}{still}; equal with {hit['to']}{off_note}: "
+                f"{FACTOR[hit['factor']].cause}")
+    op = verdicts.op_text((entry.get("evidence") or {}).get("op"))
+    where = "the cause is in the model's code" + (f"; first differing op: {op}" if op else "")
+    if not tried:
+        return f"{name}: {_and(already)} were all off already: {where}"
+    return f"{name}: none of {_and([FACTOR[r['factor']].label for r in tried])} restores equality{off_note}: {where}"
+
+
+FACTOR = {f.name: f for f in FACTORS}
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
+
+
+DRIFT = (verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH, verdicts.UPGRADE_CHANGED)
+
+
+def _drift_changes(env_diff: dict[str, list[Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The golden's settable factors, one change each, in the order they are put back."""
+    change, _ = golden_cause.settings(env_diff)
+    out = [(f"CPU kernel level {change['cpu_isa']}", {"cpu_isa": change["cpu_isa"]})] if "cpu_isa" in change else []
+    out += [(f"{k}={v}" if v is not None else f"{k} unset", {"env": {k: v}}) for k, v in (change.get("env") or {}).items()]
+    out += [(f"--threads {change['threads']}", {"threads": change["threads"]})] if "threads" in change else []
+    out += [(f"--world-size {change['world_size']}", {"world_size": change["world_size"]})] if "world_size" in change else []
+    return out
+
+
+def bisect_drift(ctx: RunContext, options: Any, model: ModelRef, entry: dict[str, Any], golden: Any, *,
+                 project_commit: str | None, image: dict[str, Any]) -> dict[str, Any]:
+    """Put the golden's settable factors back one after another until the golden's checksums come back."""
+    t0 = time.monotonic()
+    section = entry.get("golden") or {}
+    steps = _steps(section, options.steps, False)
+    out: dict[str, Any] = {"check": "A vs the golden", "verdict": entry.get("verdict"), "stages": [], "culprit": None,
+                           "runs": 0, "steps": steps}
+    spec = dataclasses.replace(plan(options, model, project_commit=project_commit, image=image)["A"], steps=steps,
+                               checkpoint_at=None, checkpoint_path=None, final_dump_path=None,
+                               checkpoint_after_epoch=False)
+    g = golden.models[model.name].as_record()
+    for stage, (said, change) in enumerate(_drift_changes(section.get("env_diff") or {}), 1):
+        env = {**spec.env, **change.pop("env", {})}
+        spec = dataclasses.replace(spec, role=f"bisect{stage}-A", output=f"record-bisect{stage}-A.json", env=env, **change)
+        row: dict[str, Any] = {"factor": said, "status": "put back"}
+        out["stages"].append(row)
+        try:
+            record = run_worker(ctx, spec)
+        except WorkerFailed as e:
+            row.update(status="error", message=str(e))
+            break
+        out["runs"] += 1
+        row["equal"] = golden_cause.matches(g, record, steps, options.steps)
+        if row["equal"]:
+            out["culprit"] = said
+            break
+    put_back = [r["factor"] for r in out["stages"] if r["status"] == "put back"]
+    if out["culprit"] is not None:
+        before = f" (after {_and(put_back[:-1])}, which did not)" if len(put_back) > 1 else ""
+        out["message"] = (f"{model.name}: {out['verdict']}; with the golden's {out['culprit']}{before} it matches the "
+                          f"golden bit for bit through step {steps}: that factor is the cause")
+    elif put_back:
+        out["message"] = (f"{model.name}: {out['verdict']}; still differs from the golden with {_and(put_back)} put back "
+                          "(compile, AMP and the loader match the golden by its identity): the cause is what cannot be "
+                          "set from software" + (f" ({section.get('why')})" if section.get("why") else ""))
+    else:
+        out["message"] = (f"{model.name}: {out['verdict']}; nothing the launcher sets differs from the golden's run "
+                          f"(compile, AMP and the loader match it by its identity): {section.get('why') or 'see the evidence'}")
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: Any, *, project_commit: str | None,
+             image: dict[str, Any]) -> None:
+    """Bisect every model whose check failed or whose results left the golden; the result
+    lands on its entry as ``bisect``."""
+    import json
+
+    refs = {m.name: m for m in options.models}
+    for entry in document["models"]:
+        model = refs.get(entry["model"])
+        kw = {"project_commit": project_commit, "image": image}
+        if model is None:
+            continue
+        if entry.get("verdict") in BISECTED:
+            record_a = json.loads((ctx.run_dir / entry["records"]["A"]).read_text())
+            entry["bisect"] = bisect_model(ctx, options, model, entry, record_a, **kw)
+        elif entry.get("verdict") in DRIFT and golden is not None and model.name in golden.models:
+            entry["bisect"] = bisect_drift(ctx, options, model, entry, golden, **kw)
+
+
+def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per bisected model, for the reports."""
+    return [{"model": m["model"], **m["bisect"]} for m in document.get("models") or [] if m.get("bisect")]
+
+
+def stages_text(row: dict[str, Any]) -> str:
+    """'compile: already off · workers: num_workers=2 → num_workers=0, equal' (one bisection's stages)."""
+    parts = []
+    for s in row.get("stages") or []:
+        if s["status"] == "already off":
+            parts.append(f"{s['factor']}: already off")
+        elif s["status"] == "error":
+            parts.append(f"{s['factor']}: run failed")
+        else:
+            to = f"{s['from']} → {s['to']}, " if s.get("from") else ""
+            parts.append(f"{s['factor']}: {to}{'equal' if s.get('equal') else 'still differs'}")
+    return " · ".join(parts) + (f" ({row['runs']} runs to step {row['steps']}, {row.get('seconds', 0):.0f} s)"
+                                if row.get("steps") else "")
