@@ -1,0 +1,107 @@
+"""torch.compile and autocast as checked configurations (``pipeline/worker/execution.py``):
+the reference models PASS compiled and under autocast, the settings are recorded, a compiled
+golden is compared only with compiled runs, and a warm-cache run is compared with a cold one.
+Inductor compiles with the host's C++ compiler here (CPU)."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline import verdicts
+from pipeline.golden.drift import execution_change
+from pipeline.stages.determinism import _decide
+from pipeline.stages.explain import describe
+from tests.helpers import PLUGINS, model_entry
+
+CULPRITS = f"{PLUGINS / 'culprits.py'}"
+
+
+def _record(reproci, entry: dict, role: str) -> dict:
+    run_dir = reproci.cwd / "results" / reproci.latest()["run_id"]
+    return json.loads((run_dir / entry["records"][role]).read_text())
+
+
+def test_the_reference_models_and_a_plugin_pass_compiled_with_the_settings_recorded(reproci) -> None:
+    models = ("conv", "transformer", "embedding", f"{CULPRITS}:tiny")
+    r = reproci("run", *[a for m in models for a in ("-m", m)], "--compile", "--steps", "4", "--resume-at", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = reproci.latest()
+    for entry in doc["models"]:
+        assert entry["verdict"] == verdicts.NEW and set(entry["runs"]) == {"A", "B", "C", "W"}, entry["message"]
+        compiled = entry["execution"]["compile"]
+        assert compiled["source"] == "harness" and compiled["backend"] == "inductor"
+        assert compiled["inductor"]["deterministic"] is True  # strict mode sets it where torch has it
+        assert "W, on A's warm inductor caches, = A, compiled cold" in entry["message"]
+        a, w = _record(reproci, entry, "A"), _record(reproci, entry, "W")
+        assert a["compile_cache"]["warm"] is False and w["compile_cache"] == {**a["compile_cache"], "warm": True}
+        assert a["compile_attestation"] == {"deterministic": True, "ok": True}
+        assert not any("_orig_mod" in n for n in a["tensor_names"])  # the model's own names
+    assert "--compile" in r.stderr  # the golden update it advises compiles too
+    assert not list((reproci.cwd / "results").glob("*/*/inductor-cache-*"))  # compiled code is not kept
+
+
+def test_the_reference_models_and_a_plugin_pass_under_bf16_autocast(reproci) -> None:
+    models = ("conv", "transformer", "embedding", f"{CULPRITS}:tiny")
+    r = reproci("run", *[a for m in models for a in ("-m", m)], "--amp", "bf16", "--steps", "6")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for entry in reproci.latest()["models"]:
+        assert entry["verdict"] == verdicts.NEW and entry["execution"] == {"compile": None, "amp": "bf16"}
+
+
+def test_fp16_steps_carry_a_grad_scaler_whose_state_is_checkpointed_and_compared(reproci) -> None:
+    r = reproci("run", "-m", "conv", "--amp", "fp16", "--steps", "6")
+    assert r.returncode == 0, r.stdout + r.stderr
+    entry = model_entry(reproci.latest(), "conv")
+    a, c = _record(reproci, entry, "A"), _record(reproci, entry, "C")
+    assert a["scaler_state"] is not None and a["scaler_state"] == c["scaler_state"]
+    assert "scale" in a["scaler_state"]
+
+
+def test_a_compiled_golden_refuses_an_eager_run_and_matches_a_compiled_one(reproci) -> None:
+    tiny = f"{CULPRITS}:tiny"
+    assert reproci("golden", "update", "-m", tiny, "--compile", "--steps", "4").returncode == 0
+    r = reproci("run", "-m", tiny, "--steps", "4")
+    entry = model_entry(reproci.latest(), "culprits.tiny")
+    assert entry["verdict"] == verdicts.MODEL_CHANGED, entry["message"]
+    assert ("the golden was recorded compiled (inductor, mode default), this run is eager fp32: compare compiled runs "
+            "only with compiled runs") in entry["message"]
+    r = reproci("run", "-m", tiny, "--steps", "4", "--compile")
+    assert r.returncode == 0 and model_entry(reproci.latest(), "culprits.tiny")["verdict"] == verdicts.PASS
+
+
+def test_a_plugin_that_compiles_its_own_model_is_recognised(reproci) -> None:
+    r = reproci("run", "-m", f"{CULPRITS}:self_compiled", "--steps", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    entry = model_entry(reproci.latest(), "culprits.self_compiled")
+    assert entry["execution"]["compile"]["source"] == "plugin" and "W" in entry["runs"]
+    assert not any("_orig_mod" in n for n in _record(reproci, entry, "A")["tensor_names"])
+
+
+def test_a_warm_cache_run_that_differs_from_the_cold_one_is_cache_dependent_compilation() -> None:
+    def rec(fp: int) -> dict:
+        return {"tensor_names": ["param:w"], "fingerprints": [[fp]], "start_step": 0, "batch_fingerprints": [0],
+                "losses": [1.0], "final_sha256": str(fp), "tensor_sha256": {}}
+
+    verdict, pair, div = _decide({"A": rec(1), "B": rec(1), "C": rec(2), "W": rec(3)})
+    assert verdict == verdicts.NONDETERMINISTIC and pair == ("A", "W")  # before the resume check: C reuses A's cache
+    assert describe(verdict, div, pair).startswith(
+        "cache-dependent compilation: A (cold inductor caches) ≠ W (A again, on A's warm caches) from step 1")
+
+
+def test_the_execution_change_is_said_both_ways() -> None:
+    compiled = {"compile": {"source": "harness", "backend": "inductor", "mode": "max-autotune"}, "amp": None}
+    assert execution_change(None, compiled).startswith(
+        "the golden was recorded eager fp32, this run is compiled (inductor, mode max-autotune)")
+    assert "this run is eager, bf16 autocast" in execution_change(compiled, {"compile": None, "amp": "bf16"})
+
+
+def test_compile_options_are_checked(cli, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("run", "--compile-mode", "max-autotune")
+    assert code == 2 and "--compile-mode sets how torch.compile compiles: add --compile" in err
+    (tmp_path / "reproci.yaml").write_text("compile: [conv, nosuch]\n")
+    code, _, err = cli("run", "-m", "conv")
+    assert code == 2 and "compile: nosuch is not among the models run (conv)" in err
+    (tmp_path / "reproci.yaml").write_text("amp: fp8\n")
+    code, _, err = cli("run", "-m", "conv")
+    assert code == 2 and "amp: expected bf16 or fp16, got 'fp8'" in err
