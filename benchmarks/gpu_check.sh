@@ -15,15 +15,17 @@
 #
 #   REPROCI_GPU_CHECK_DEVICE=cpu bash benchmarks/gpu_check.sh
 #
-# Parts: env, tests, bench, strict, ddp, throughput. Each has its own timeout, so that three
-# calls of at most 10 minutes (tests bench | strict throughput | ddp) cover everything.
+# Parts: env, tests, bench, strict, compile, ddp, throughput. Each has its own timeout, so that
+# three calls of at most 10 minutes (tests bench | strict compile | throughput ddp) cover everything.
 #
 # 1. the environment (GPU, driver, torch, CUDA, cuDNN, NCCL);
 # 2. tests/gpu/ (reference models on CUDA with -j 3, every optimizer state layout, AMP, real
 #    CUDA nondeterminism caught, an op without a deterministic kernel, throughput on CUDA);
 # 3. the per-step fingerprint cost on CUDA and the stage against a seed-style check;
 # 4. the strict stage on the full profile (-j 3, world size 1) and the throughput stage on the full profile;
-# 5. the strict stage at world size 2 (DDP over NCCL, one GPU per rank) where two GPUs are visible.
+# 5. the strict stage compiled (inductor, Triton on CUDA: A, B, C and the warm-cache run W) and
+#    under bf16 autocast, with the bisection on for any model that fails;
+# 6. the strict stage at world size 2 (DDP over NCCL, one GPU per rank) where two GPUs are visible.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -32,16 +34,16 @@ OUT=${OUT:-$(mktemp -d)}
 DEVICE=${REPROCI_GPU_CHECK_DEVICE:-cuda}
 case "$DEVICE" in cuda|cpu) ;; *) echo "error: REPROCI_GPU_CHECK_DEVICE=$DEVICE: use cuda (the default) or cpu (a rehearsal)" >&2; exit 2;; esac
 if [ "$DEVICE" = cuda ]; then
-    PROFILE=full; BENCH_STEPS=60; STRICT=(); DDP=(--steps 100 --resume-at 50); TIMED=()
+    PROFILE=full; BENCH_STEPS=60; STRICT=(); DDP=(--steps 100 --resume-at 50); TIMED=(); COMPILED=(--steps 40 --resume-at 20)
 else  # the rehearsal: the same commands, small
     PROFILE=quick; BENCH_STEPS=8; STRICT=(--steps 8 --resume-at 4); DDP=(--steps 8 --resume-at 4 -m conv -m embedding)
-    TIMED=(--steps 8 -m embedding)
+    TIMED=(--steps 8 -m embedding); COMPILED=(--steps 4 --resume-at 2 -m embedding)
     export REPROCI_GPU_TEST_DEVICE=cpu
 fi
 start=$(date +%s)
 status=0
 step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
-PARTS=" ${*:-tests bench strict throughput ddp} "
+PARTS=" ${*:-tests bench strict compile throughput ddp} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 
 step "environment"
@@ -88,6 +90,14 @@ if want strict; then
 step "strict stage, $PROFILE profile, -j 3, world size 1"
 timeout 270 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${STRICT[@]}" -j 3 --world-size 1 \
     --results-dir "$OUT/results" --goldens-dir "$OUT/goldens" || status=1
+fi
+
+if want compile; then
+step "strict stage compiled (inductor) and under bf16 autocast, $PROFILE profile, ${COMPILED[1]} steps, --bisect"
+timeout 300 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --compile --bisect \
+    --results-dir "$OUT/compiled" --goldens-dir "$OUT/goldens-compiled" || status=1
+timeout 150 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --amp bf16 --bisect \
+    --results-dir "$OUT/bf16" --goldens-dir "$OUT/goldens-bf16" || status=1
 fi
 
 if want ddp; then

@@ -117,6 +117,19 @@ def test_knobs_reproci_does_not_honour_are_refused() -> None:
         hf.hf_setup(CTX, model, args, train_dataset=[])
 
 
+def test_torch_compile_compiles_as_trainer_does_and_the_worker_hashes_the_plain_module() -> None:
+    from pipeline.worker import execution
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    args = transformers.TrainingArguments(output_dir="unused", torch_compile=True, torch_compile_mode="reduce-overhead",
+                                          use_cpu=True, report_to=[])
+    setup = hf.hf_setup(CTX, model, args, train_dataset=[{"input_ids": torch.arange(8), "labels": torch.arange(8)}])
+    compiled = execution.unwrap(setup)
+    assert compiled is not None and setup.model is model and compiled._orig_mod is model
+    assert not any("_orig_mod" in n for n, _ in setup.model.named_parameters())
+
+
 def test_a_library_stamp_in_the_config_is_not_part_of_the_models_identity() -> None:
     config = transformers.GPT2Config(n_layer=1).to_dict()
     older = {**config, "transformers_version": "5.22.0", "text_config": {"transformers_version": "5.22.0", "n": 1}}

@@ -27,8 +27,12 @@ What it takes from ``args`` (a ``TrainingArguments``), as ``Trainer`` uses it:
 - ``full_determinism``: ``enable_full_determinism(ctx.seed)``, as ``Trainer`` calls it (it
   coexists with reproci's own controls).
 
-``seed`` is not read (reproci seeds every run from ``--seed``); ``label_smoothing_factor`` and
-``torch_compile`` are refused with a line that says so. The loss is the model's own
+- ``torch_compile`` (with ``torch_compile_backend`` and ``torch_compile_mode``): the model is
+  compiled as ``Trainer`` compiles it; reproci recognises the compiled model, hashes the plain
+  module under it and records the run as compiled by the plugin.
+
+``seed`` is not read (reproci seeds every run from ``--seed``); ``label_smoothing_factor`` is
+refused with a line that says so. The loss is the model's own
 (``model(**batch).loss``: the batch must hold labels). With ``eval_dataset``, the held-out
 loss is the run's ``eval_loss`` metric.
 """
@@ -79,6 +83,8 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
         eval_fn = _eval_loss(held, ctx.device, autocast)
     identity = {"hf_model": type(model).__name__, "hf_config": model.config.to_dict() if hasattr(model, "config") else {},
                 "training_args": _knobs(args), **(config or {})}
+    if getattr(args, "torch_compile", False):  # as Trainer does: the compiled module shares the parameters
+        model = torch.compile(model, backend=args.torch_compile_backend or "inductor", mode=args.torch_compile_mode)
     return TrainSetup(model=model, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=scheduler, scaler=scaler,
                       grad_clip=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None,
                       batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * ctx.world_size,
@@ -89,8 +95,6 @@ def _refuse_unsupported(args: Any) -> None:
     if args.label_smoothing_factor:
         raise ContractError("hf_setup: label_smoothing_factor is not supported: smooth the labels in the model's "
                             "loss, or build the TrainSetup by hand")
-    if getattr(args, "torch_compile", False):
-        raise ContractError("hf_setup: torch_compile is not supported by the strict stage yet: set torch_compile=False")
     if args.fp16 and not torch.cuda.is_available():
         raise ContractError("hf_setup: fp16 needs CUDA: use bf16=True on the CPU, or neither")
 
