@@ -105,3 +105,11 @@ def test_compile_options_are_checked(cli, tmp_path, monkeypatch) -> None:
     (tmp_path / "reproci.yaml").write_text("amp: fp8\n")
     code, _, err = cli("run", "-m", "conv")
     assert code == 2 and "amp: expected bf16 or fp16, got 'fp8'" in err
+
+
+def test_a_compiled_cpu_run_without_a_cxx_compiler_is_an_infrastructure_error(reproci) -> None:
+    r = reproci("run", "-m", f"{CULPRITS}:tiny", "--compile", "--steps", "3", env={"CXX": "no-such-c++"})
+    assert r.returncode == 5
+    assert ("error: torch.compile on the CPU needs a C++ compiler (inductor builds C++ kernels) and this environment "
+            "has none (no-such-c++ not found): install one (g++) where the runs execute, or drop --compile") in r.stderr
+    assert not list((reproci.cwd / "results").glob("2*"))  # nothing half-written

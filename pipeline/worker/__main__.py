@@ -45,7 +45,7 @@ def _classify(e: BaseException) -> tuple[str, int]:
         return "contract", EXIT_CONTRACT
     if name == "AttestationError":
         return "attestation", EXIT_ATTESTATION
-    if name == "DeviceUnavailable":
+    if name in ("DeviceUnavailable", "CompilerMissing"):  # no run of the invocation can work here
         return "no-device", EXIT_NO_DEVICE
     if name == "NonFiniteError":
         return "non-finite", EXIT_NON_FINITE

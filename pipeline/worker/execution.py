@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
@@ -26,6 +27,20 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 NUMERIC_OPTIONS = ("deterministic", "fallback_random", "max_autotune", "coordinate_descent_tuning",
                    "emulate_precision_casts", "freezing")
 CACHE_OPTIONS = ("fx_graph_cache", "autotune_local_cache", "force_disable_caches")
+
+
+class CompilerMissing(Exception):
+    """A compiled run on the CPU where no C++ compiler is: inductor builds C++ (an infrastructure fault)."""
+
+
+def _check_compiler(device: torch.device) -> None:
+    if device.type != "cpu":
+        return
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    if not any(shutil.which(n) for n in names):
+        raise CompilerMissing(f"torch.compile on the CPU needs a C++ compiler (inductor builds C++ kernels) and this "
+                              f"environment has none ({', '.join(names)} not found): install one (g++) where the "
+                              "runs execute, or drop --compile")
 
 
 def _optimized_module() -> type | None:
@@ -70,6 +85,7 @@ def prepare(compile_spec: dict[str, Any] | None, cache_dir: Path | None, strict:
     ``eager``: run a plugin's compiled model uncompiled (the bisection's compile factor)."""
     if eager or (compile_spec is None and own is None):
         return net, None, None
+    _check_compiler(next(setup.model.parameters(), torch.empty(0)).device)
     cache = _set_caches(cache_dir) if cache_dir is not None else None
     config = _inductor_config()
     if strict and hasattr(config, "deterministic"):

@@ -9,7 +9,7 @@ verdict or the other way round:
 - 10: any other failure (a crash in the model's code or the harness);
 - 11: the model breaks the plugin contract;
 - 12: a determinism control did not take effect;
-- 13: the device asked for does not exist in this process;
+- 13: the device asked for does not exist in this process (or, for a compiled CPU run, a C++ compiler);
 - 14: torch or numpy is missing;
 - 15: the model uses an op with no deterministic kernel on this device (strict mode raises);
 - 16: the loss or the trained state is not finite (NaN or infinity);
