@@ -15,8 +15,8 @@
 #
 #   REPROCI_GPU_CHECK_DEVICE=cpu bash benchmarks/gpu_check.sh
 #
-# Parts: env, tests, bench, strict, compile, ddp, throughput. Each has its own timeout, so that
-# three calls of at most 10 minutes (tests bench | strict compile | throughput ddp) cover everything.
+# Parts: env, tests, bench, strict, compile, audit, ddp, throughput. Each has its own timeout, so that
+# three calls of at most 10 minutes (tests bench | strict compile audit | throughput ddp) cover everything.
 #
 # 1. the environment (GPU, driver, torch, CUDA, cuDNN, NCCL);
 # 2. tests/gpu/ (reference models on CUDA with -j 3, every optimizer state layout, AMP, real
@@ -25,7 +25,9 @@
 # 4. the strict stage on the full profile (-j 3, world size 1) and the throughput stage on the full profile;
 # 5. the strict stage compiled (inductor, Triton on CUDA: A, B, C and the warm-cache run W) and
 #    under bf16 autocast, with the bisection on for any model that fails;
-# 6. the strict stage at world size 2 (DDP over NCCL, one GPU per rank) where two GPUs are visible.
+# 6. the op audit on CUDA: each attention call's predicted backend beside the one that ran, and
+#    every determinism warning torch gave; the audit's fixes timed on CUDA;
+# 7. the strict stage at world size 2 (DDP over NCCL, one GPU per rank) where two GPUs are visible.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -43,7 +45,7 @@ fi
 start=$(date +%s)
 status=0
 step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
-PARTS=" ${*:-tests bench strict compile throughput ddp} "
+PARTS=" ${*:-tests bench strict compile audit throughput ddp} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 
 step "environment"
@@ -98,6 +100,23 @@ timeout 300 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "$
     --results-dir "$OUT/compiled" --goldens-dir "$OUT/goldens-compiled" || status=1
 timeout 150 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --amp bf16 --bisect \
     --results-dir "$OUT/bf16" --goldens-dir "$OUT/goldens-bf16" || status=1
+fi
+
+if want audit; then
+step "op audit on $DEVICE: predicted against what ran; the fixes' cost on $DEVICE"
+timeout 150 "$PY" -m pipeline.cli run --device "$DEVICE" --stage audit -m conv -m transformer -m embedding \
+    --results-dir "$OUT/audit" --goldens-dir "$OUT/goldens" >/dev/null || status=1
+"$PY" - "$OUT/audit/latest.json" <<'PY' || status=1
+import json, sys
+for m in json.load(open(sys.argv[1]))["models"]:
+    a = m.get("audit") or {}
+    for f in a.get("findings") or []:
+        ran = f" | ran: {', '.join(f['ran'])}" if "ran" in f else ""
+        print(f"{m['model']}: {f['cuda']}: {f['op']}{ran}")
+    for w in a.get("warnings") or []:
+        print(f"{m['model']}: torch warned: {w}")
+PY
+timeout 120 "$PY" benchmarks/audit_fixes.py --device "$DEVICE" --reps 5 || status=1
 fi
 
 if want ddp; then

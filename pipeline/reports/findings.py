@@ -27,7 +27,7 @@ def audit_table(document: dict[str, Any]) -> Table | None:
         t.add_column(name, **kw)
     for r in audit.rows(document):
         t.add_row(r["model"], escape(r["op"]), "" if r["count"] is None else str(r["count"]),
-                  f"[{CUDA_STYLE.get(r['cuda'], '')}]{r['cuda']}[/]", escape(r["where"]), escape(r["advice"] or r["what"]))
+                  f"[{CUDA_STYLE.get(r['cuda'], 'yellow')}]{escape(r['cuda'])}[/]", escape(r["where"]), escape(r["advice"] or r["what"]))
     for m in models:
         if not (m["audit"].get("findings") or m["audit"].get("error")):
             t.add_row(m["model"], "—", "", "[green]nothing[/]", "", audit.summary(m["audit"]))

@@ -42,6 +42,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         "counts": {c: sum(1 for f in findings if f["cuda"] == c) for c in CATEGORIES},
         "findings": findings,
         "warnings": data.get("warnings") or [],
+        "attention": data.get("attention") or [],  # each SDPA call: inputs, predicted CUDA backend's facts, what ran
         "inventory": data.get("inventory") or [],
         "record": f"{model.name}/audit.json",
         "seconds": round(time.monotonic() - t0, 3),
@@ -69,6 +70,7 @@ def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
                         "what": audit["error"]["message"], "advice": "", "checked": ""})
         for f in audit.get("findings") or []:
             out.append({"model": m["model"], "op": f["op"], "count": f["count"], "where": "; ".join(f["where"]),
-                        "cuda": ON_CUDA.get(f["cuda"], f["cuda"]), "what": f["what"], "advice": f["advice"],
+                        "cuda": ON_CUDA.get(f["cuda"], f["cuda"]) if f.get("device", "cuda") == "cuda"
+                        else f"{f['cuda']} on CPU", "what": f.get("why") or f["what"], "advice": f["advice"],
                         "checked": f["checked"], "phases": ", ".join(f["phases"])})
     return out

@@ -20,97 +20,15 @@ import os
 import re
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-RAISES, SLOWER, FILLS = "raises", "slower", "fills"
+from .audit_table import EXCLUDED, FILLS, RAISES, SLOWER, TABLE, Entry  # noqa: F401 (the table's names, here too)
+
 SEVERITY = {RAISES: 0, SLOWER: 1, FILLS: 2}
-
-
-@dataclass(frozen=True)
-class Entry:
-    ops: tuple[str, ...]  # aten op names (the overload packet)
-    cuda: str  # RAISES, SLOWER or FILLS
-    doc: str | None  # the item of torch.use_deterministic_algorithms' docs this entry stands for
-    what: str  # what happens on CUDA
-    advice: str  # the fix, or the cost to expect
-    variant: str | None = None  # only when the op was called with this argument (oprecord.variant)
-    floating: bool = False  # only on floating-point outputs
-
-
-_ATOMICS = "nondeterministic on CUDA (atomic adds) unless strict; strict mode uses a slower deterministic kernel"
 _NO_KERNEL = "strict mode raises on CUDA: torch has no deterministic CUDA kernel for it"
 
-TABLE: tuple[Entry, ...] = (
-    Entry(("convolution_backward",), SLOWER, "torch.nn.Conv2d when called on CUDA tensor",
-          "cuDNN is held to deterministic backward algorithms (benchmark off): slower",
-          "the main cost of strict mode for conv nets (H200: conv reference 1.47× step time, "
-          "convolution backward +316 %); channels_last and larger batches narrow it"),
-    Entry(("index_put", "index_put_", "_index_put_impl_"), SLOWER, None, _ATOMICS + " (sorts the indices first)",
-          "expected cost (H200: embedding reference 1.13× step time); comes from advanced-indexing "
-          "backward (x[idx]) and index_put_(accumulate=True)", variant="accumulate=True"),
-    Entry(("index_add", "index_add_"), SLOWER, "torch.index_add when called on CUDA tensor", _ATOMICS,
-          "expected cost; also the backward of index_select"),
-    Entry(("scatter_add", "scatter_add_"), SLOWER, "torch.Tensor.scatter_add_ when called on a CUDA tensor",
-          _ATOMICS, "expected cost; also the backward of gather"),
-    Entry(("scatter_reduce", "scatter_reduce_"), SLOWER, "torch.Tensor.scatter_reduce when reduce='sum'",
-          _ATOMICS, "expected cost", variant="reduce=sum"),
-    Entry(("scatter_reduce", "scatter_reduce_"), SLOWER, "torch.Tensor.scatter_reduce when reduce='sum'",
-          _ATOMICS, "expected cost", variant="reduce=mean"),
-    Entry(("index_copy", "index_copy_"), SLOWER, "torch.Tensor.index_copy when called on a CPU or CUDA tensor",
-          "nondeterministic with repeated indices unless strict; strict mode serialises the copies", "expected cost"),
-    Entry(("replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d_backward"), SLOWER,
-          "torch.nn.ReplicationPad2d when attempting to differentiate a CUDA tensor", _ATOMICS, "expected cost"),
-    Entry(("max_pool3d_with_indices_backward",), SLOWER, "torch.nn.MaxPool3d when attempting to differentiate",
-          _ATOMICS, "expected cost"),
-    Entry(("_adaptive_avg_pool2d_backward",), RAISES, "torch.nn.AdaptiveAvgPool2d when attempting to differentiate",
-          _NO_KERNEL, "global pooling: x.mean(dim=(-2, -1)); a fixed ratio: nn.AvgPool2d with that kernel"),
-    Entry(("_adaptive_avg_pool3d_backward",), RAISES, "torch.nn.AdaptiveAvgPool3d when attempting to differentiate",
-          _NO_KERNEL, "global pooling: x.mean(dim=(-3, -2, -1)); a fixed ratio: nn.AvgPool3d"),
-    Entry(("adaptive_max_pool2d_backward",), RAISES, "torch.nn.AdaptiveMaxPool2d when attempting to differentiate",
-          _NO_KERNEL, "nn.MaxPool2d with the matching kernel, or amax over the spatial dims"),
-    Entry(("avg_pool3d_backward",), RAISES, "torch.nn.AvgPool3d when attempting to differentiate", _NO_KERNEL,
-          "a strided 3-d convolution with fixed 1/k³ weights, or mean over reshaped windows"),
-    Entry(("fractional_max_pool2d_backward", "fractional_max_pool3d_backward"), RAISES,
-          "torch.nn.FractionalMaxPool2d when attempting to differentiate", _NO_KERNEL, "nn.MaxPool2d"),
-    Entry(("max_unpool2d", "max_unpool3d"), RAISES, "torch.nn.MaxUnpool2d", _NO_KERNEL,
-          "a transposed convolution or interpolate(mode='nearest')"),
-    Entry(("upsample_linear1d_backward", "upsample_bilinear2d_backward", "upsample_bicubic2d_backward",
-           "upsample_trilinear3d_backward"), RAISES, "torch.nn.functional.interpolate when attempting to differentiate",
-          _NO_KERNEL, "interpolate(mode='nearest') or a transposed convolution"),
-    Entry(("reflection_pad1d_backward", "reflection_pad2d_backward", "reflection_pad3d_backward"), RAISES,
-          "torch.nn.ReflectionPad2d when attempting to differentiate", _NO_KERNEL,
-          "padding_mode='replicate' or 'zeros' (or reflect in the data pipeline, without grad)"),
-    Entry(("nll_loss2d_forward",), RAISES, "torch.nn.NLLLoss when called on a CUDA tensor", _NO_KERNEL,
-          "flatten to (N·H·W, C) and (N·H·W,) before the loss"),
-    Entry(("_ctc_loss_backward",), RAISES, "torch.nn.CTCLoss when attempting to differentiate", _NO_KERNEL,
-          "compute the CTC loss on CPU"),
-    Entry(("_embedding_bag_backward", "_embedding_bag_dense_backward"), RAISES,
-          "torch.nn.EmbeddingBag when attempting to differentiate a CUDA tensor when mode='max'", _NO_KERNEL,
-          "mode='sum' or 'mean'", variant="mode=2"),
-    Entry(("put_",), RAISES, "torch.Tensor.put_ when accumulate=False", _NO_KERNEL, "index_put_ or scatter_",
-          variant="accumulate=False"),
-    Entry(("put_",), RAISES, "torch.Tensor.put_ when accumulate=True and called on a CUDA tensor", _NO_KERNEL,
-          "index_put_(..., accumulate=True)", variant="accumulate=True"),
-    Entry(("histc",), RAISES, "torch.histc when called on a CUDA tensor", _NO_KERNEL,
-          "torch.bucketize then bincount without weights"),
-    Entry(("bincount",), RAISES, "torch.bincount when called on a CUDA tensor and weights", _NO_KERNEL,
-          "scatter_add_ of the weights (deterministic, slower)", variant="weights=tensor"),
-    Entry(("median",), RAISES, "torch.median with indices output when called on a CUDA tensor", _NO_KERNEL,
-          "torch.sort and take the middle element"),
-    Entry(("grid_sampler_2d_backward", "grid_sampler_3d_backward"), RAISES,
-          "torch.nn.functional.grid_sample when attempting to differentiate", _NO_KERNEL,
-          "no deterministic alternative in torch: keep the model out of the strict stage"),
-    Entry(("cumsum",), RAISES, "torch.cumsum when called on a CUDA tensor when dtype is floating point", _NO_KERNEL,
-          "a triangular matmul (short sequences) or cumsum in float64 on CPU", floating=True),
-    Entry(("scatter_reduce", "scatter_reduce_"), RAISES, "torch.Tensor.scatter_reduce when reduce='prod'",
-          _NO_KERNEL, "sum of logarithms with scatter_add_", variant="reduce=prod"),
-    Entry(("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"), FILLS, None,
-          "strict mode fills its uninitialised output (NaN) on every device: one extra write per element",
-          "small (H200: most of the transformer reference's 1.06×); torch.zeros where values are read"),
-)
 
 _ITEM = re.compile(r"^\s*\*\s+(.*)$")
 
@@ -147,9 +65,9 @@ def documented() -> dict[str, str]:
 
 def _doc_status(entry: Entry, docs: dict[str, str]) -> tuple[str, str]:
     """(category, check) of an entry against the running torch's documentation."""
-    if entry.doc is None:
+    if not entry.docs:
         return entry.cuda, "table"
-    found = next((section for item, section in docs.items() if item.startswith(entry.doc)), None)
+    found = next((section for item, section in docs.items() if any(item.startswith(d) for d in entry.docs)), None)
     if found is None:
         return entry.cuda, f"not in torch {torch.__version__}'s list"
     if found == RAISES or entry.cuda != RAISES:
@@ -157,14 +75,21 @@ def _doc_status(entry: Entry, docs: dict[str, str]) -> tuple[str, str]:
     return SLOWER, f"torch {torch.__version__} docs list it as deterministic now"
 
 
-def _matches(entry: Entry, row: dict[str, Any]) -> bool:
-    if row["op"] not in entry.ops:
+def completeness(docs: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """The table against the running torch's list, both ways: items no entry stands for (and
+    that are not excluded), and entries' items the docs no longer have."""
+    docs = documented() if docs is None else docs
+    claimed = [d for e in TABLE for d in e.docs]
+    missing = [item for item in docs if not any(item.startswith(d) for d in claimed)
+               and not any(item.startswith(x) for x in EXCLUDED)]
+    stale = [d for d in dict.fromkeys(claimed) if not any(item.startswith(d) for item in docs)]
+    return {"missing": missing, "stale": stale}
+
+
+def _matches(entry: Entry, row: dict[str, Any], device: str) -> bool:
+    if row["op"] not in entry.ops or not entry.applies(row):
         return False
-    if entry.variant is not None and row.get("variant") != entry.variant:
-        return False
-    if entry.ops == ("median",) and not str(row.get("overload", "")).startswith("aten.median.dim"):
-        return False  # only median with indices
-    return not entry.floating or "float" in str(row.get("dtype")) or "complex" in str(row.get("dtype"))
+    return entry.device == "cuda" or entry.device == device  # CPU entries: only where the run is on the CPU
 
 
 def inventory(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -185,48 +110,79 @@ def _place(row: dict[str, Any]) -> str | None:
     return " at ".join(parts) if parts else None
 
 
-def findings(rows: list[dict[str, Any]], warned: list[str]) -> list[dict[str, Any]]:
-    """The executed ops that strict determinism acts on, most serious first."""
+def findings(rows: list[dict[str, Any]], warned: list[str], device: str = "cpu",
+             attention: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The executed ops that strict determinism acts on, most serious first, each with the
+    condition it met (``why``); the attention calls' predicted CUDA backends (``attention``);
+    ops torch itself warned about in this run."""
     docs = documented()
     found: "OrderedDict[tuple[int, str], dict[str, Any]]" = OrderedDict()
     for r in rows:
         for i, entry in enumerate(TABLE):
-            if not _matches(entry, r):
+            if not _matches(entry, r, device):
                 continue
             category, checked = _doc_status(entry, docs)
             item = found.setdefault((i, r["op"]), {
                 "op": f"aten::{r['op']}" + (f" ({r['variant']})" if r.get("variant") else ""), "cuda": category,
-                "what": entry.what, "advice": entry.advice, "checked": checked, "phases": [], "count": 0,
-                "where": []})
+                "what": entry.what, "advice": entry.advice, "checked": checked, "when": entry.when,
+                "device": entry.device, "docs": list(entry.docs), "phases": [], "count": 0, "where": [], "duplicates": None})
             item["count"] += 1
             if r["phase"] not in item["phases"]:
                 item["phases"].append(r["phase"])
+            if r.get("duplicates") is not None:
+                item["duplicates"] = bool(item["duplicates"]) or r["duplicates"]
             place = _place(r)
             if place and place not in item["where"] and len(item["where"]) < 3:
                 item["where"].append(place)
-            break
-    out = sorted(found.values(), key=lambda f: SEVERITY[f["cuda"]])
+    for item in found.values():
+        item["why"] = _why(item)
+    out = sorted([*found.values(), *attention_findings(attention or [])], key=lambda f: SEVERITY[f["cuda"]])
     for text in warned:  # on CUDA, torch's own word under warn_only
+        if "does not have a deterministic implementation" not in text:
+            continue  # kept in the audit's warnings (an attention backend's, say), not an op of its own
         op = text.split(" does not have a deterministic implementation")[0].split()[-1]
-        if not any(op.replace("_cuda", "") in f["op"] for f in out):
-            out.insert(0, {"op": op, "cuda": RAISES, "what": _NO_KERNEL, "advice": "replace the op",
+        if not any(_kernel_op(op) in f["op"] for f in out):
+            out.insert(0, {"op": op, "cuda": RAISES, "what": _NO_KERNEL, "advice": "replace the op", "when": "in this run",
+                           "why": f"{op}: torch warned in this run: {_NO_KERNEL}", "device": "cuda",
                            "checked": "torch warned in this run", "phases": [], "count": 1, "where": []})
     return out
 
 
+def _kernel_op(kernel: str) -> str:
+    """The op a warning's kernel name belongs to: 'max_unpooling3d_forward_out' -> 'max_unpool3d'."""
+    op = re.sub(r"_(cuda|forward_out|out|forward)$", "", kernel)
+    return re.sub(r"_(cuda|forward_out|out|forward)$", "", op).replace("unpooling", "unpool")
+
+
+def _why(item: dict[str, Any]) -> str:
+    """'aten::index_put (accumulate=True) with accumulate=True ...: nondeterministic on CUDA ...'."""
+    repeats = {True: "; repeated indices in this step: the order of the writes changes the result",
+               False: "; no index repeats in this step's calls: the result does not depend on the order here, but "
+                      "strict mode still takes the slower kernel", None: ""}[item.get("duplicates")]
+    return f"{item['op']} {item['when']} ({', '.join(item['phases'])}): {item['what']}{repeats}"
+
+
+def attention_findings(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from .attention import findings as predicted
+
+    return predicted(calls)
+
+
 def audited_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: Any, path: str) -> Any:
-    """Take one training step (``step()``) with every op recorded, and write the audit to
-    ``path`` as JSON. Strict mode is in ``warn_only`` here (``determinism.make_deterministic``),
-    so an op without a deterministic kernel warns instead of raising, and is listed."""
+    """Take one training step (``step()``) with every op and attention call recorded, and write
+    the audit to ``path`` as JSON. Strict mode is in ``warn_only`` here
+    (``determinism.make_deterministic``), so an op without a deterministic kernel warns instead
+    of raising, and is listed; every warning about determinism torch gives is kept."""
     from .oprecord import OpRecorder
 
     with warnings.catch_warnings(record=True) as caught, OpRecorder(model, optimizer, digests=False) as recorder:
         warnings.simplefilter("always")
         out = step()
-    warned = sorted({str(w.message).splitlines()[0] for w in caught
-                     if "does not have a deterministic implementation" in str(w.message)})
+    warned = sorted({str(w.message).splitlines()[0] for w in caught if "determinis" in str(w.message).lower()})
+    device = next((r["device"] for r in recorder.rows if r.get("device")), "cpu")
     audit = {"torch": torch.__version__, "ops_executed": len(recorder.rows), "warnings": warned,
-             "findings": findings(recorder.rows, warned), "inventory": inventory(recorder.rows)}
+             "findings": findings(recorder.rows, warned, device, recorder.attention),
+             "attention": recorder.attention, "inventory": inventory(recorder.rows)}
     with open(path + ".tmp", "w") as f:
         json.dump(audit, f)
     os.replace(path + ".tmp", path)

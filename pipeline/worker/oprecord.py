@@ -64,7 +64,29 @@ def digest(t: torch.Tensor) -> str:
 _VARIANT_ARGS = {"index_put": (3, "accumulate"), "index_put_": (3, "accumulate"), "_index_put_impl_": (3, "accumulate"),
                  "put_": (3, "accumulate"), "put": (3, "accumulate"), "scatter_reduce": (4, "reduce"),
                  "scatter_reduce_": (4, "reduce"), "_embedding_bag_backward": (8, "mode"),
-                 "_embedding_bag_dense_backward": (7, "mode"), "bincount": (1, "weights")}
+                 "_embedding_bag_dense_backward": (7, "mode"), "bincount": (1, "weights"),
+                 "nll_loss2d_forward": (3, "reduction")}
+_VARIANT_DEFAULTS = {"accumulate": False, "reduction": 1, "mode": 0}  # the schema's default, when not passed
+# ops whose result can depend on the order of writes to repeated indices: (position of the index)
+_INDEXED = {"index_add": 2, "index_add_": 2, "index_copy": 2, "index_copy_": 2, "index_put": 1, "index_put_": 1,
+            "_index_put_impl_": 1, "put_": 1, "put": 1}
+_DUPLICATES_CAP = 1 << 20  # elements: larger indices are not checked (the fact stays unknown)
+
+
+def audit_facts(op: str, args: Any) -> dict[str, Any]:
+    """What the audit's conditions read from one call: whether grad flows to a tensor input,
+    whether an input is sparse, and for the indexed ops whether the index repeats (None: not checked)."""
+    tensors = [a for a in tree_leaves(args) if isinstance(a, torch.Tensor)]
+    facts: dict[str, Any] = {"grad": any(t.requires_grad for t in tensors),
+                             "sparse": any(t.layout != torch.strided for t in tensors)}
+    if op in _INDEXED and len(args) > _INDEXED[op]:
+        index = args[_INDEXED[op]]
+        if isinstance(index, (list, tuple)):
+            given = [i for i in index if isinstance(i, torch.Tensor)]
+            index = given[0] if len(given) == 1 else None
+        if isinstance(index, torch.Tensor) and index.dtype != torch.bool and 0 < index.numel() <= _DUPLICATES_CAP:
+            facts["duplicates"] = bool(index.reshape(-1).unique().numel() < index.numel())
+    return facts
 
 
 def variant(op: str, args: Any, kwargs: dict[str, Any]) -> str | None:
@@ -73,7 +95,7 @@ def variant(op: str, args: Any, kwargs: dict[str, Any]) -> str | None:
     if op not in _VARIANT_ARGS:
         return None
     pos, key = _VARIANT_ARGS[op]
-    value = kwargs.get(key, args[pos] if len(args) > pos else None)
+    value = kwargs.get(key, args[pos] if len(args) > pos else _VARIANT_DEFAULTS.get(key))
     if isinstance(value, torch.Tensor):
         value = "tensor"
     return f"{key}={value}"
@@ -87,12 +109,29 @@ class _Tagger(TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        if self.recorder.attention is not None and func is torch.nn.functional.scaled_dot_product_attention:
+            out = self._attention(func, args, kwargs or {})
+        else:
+            out = func(*args, **(kwargs or {}))
         module = self.recorder.module()
         if module is not None and self.recorder.phase == "forward":
             for t in tree_leaves(out):
                 if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                     t.grad_fn.metadata.setdefault(MODULE_KEY, module)
+        return out
+
+
+    def _attention(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """An SDPA call, for the audit: its inputs, where it was made and the backend it ran (``attention``)."""
+        from . import attention
+
+        facts = attention.call_facts(tuple(args), kwargs)
+        start = len(self.recorder.rows)
+        self.recorder.attention.append(facts)
+        out = func(*args, **kwargs)
+        place = [p for p in (self.recorder.module(), user_frame([(f.filename, f.lineno or 0, f.name)
+                                                                   for f in traceback.extract_stack()])) if p]
+        facts.update(ran=attention.ran(self.recorder.rows[start:]), place=" at ".join(place) or None)
         return out
 
 
@@ -114,6 +153,7 @@ class OpRecorder(TorchDispatchMode):
         self._handles: list[Any] = []
         self._anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
         self._tagger = _Tagger(self)
+        self.attention: list[dict[str, Any]] | None = None if digests else []  # SDPA calls (the audit's)
 
     def module(self) -> str | None:
         return self.stack[-1] if self.stack else None
@@ -161,7 +201,8 @@ class OpRecorder(TorchDispatchMode):
         self.rows.append({"op": name, "overload": str(func), "phase": phase, "module": module, "where": where,
                           "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
                           "device": tensors[0].device.type, "variant": variant(name, args, kwargs or {}),
-                          "digest": "".join(digest(t) for t in tensors) if self.digests else None})
+                          "digest": "".join(digest(t) for t in tensors) if self.digests else None,
+                          **({} if self.digests else audit_facts(name, args))})
         if not self.keep:
             return out
         first = tensors[0]
