@@ -34,15 +34,21 @@ def audit_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
+def _table(title: str, short: tuple[str, ...], long: tuple[str, ...]) -> Table:
+    """A findings table: its short columns never wrap, its long ones fold."""
+    t = Table(title=title, title_justify="left")
+    for name in short:
+        t.add_column(name, no_wrap=True)
+    for name in long:
+        t.add_column(name, overflow="fold")
+    return t
+
+
 def probes_table(document: dict[str, Any]) -> Table | None:
     rows = probes.rows(document)
     if not rows:
         return None
-    t = Table(title="Portability probes: what the results depend on", title_justify="left")
-    t.add_column("model", no_wrap=True)
-    t.add_column("probe", no_wrap=True)
-    t.add_column("result", no_wrap=True)
-    t.add_column("evidence", overflow="fold")
+    t = _table("Portability probes: what the results depend on", ("model", "probe", "result"), ("evidence",))
     for r in rows:
         t.add_row(r["model"], r["probe"], f"[{PROBE_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["message"]))
     return t
@@ -52,11 +58,7 @@ def bisect_table(document: dict[str, Any]) -> Table | None:
     rows = bisect.rows(document)
     if not rows:
         return None
-    t = Table(title="Bisection: the first factor whose removal restores equality", title_justify="left")
-    t.add_column("model", no_wrap=True)
-    t.add_column("cause", no_wrap=True)
-    t.add_column("stages", overflow="fold")
-    t.add_column("finding", overflow="fold")
+    t = _table("Bisection: the first factor whose removal restores equality", ("model", "cause"), ("stages", "finding"))
     for r in rows:
         t.add_row(r["model"], f"[bold yellow]{escape(str(r['culprit']))}[/]" if r["culprit"] else "[dim]—[/]",
                   escape(bisect.stages_text(r)), escape(r["message"]))
