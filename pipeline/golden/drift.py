@@ -63,9 +63,12 @@ def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[s
         return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity,
                 "message": (f"the model or its run settings changed ({how or ', '.join(identity)}); "
                             f"not compared with the golden: re-record with {fix}")}
-    if g.entry.get("final_sha256") == record_a.get("final_sha256"):
-        return {**out, "verdict": verdicts.PASS, "message": "matches the golden"}
     changes = _changes(golden, document)
+    if g.entry.get("final_sha256") == record_a.get("final_sha256"):
+        upgrade = upgrade_text(changes)
+        return {**out, "verdict": verdicts.PASS, "package_diff": changes["packages"], "env_diff": changes["env"],
+                "message": f"unchanged by the upgrade {upgrade}: matches the golden" if upgrade else "matches the golden",
+                **({"upgrade_checked": True} if upgrade else {})}
     evidence = _evidence(g, record_a, final_state)
     verdict, why = _why(changes)
     return {**out, "package_diff": changes["packages"], "env_diff": changes["env"], "evidence": evidence,
@@ -109,6 +112,28 @@ def _changes(golden: Golden, document: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def move(name: str, versions: list[Any]) -> str:
+    """'torch 2.13.0 → 2.14.1', 'nvidia-nccl-cu13 2.27.3 (added)', 'six 1.16 (removed)'."""
+    old, new = versions
+    return f"{name} {new} (added)" if old is None else f"{name} {old} (removed)" if new is None else f"{name} {old} → {new}"
+
+
+def upgrade_text(changes: dict[str, Any]) -> str | None:
+    """'torch 2.13.0+cpu → 2.14.1+cu130 (and 14 other packages)': what an upgrade moved, most
+    telling first; None when no package or toolchain field changed."""
+    toolchain, pkgs = changes["toolchain"], changes["packages"]
+    if not toolchain and not pkgs:
+        return None
+    relevant, other = split_packages(pkgs)
+    said = [move(k, v) for k, v in list(toolchain.items())[:2]]
+    named = [k for k in toolchain]
+    ranked = sorted(relevant.items(), key=lambda kv: (kv[0] != "torch", kv[0])) + list(other.items())
+    said += [move(k, v) for k, v in ranked if k not in named][:max(0, 2 - len(said))]
+    shown = {s.split(" ", 1)[0] for s in said}
+    rest = len({*toolchain, *pkgs} - shown)
+    return ", ".join(said) + (f" (and {rest} other package{'s' if rest != 1 else ''})" if rest else "")
+
+
 def _why(changes: dict[str, Any]) -> tuple[str, str]:
     """The drift verdict, and the changes that explain it, most telling first, each once.
 
@@ -119,9 +144,9 @@ def _why(changes: dict[str, Any]) -> tuple[str, str]:
     rebuilt = (f"image rebuilt, same packages (digest {str(digest[0])[:19]} → {str(digest[1])[:19]})"
                if digest and not pkgs and not toolchain else None)
     if pkgs or toolchain:
-        said = [f"{k} {v[0]} → {v[1]}" for k, v in list(toolchain.items())[:3]]
+        said = [move(k, v) for k, v in list(toolchain.items())[:3]]
         relevant, other = split_packages(pkgs)
-        said += [f"{k} {v[0]} → {v[1]}" for k, v in [*relevant.items(), *other.items()]
+        said += [move(k, v) for k, v in [*relevant.items(), *other.items()]
                  if f"{k} " not in " ".join(said)][:4]
         more = len(toolchain) + len(pkgs) - len(said[:5])
         return verdicts.UPGRADE_CHANGED, ", ".join(said[:5]) + (f" (and {more} more)" if more > 0 else "")
