@@ -54,6 +54,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "compile_mode": (f"one of {', '.join(COMPILE_MODES)}", lambda v: v in COMPILE_MODES),
     "amp": ("bf16 or fp16", lambda v: v in AMP),
     "bisect": ("true or false", lambda v: isinstance(v, bool)),
+    "blame": ("true or false", lambda v: isinstance(v, bool)),
     "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
     "repetitions": ("an integer", _is_int),
     "seeds": ("an integer", _is_int),

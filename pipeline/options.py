@@ -19,7 +19,7 @@ from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
 from .worker.spec import FAULTS
 
-STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect")
+STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
 SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 - 1
@@ -156,8 +156,10 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
         stages = (config["stages"],)
     if pick("bisect", False) and "bisect" not in stages:
         stages = (*stages, "bisect")
-    if "bisect" in stages and "determinism" not in stages:
-        stages = ("determinism", *stages)  # the bisection re-runs the determinism stage's failed check
+    if pick("blame", False) and "blame" not in stages:
+        stages = (*stages, "blame")
+    if {"bisect", "blame"} & set(stages) and "determinism" not in stages:
+        stages = ("determinism", *stages)  # both start from the determinism stage's verdicts
     for s in stages:
         if s not in STAGES:
             raise UsageError(f"unknown stage {s!r}; use one of {', '.join(STAGES)}")

@@ -128,6 +128,47 @@ class Engine:
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             pass
 
+    def output(self, image: str, command: list[str], timeout: float = 300) -> str:
+        """What ``command`` prints in a fresh, networkless container of ``image`` (removed after)."""
+        try:
+            out = self.client.containers.run(image, command, remove=True, network_disabled=True, stdout=True,
+                                             stderr=False, user="root")
+        except docker.errors.ContainerError as e:
+            raise InfrastructureError(f"`{' '.join(command[:2])} ...` failed in {image}: "
+                                      f"{(e.stderr or b'').decode(errors='replace').strip()[-300:]}") from e
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+            raise InfrastructureError(f"the Docker engine could not run {image}: {e}") from e
+        return out.decode(errors="replace")
+
+    def build(self, context: str, tag: str, labels: dict[str, str]) -> str:
+        """Build the Dockerfile in ``context`` offline (no network) as ``tag``; the image ID."""
+        try:
+            image, _ = self.client.images.build(path=context, tag=tag, labels=labels, rm=True, forcerm=True,
+                                                network_mode="none", pull=False)
+        except docker.errors.BuildError as e:
+            said = " ".join(str(c.get("stream") or c.get("error") or "").strip() for c in e.build_log)[-400:]
+            raise InfrastructureError(f"building {tag} failed: {said}") from e
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+            raise InfrastructureError(f"the Docker engine could not build {tag}: {e}") from e
+        return str(image.id)
+
+    def remove_image(self, reference: str) -> bool:
+        """Remove an image by tag or ID; False if the engine could not."""
+        try:
+            self.client.images.remove(reference, force=True, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
+        return True
+
+    def images_labelled(self, label: str) -> list[str]:
+        """Tags (else IDs) of the local images that carry ``label``."""
+        try:
+            return [(i.tags or [i.id])[0] for i in self.client.images.list(filters={"label": label})]
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return []
+
     def close(self) -> None:
         self.client.close()
 

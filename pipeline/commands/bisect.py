@@ -1,5 +1,5 @@
-"""``reproci bisect``: the failing check of the models given, re-run with compile, AMP, loader
-workers, ranks and threads turned off one at a time (``stages.bisect``)."""
+"""``reproci bisect``: a failing (or drifting) model's check again, then the bisection by
+configuration (``stages.bisect``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from ..errors import UsageError
 from .run import run_and_report, run_options
 
 
+def with_stage(kwargs: dict[str, Any], stage: str, verb: str) -> None:
+    if not kwargs.get("models") and verb == "bisect":
+        raise UsageError("reproci bisect needs the model that failed: -m MODEL (and the failing run's options)")
+    kwargs["stages"] = tuple(dict.fromkeys((*(kwargs.get("stages") or ("determinism",)), stage)))
+    run_and_report(kwargs)
+
+
 @click.command("bisect")
 @run_options
 def bisect_cmd(**kwargs: Any) -> None:
     """Run the determinism check of -m MODEL with the failing run's options; when it fails (or
     leaves its golden), name the first factor whose removal restores equality."""
-    if not kwargs.get("models"):
-        raise UsageError("reproci bisect needs the model that failed: -m MODEL (and the failing run's options)")
-    kwargs["stages"] = tuple(dict.fromkeys((*(kwargs.get("stages") or ("determinism",)), "bisect")))
-    run_and_report(kwargs)
+    with_stage(kwargs, "bisect", "bisect")

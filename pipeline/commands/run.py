@@ -53,6 +53,9 @@ _OPTIONS = [
     click.option("--bisect", is_flag=True, default=None,
                  help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
                       "threads turned off one at a time, and name the first change that restores equality."),
+    click.option("--blame", is_flag=True, default=None,
+                 help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
+                      "(group) of the new image at a time, and name the one that alone reproduces the change."),
     click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
     click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI)."),
     click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),

@@ -5,8 +5,8 @@ for every model and puts its result on the model entries, and ``conclude(run, do
 called once the results document holds every stage's results and before the verdicts are
 counted (the determinism stage compares with the golden there). ``STAGES`` is the order they
 run in: determinism first (it makes the entries the others attach to), then throughput,
-variance (which reuses the determinism stage's run A), the op audit, the probes and the
-bisection (which works at conclude, after the golden comparison). A new
+variance (which reuses the determinism stage's run A), the op audit, the probes, the
+bisection and the upgrade blame (which work at conclude, after the golden comparison). A new
 stage is a new entry here, not a branch in the orchestrator.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Protocol
 from ..golden import check as golden_check
 from ..options import RunOptions
 from ..runner import RunContext, background, settle
-from . import audit, bisect, determinism, golden_cause, golden_ops, probes, throughput, variance
+from . import audit, bisect, blame, determinism, golden_cause, golden_ops, probes, throughput, variance
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,22 @@ class Bisect(_Stage):
                         image=run.image)
 
 
+class Blame(_Stage):
+    """Each UPGRADE_CHANGED model in the golden's image with one changed package group of the new
+    image at a time (``stages.blame``): at conclude, after the golden comparison."""
+
+    name = "blame"
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        """Nothing before the golden comparison."""
+
+    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+        blame.conclude(run.options, run.ctx, document, run.old_golden, project_commit=run.project_commit,
+                       image=run.image)
+
+
 STAGES: tuple[Stage, ...] = (Determinism(), Throughput(), Variance(), Attached("audit", audit.run_model),
-                             Attached("probes", probes.run_model), Bisect())
+                             Attached("probes", probes.run_model), Bisect(), Blame())
 
 
 def selected(names: tuple[str, ...]) -> list[Stage]:

@@ -1,0 +1,124 @@
+"""The environments of the blame: the golden's image with one package (or group) from the new
+image laid in, built offline.
+
+``inventory`` asks an image which files each changed distribution installed (its
+``*.dist-info/RECORD``), what it requires, and its Python. ``groups`` joins the packages that
+must move together: a distribution whose new version pins another changed one exactly
+(``Requires-Dist: nvidia-cudnn-cu12==9.5.1.17``, as torch pins its CUDA wheels and triton)
+moves with it, transitively. ``derive`` builds the golden's image with a group's files swapped
+in: a first stage from the new image copies exactly the group's RECORD files into a staging
+tree, and the final stage, from the golden's image, deletes the files of the group's old
+versions and copies the staging tree over ``/``. Nothing is downloaded; the images are
+labelled ``org.reproci.blame`` and removed when the blame ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+LABEL = "org.reproci.blame"
+STAGE = "/reproci-swap"
+
+# Runs in an image (stdlib only): the Python, and each named distribution's files and requirements.
+_INVENTORY = r"""
+import importlib.metadata as md, json, re, sys, sysconfig
+names = set(json.loads(sys.argv[1]))
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+out = {"python": "%d.%d" % sys.version_info[:2], "purelib": sysconfig.get_paths()["purelib"], "dists": {}}
+for d in md.distributions():
+    name = d.metadata.get("Name") or ""
+    if norm(name) in names and norm(name) not in out["dists"]:
+        out["dists"][norm(name)] = {"version": d.version, "requires": d.requires or [],
+                                    "files": sorted(str(d.locate_file(f).resolve()) for f in (d.files or []))}
+print(json.dumps(out))
+"""
+_COPY_IN = r"""
+import os, shutil, sys
+for line in open(sys.argv[1]):
+    src = line.rstrip("\n")
+    if src and os.path.lexists(src):
+        dst = sys.argv[2] + src
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(src, dst, follow_symlinks=False)
+"""
+_REMOVE = r"""
+import os, sys
+for line in open(sys.argv[1]):
+    path = line.rstrip("\n")
+    if path and (os.path.isfile(path) or os.path.islink(path)):
+        os.remove(path)
+"""
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def inventory(engine: Any, image: str, names: list[str]) -> dict[str, Any]:
+    """The image's Python and, for each of ``names`` installed in it, its version, files and requirements."""
+    return json.loads(engine.output(image, ["python3", "-c", _INVENTORY, json.dumps(sorted(norm(n) for n in names))]))
+
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)")
+
+
+def groups(changed: list[str], new: dict[str, Any]) -> list[list[str]]:
+    """The changed packages as groups that move together: joined where one's new version pins
+    another changed package exactly (``==``), transitively; each group sorted, the groups in order."""
+    parent = {n: n for n in changed}
+
+    def root(n: str) -> str:
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for name in changed:
+        for req in (new.get("dists", {}).get(name) or {}).get("requires", []):
+            m = _PIN.match(req)
+            if m and norm(m.group(1)) in parent and "extra ==" not in req:
+                parent[root(norm(m.group(1)))] = root(name)
+    out: dict[str, list[str]] = {}
+    for name in changed:
+        out.setdefault(root(name), []).append(name)
+    return sorted((sorted(g) for g in out.values()), key=lambda g: g[0])
+
+
+def unswappable(group: list[str], old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why a group cannot be laid into the golden's image, or None."""
+    if old["python"] != new["python"]:
+        return f"the images have different Pythons ({old['python']} and {new['python']}): wheels are built per Python"
+    if old["purelib"] != new["purelib"]:
+        return f"the images install packages in different places ({old['purelib']} and {new['purelib']})"
+    return None
+
+
+def tag_for(old_id: str, new_id: str, group: list[str]) -> str:
+    key = hashlib.sha256(f"{old_id} {new_id} {' '.join(group)}".encode()).hexdigest()[:12]
+    return f"reproci-blame/{key}:{'-'.join(group)[:100]}"
+
+
+def derive(engine: Any, old_id: str, new_id: str, group: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Build the golden's image with ``group``'s files from the new image; its tag."""
+    take = [f for n in group for f in (new["dists"].get(n) or {}).get("files", [])]
+    drop = [f for n in group for f in (old["dists"].get(n) or {}).get("files", [])]
+    tag = tag_for(old_id, new_id, group)
+    with tempfile.TemporaryDirectory(prefix="reproci-blame-") as tmp:
+        ctx = Path(tmp)
+        (ctx / "take.txt").write_text("".join(f"{f}\n" for f in take))
+        (ctx / "drop.txt").write_text("".join(f"{f}\n" for f in drop))
+        (ctx / "copy_in.py").write_text(_COPY_IN)
+        (ctx / "remove.py").write_text(_REMOVE)
+        (ctx / "Dockerfile").write_text(
+            f"FROM {new_id} AS new\nCOPY take.txt copy_in.py /tmp/reproci/\n"
+            f"RUN python3 /tmp/reproci/copy_in.py /tmp/reproci/take.txt {STAGE}\n"
+            f"FROM {old_id}\nCOPY drop.txt remove.py /tmp/reproci/\n"
+            f"RUN python3 /tmp/reproci/remove.py /tmp/reproci/drop.txt && rm -rf /tmp/reproci\n"
+            f"COPY --from=new {STAGE}/ /\n")
+        labels = {LABEL: "1", f"{LABEL}.base": old_id, f"{LABEL}.from": new_id, f"{LABEL}.swap": " ".join(group)}
+        engine.build(str(ctx), tag, labels)
+    return tag

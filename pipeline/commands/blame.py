@@ -1,0 +1,22 @@
+"""``reproci blame``: the determinism check in the new image, the golden comparison, then the
+upgrade blame by package (``stages.blame``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from .bisect import with_stage
+from .run import run_options
+
+
+@click.command("blame")
+@run_options
+def blame_cmd(**kwargs: Any) -> None:
+    """Run the determinism check in --image and compare with the golden; for each model an upgrade
+    changed, name the package (group) of the new image that alone reproduces the change."""
+    if not kwargs.get("image"):
+        raise UsageError("reproci blame compares images: name the new one with --image (the golden names the old one)")
+    with_stage(kwargs, "blame", "blame")

@@ -1,0 +1,192 @@
+"""Upgrade blame (``--blame``, ``reproci blame``): for each UPGRADE_CHANGED model, which changed
+package, or group of packages that move together, alone reproduces the change.
+
+For each group (``blame.images.groups``) the golden's image gets that group's files from the new
+image (``blame.images.derive``); the affected models run in it to the golden's first differing
+step plus one, and each run is compared with the golden's per-step checksums and with the new
+image's run: equal to the new run, the group alone reproduces the change; equal to the golden,
+it alone does not. When no single group reproduces a model's change, pairs of groups are tried,
+at most ``MAX_PAIRS``. A group that cannot be swapped (another Python, or a run that fails in
+the derived image, as a compiled package built against the new torch does) is said to be, and
+the blame goes on. Images are built once and shared by the models; all are removed at the end.
+Docker backend only: the environments are images.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import sys
+import time
+from typing import Any
+
+from .. import backends, verdicts
+from ..blame import images as blame_images
+from ..errors import InfrastructureError, WorkerFailed
+from ..golden.compare import step_rows
+from ..golden.drift import move
+from ..golden.environment import affects_results, package_diff
+from ..runner import RunContext, run_worker
+from .determinism import base_spec
+from .golden_cause import matches
+
+MAX_PAIRS = 10
+
+
+def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: Any, *, project_commit: str | None,
+             image: dict[str, Any]) -> None:
+    refs = {m.name: m for m in options.models}
+    targets = [e for e in document["models"] if e.get("verdict") == verdicts.UPGRADE_CHANGED and e["model"] in refs]
+    if not targets or golden is None:
+        return
+    why = _refused(options, golden)
+    if why:
+        for entry in targets:
+            _attach(entry, {"culprit": None, "message": f"not blamed: {why}"})
+        return
+    from ..backends.docker_engine import Engine
+
+    engine = Engine.connect()
+    try:
+        old_id, new_id = golden.image["id"], image["id"]
+        if engine.inspect_image(old_id) is None:
+            for entry in targets:
+                _attach(entry, {"culprit": None, "message": (
+                    f"not blamed: the golden's image {golden.image.get('reference')} ({old_id[:19]}) is not here: "
+                    "rebuild it from the golden's commit (docker/build-image.sh NAME) or pull it")})
+            return
+        Blame(options, ctx, engine, old_id, new_id, golden, document, project_commit, image).run(
+            [(refs[e["model"]], e) for e in targets])
+    finally:
+        engine.close()
+
+
+def _refused(options: Any, golden: Any) -> str | None:
+    if options.backend != "docker":
+        return ("blame builds images (the golden's image with one package of the new one): run with --image; "
+                "the local backend has one environment only")
+    if not golden.image.get("id"):
+        return "the golden records no image ID (recorded on the local backend): record it with --image"
+    return None
+
+
+def _attach(entry: dict[str, Any], result: dict[str, Any]) -> None:
+    entry["blame"] = result
+    entry["message"] += f"; blame: {result['message']}"
+    if isinstance(entry.get("golden"), dict):
+        entry["golden"]["message"] += f"; blame: {result['message']}"
+
+
+class Blame:
+    """One blame: the groups, their images (built once), the runs per model."""
+
+    def __init__(self, options: Any, ctx: RunContext, engine: Any, old_id: str, new_id: str, golden: Any,
+                 document: dict[str, Any], project_commit: str | None, image: dict[str, Any]) -> None:
+        self.options, self.ctx, self.engine, self.old_id, self.new_id = options, ctx, engine, old_id, new_id
+        self.golden, self.document, self.kw = golden, document, {"project_commit": project_commit, "image": image}
+        self.diff = package_diff(golden.data.get("packages"), document.get("packages"))
+        self.tags: dict[tuple[str, ...], str | None] = {}
+        self.cannot: dict[tuple[str, ...], str] = {}
+        self.runs, self.seq, self.t0 = 0, 0, time.monotonic()
+
+    def run(self, targets: list[tuple[Any, dict[str, Any]]]) -> None:
+        changed = sorted(self.diff)
+        self.old = blame_images.inventory(self.engine, self.old_id, changed)
+        self.new = blame_images.inventory(self.engine, self.new_id, changed)
+        groups = [tuple(g) for g in blame_images.groups(changed, self.new)]
+        groups.sort(key=lambda g: (not any(affects_results(n) for n in g), g))  # the numerics first
+        try:
+            for model, entry in targets:
+                result = self.model(model, entry, groups)
+                result["cost"] = {"images_built": sum(1 for t in self.tags.values() if t), "runs": self.runs,
+                                  "seconds": round(time.monotonic() - self.t0, 1)}
+                result["message"] += (f" (cost so far: {result['cost']['images_built']} images built, "
+                                      f"{self.runs} runs, {result['cost']['seconds']:.0f} s)")
+                _attach(entry, result)
+        finally:
+            for tag in self.tags.values():
+                if tag and not self.engine.remove_image(tag):
+                    print(f"warning: could not remove the blame image {tag}; "
+                          f"docker image prune --filter label={blame_images.LABEL}", file=sys.stderr)
+
+    def model(self, model: Any, entry: dict[str, Any], groups: list[tuple[str, ...]]) -> dict[str, Any]:
+        section = entry.get("golden") or {}
+        step = (section.get("evidence") or {}).get("step")
+        steps = self.options.steps if step is None else min(self.options.steps, step + 1)
+        new_record = json.loads((self.ctx.run_dir / entry["records"]["A"]).read_text())
+        tried = [self._try(model, g, steps, new_record) for g in groups]
+        alone = [t for t in tried if t["outcome"] == "reproduces"]
+        pairs: list[dict[str, Any]] = []
+        if not alone:
+            swappable = [g for g, t in zip(groups, tried) if t["outcome"] in ("does not", "changes otherwise")]
+            for a, b in itertools.islice(itertools.combinations(swappable, 2), MAX_PAIRS):
+                pairs.append(self._try(model, tuple(sorted(a + b)), steps, new_record, pair=(a, b)))
+                if pairs[-1]["outcome"] == "reproduces":
+                    break
+        found = alone[0] if alone else next((p for p in pairs if p["outcome"] == "reproduces"), None)
+        return {"steps": steps, "tried": tried, "pairs": pairs, "culprit": found["group"] if found else None,
+                "message": self._message(model.name, tried, pairs, found, steps, len(groups))}
+
+    def _try(self, model: Any, group: tuple[str, ...], steps: int, new_record: dict[str, Any],
+             pair: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"group": list(group), "moves": [move(n, self.diff[n]) for n in group],
+                               **({"pair": True} if pair else {})}
+        tag = self._image(group)
+        if tag is None:
+            return {**out, "outcome": "cannot swap", "why": self.cannot[group]}
+        self.seq += 1
+        spec = dataclasses.replace(base_spec(self.options, model, f"blame{self.seq}", **self.kw), steps=steps)
+        spec = dataclasses.replace(spec, output=f"record-{spec.role}.json")
+        try:
+            record = self._run_in(tag, spec)
+        except WorkerFailed as e:
+            return {**out, "outcome": "cannot swap", "why": f"the model does not run with it alone: {e}"}
+        self.runs += 1
+        if _same_rows(record, new_record, steps):
+            first = next((s for s in sorted(step_rows(record)) if step_rows(record)[s] != step_rows(
+                self.golden.models[model.name].as_record()).get(s)), None)
+            return {**out, "outcome": "reproduces", "from_step": first}
+        if matches(self.golden.models[model.name].as_record(), record, steps, self.options.steps):
+            return {**out, "outcome": "does not"}
+        return {**out, "outcome": "changes otherwise"}
+
+    def _image(self, group: tuple[str, ...]) -> str | None:
+        if group not in self.tags:
+            why = blame_images.unswappable(list(group), self.old, self.new)
+            try:
+                self.tags[group] = None if why else blame_images.derive(self.engine, self.old_id, self.new_id,
+                                                                        list(group), self.old, self.new)
+            except InfrastructureError as e:
+                why = str(e)
+                self.tags[group] = None
+            if why:
+                self.cannot[group] = why
+        return self.tags[group]
+
+    def _run_in(self, tag: str, spec: Any) -> dict[str, Any]:
+        opts = dataclasses.replace(self.options, image=tag, image_reference=tag, image_entry=None, fork_server=False)
+        with backends.create(opts) as backend:
+            ctx = dataclasses.replace(self.ctx, backend=backend, slots=None)
+            return run_worker(ctx, spec)
+
+    def _message(self, name: str, tried: list[dict[str, Any]], pairs: list[dict[str, Any]], found: Any,
+                 steps: int, n_groups: int) -> str:
+        said = lambda t: " with ".join(t["moves"])  # noqa: E731
+        clear = [said(t) for t in tried if t["outcome"] == "does not"]
+        cannot = [f"{said(t)} cannot be swapped alone ({t['why']})" for t in tried if t["outcome"] == "cannot swap"]
+        tail = "".join(f"; {c}" for c in cannot)
+        if found is not None and not found.get("pair"):
+            others = f"; {', '.join(clear)} alone {'does' if len(clear) == 1 else 'do'} not" if clear else ""
+            return (f"the change comes from {said(found)}: alone it reproduces {name}'s new hashes from step "
+                    f"{found.get('from_step')}{others}{tail}")
+        if found is not None:
+            return f"no single package reproduces {name}'s change; together {said(found)} do{tail}"
+        searched = f"{len(pairs)} pair{'s' if len(pairs) != 1 else ''}" if pairs else "no pairs"
+        return (f"no single package of the {n_groups} changed groups reproduces {name}'s change through step {steps}, "
+                f"and {searched} searched did either{tail}")
+
+
+def _same_rows(record: dict[str, Any], other: dict[str, Any], steps: int) -> bool:
+    ours, theirs = step_rows(record), step_rows(other)
+    return bool(ours) and all(theirs.get(s) == row for s, row in ours.items() if s <= steps)
