@@ -147,7 +147,10 @@ mkdir -p "$wheelhouse"
 t=$(now)
 pyver_nodot=${PYTHON_VERSION//./}
 platforms=()
-for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+# Every manylinux level the bookworm base (glibc 2.36) runs, down to the oldest: the CUDA
+# wheels come tagged manylinux_2_25, _2_17 or manylinux1 as well as _2_28.
+for minor in $(seq 36 -1 5); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
+for p in manylinux2014_x86_64 manylinux2010_x86_64 manylinux1_x86_64; do
   platforms+=(--platform "$p")
 done
 echo "build-image: wheelhouse $wheelhouse (cp$pyver_nodot x86_64)"

@@ -23,9 +23,15 @@ from .images import load_manifest
 DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
 
 
+def on_gpu(image: dict[str, Any]) -> bool:
+    """Whether the nightly runs the image on the GPU runner: it needs a GPU (``gpu``), or it
+    carries CUDA wheels that run on GPUs when asked and on the CPU otherwise (``cuda``)."""
+    return bool(image.get("gpu", False) or image.get("cuda", False))
+
+
 def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> dict[str, Any]:
     """One matrix row: what a job needs to run ``reproci run`` for this image."""
-    gpu = bool(image.get("gpu", False))
+    gpu = on_gpu(image)
     world_size = image.get("world_size", 1)  # ranks per run (--world-size): one GPU each on a GPU image
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ConfigError(f"image {name!r}: world_size must be a positive integer, got {world_size!r}; fix the manifest")
@@ -51,7 +57,7 @@ def build(manifest: Path, *, gpu_only: bool = False, names: tuple[str, ...] = ()
     if not runner_labels:
         raise UsageError("--runner-labels is empty; give at least one label, e.g. self-hosted,linux,x64,gpu")
     rows = [entry(name, image, runner_labels) for name, image in images.items()
-            if (not names or name in names) and (not gpu_only or image.get("gpu"))]
+            if (not names or name in names) and (not gpu_only or on_gpu(image))]
     if not rows:
         what = "GPU images" if gpu_only else "images"
         raise UsageError(f"no {what} selected from {manifest}: GitHub refuses an empty matrix; "

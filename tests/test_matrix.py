@@ -72,8 +72,9 @@ def test_project_manifest_gives_one_job_per_image_in_manifest_order(reproci) -> 
     for row in matrix["include"]:
         entry = images[row["image"]]
         assert row["tag"] == entry["tag"]
-        assert row["gpu"] is bool(entry.get("gpu"))
-        assert row["device"] == ("cuda" if entry.get("gpu") else "cpu")
+        on_gpu = bool(entry.get("gpu") or entry.get("cuda"))  # a CUDA-wheel image runs on the GPU runner too
+        assert row["gpu"] is on_gpu
+        assert row["device"] == ("cuda" if on_gpu else "cpu")
         assert row["runs_on"] == ["self-hosted", "linux", "x64", "gpu"]
 
 
@@ -132,3 +133,10 @@ def test_bad_manifests_are_refused(cli, tmp_path: Path, text: str, expect: str) 
 def test_missing_manifest_is_refused(cli, tmp_path: Path) -> None:
     out = cli("matrix", "--manifest", str(tmp_path / "nope.yaml"))
     assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def test_an_image_of_cuda_wheels_runs_on_the_gpu_runner_though_it_needs_no_gpu() -> None:
+    from pipeline import matrix
+
+    row = matrix.entry("cuda13.0-torch2.14", {"tag": "t:1", "gpu": False, "cuda": True}, ("gpu",))
+    assert (row["gpu"], row["device"], row["gpus"], row["profile"]) == (True, "cuda", "all", "full")

@@ -121,7 +121,8 @@ def move(name: str, versions: list[Any]) -> str:
 def upgrade_text(changes: dict[str, Any]) -> str | None:
     """'torch 2.13.0+cpu → 2.14.1+cu130 (and 14 other packages)': what an upgrade moved, most
     telling first; None when no package or toolchain field changed."""
-    toolchain, pkgs = changes["toolchain"], changes["packages"]
+    pkgs = changes["packages"]
+    toolchain = {k: v for k, v in changes["toolchain"].items() if not k.startswith("torch_")}  # torch's own build
     if not toolchain and not pkgs:
         return None
     relevant, other = split_packages(pkgs)

@@ -48,6 +48,8 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(str(m.get('message')))}", highlight=False)
         elif m.get("epoch_order"):  # said in the message above otherwise
             err.print(f"[bold yellow]warning[/]: {m['model']}: {escape(m['epoch_order'])}", highlight=False)
+        if m.get("verdict") == verdicts.PASS and (m.get("golden") or {}).get("upgrade_checked"):
+            console.print(f"[bold]{m['model']}[/]: PASS: {escape(str(m['golden']['message']))}", highlight=False)
     new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
     if new and not (document.get("golden") or {}).get("updated"):
         image = (document.get("image") or {}).get("name")
