@@ -146,6 +146,7 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
             "device": options.device, "cpu_isa": options.cpu_isa, "fault": options.fault, "ci": options.ci,
             "slowdown_fails": options.slowdown_fails, "probes_fail": options.probes_fail,
             "fork_server": options.fork_server if options.fork_server is not None else options.backend == "local",
+            "compile": list(options.compiled), "compile_mode": options.compile_mode, "amp": options.amp,
         },
         environment=(environment or {}).get("fingerprint"),
         packages=(environment or {}).get("packages"),
