@@ -322,7 +322,7 @@ def test_reproci_plan_step_prints_the_gpu_images_or_the_named_ones(real_reproci:
     assert out.returncode == 0, out.stderr
     rows = json.loads(outputs["matrix"])["include"]
     images = yaml.safe_load((ROOT / "docker" / "manifest.yaml").read_text())["images"]
-    gpu_images = [name for name, entry in images.items() if entry.get("gpu")]
+    gpu_images = [name for name, entry in images.items() if entry.get("gpu") or entry.get("cuda")]  # cuda: the GPU runner too
     assert [r["image"] for r in rows] == (expect or gpu_images)
     assert rows[0]["runs_on"] == doc["env"]["REPROCI_RUNNER_LABELS"].split(",")
     labels = doc["jobs"]["plan"]["runs-on"]
