@@ -31,3 +31,26 @@ def test_harness_calls_are_not_recorded():
     with deterministic_mode(), ControlWatch(step=lambda: 0) as watch:
         batch_checksum(torch.ones(3))  # toggles fill_uninitialized_memory around its buffers
     assert watch.events == []
+
+
+def _ctc_like_block():
+    with torch.backends.cudnn.flags(enabled=False):  # as transformers' CTC loss does
+        pass
+
+
+def _cudnn_nondeterministic_block():
+    with torch.backends.cudnn.flags(enabled=True, deterministic=False):
+        pass
+
+
+def test_cudnn_switched_off_for_a_block_leaves_no_control_open():
+    """``cudnn.flags(enabled=False)`` also sets deterministic=False and allow_tf32=True, for a
+    block where cuDNN picks no kernel: not a control switched off. With cuDNN on, it is."""
+    with deterministic_mode(), ControlWatch(step=lambda: 1) as watch:
+        _ctc_like_block()
+    assert watch.switched_off() == []
+    with deterministic_mode(), ControlWatch(step=lambda: 1) as watch:
+        _cudnn_nondeterministic_block()
+    off = watch.switched_off()
+    assert [e["control"] for e in off] == ["cudnn_deterministic", "cudnn_fp32_precision"]
+    assert off[0]["function"] == "_cudnn_nondeterministic_block"

@@ -51,3 +51,18 @@ def test_both_documented_cublas_workspace_values_are_strict(monkeypatch):
         check = attest(seed=5, threads=1, strict=True)["checks"]["CUBLAS_WORKSPACE_CONFIG"]
     assert not check["ok"] and check["actual"] == ":0:0"
     assert check["expected"] == ":4096:8 or :16:8 (both are deterministic)"
+
+
+def test_strict_mode_leaves_the_legacy_tf32_getters_and_cudnn_flags_working():
+    """Library code reads the legacy getter through ``cudnn.flags`` (transformers' CTC loss):
+    under strict mode it must read "TF32 off", and the block must restore every precision."""
+    with deterministic_mode(seed=0, threads=1):
+        assert torch._C._get_cudnn_allow_tf32() is False
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        with torch.backends.cudnn.flags(enabled=False):
+            assert not torch.backends.cudnn.enabled
+        assert torch.backends.cudnn.enabled
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee" == torch.backends.cudnn.rnn.fp32_precision
+        assert torch.backends.fp32_precision == "ieee"
+        report = attest(seed=0, threads=1, strict=True)
+    assert report["checks"]["cudnn_legacy_allow_tf32"] == {"expected": False, "actual": False, "ok": True}

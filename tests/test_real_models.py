@@ -26,7 +26,7 @@ PLUGIN = PLUGINS / "real_libs.py"
 LIGHTNING = PLUGINS / "lightning_module.py"
 FACTORIES = ("gpt2_clm", "bert_mlm", "bert_mlm_private_generator", "bert_mlm_private_generator_fixed",
              "bert_mlm_persistent_workers", "bert_mlm_workers_fixed", "t5_adafactor", "gpt2_full_determinism",
-             "gpt2_ema_unsaved", "gpt2_ema_declared", "gpt2_adapted_full_determinism")
+             "gpt2_ema_unsaved", "gpt2_ema_declared", "gpt2_adapted_full_determinism", "wav2vec2_ctc")
 AGREE = "A = B = C: bitwise reproducible, resume exact"
 
 
@@ -64,6 +64,15 @@ def test_collator_batches_are_checksummed_and_the_model_passes(run, factory):
     assert "warning" not in m["message"], m["message"]
     checksums = record_a(run, factory)["batch_fingerprints"]
     assert len(checksums) == 12 and any(checksums), checksums
+
+
+def test_a_ctc_model_trains_under_strict_mode(run):
+    """Wav2Vec2ForCTC computes its loss inside ``torch.backends.cudnn.flags(enabled=False)``,
+    which reads the legacy TF32 getter and sets cuDNN's flags for the block: under strict mode
+    the run trains, agrees and resumes exactly, with no control taken for switched off."""
+    m = entry(run, "wav2vec2_ctc")
+    assert_agrees(m)
+    assert record_a(run, "wav2vec2_ctc")["controls"]["switched_off"] == []
 
 
 def test_masking_from_the_collators_private_generator_is_resume_broken_until_exposed(run):

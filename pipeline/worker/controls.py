@@ -32,9 +32,28 @@ def _skipped(path: str) -> bool:
     return path.startswith(_STDLIB_DIR) and "-packages" not in path
 
 
+_CUDNN_SETTERS = ("_set_cudnn_deterministic", "_set_cudnn_benchmark", "_set_cudnn_allow_tf32")
+_CUDNN_FLAGS_FILE = str(Path(torch.backends.cudnn.__file__).resolve())
+
+
+def _inside_cudnn_off() -> bool:
+    """Whether this call comes from ``torch.backends.cudnn.flags(enabled=False, ...)``: cuDNN is
+    off for that block, so the cuDNN settings that ``flags`` also sets (``deterministic=False``,
+    ``allow_tf32=True`` by default) choose no kernel. Library code does this around ops without a
+    cuDNN path (the CTC loss of transformers); it leaves no control open."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "set_flags" and _resolved(f.f_code.co_filename) == _CUDNN_FLAGS_FILE:
+            return not torch._C._get_cudnn_enabled()
+        f = f.f_back
+    return False
+
+
 def _strict_off(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether this setter call leaves strict determinism."""
     value = args[0] if args else None
+    if name in _CUDNN_SETTERS and _inside_cudnn_off():
+        return False
     if name == "_set_deterministic_algorithms":
         return not value or bool(kwargs.get("warn_only", args[1] if len(args) > 1 else False))
     if name in ("_set_cudnn_deterministic", "_set_deterministic_fill_uninitialized_memory"):

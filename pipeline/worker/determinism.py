@@ -19,17 +19,23 @@ import torch
 from .launch import CPU_ISA_CAPABILITY, CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401
 
 def _set_fp32_precision(value: str) -> None:
-    """TF32 off ("ieee") or the image default ("none"), with the API this torch has."""
+    """TF32 off ("ieee") or the image default ("none"), with the API this torch has.
+
+    The legacy boolean flags are set first on every torch: where the new ``fp32_precision``
+    API exists, a process that set only the new one cannot read the legacy getter any more
+    (``torch._C._get_cudnn_allow_tf32()`` raises "cuDNN conv and cuDNN RNN have different TF32
+    flags"), and with it ``torch.backends.cudnn.flags(...)``, which library code uses (the CTC
+    loss of transformers). Legacy first, then the new API, leaves both readable and in accord.
+    """
+    allow = value != "ieee"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
     if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9
         torch.backends.fp32_precision = value
         torch.backends.cuda.matmul.fp32_precision = value
         torch.backends.cudnn.fp32_precision = value
         torch.backends.cudnn.conv.fp32_precision = value
         torch.backends.cudnn.rnn.fp32_precision = value
-    else:  # older torch: the boolean flags
-        allow = value != "ieee"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
 
 
 def seed_everything(seed: int) -> None:
@@ -83,6 +89,14 @@ def _cudnn_tf32() -> str:
     return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
 
 
+def _legacy_cudnn_tf32() -> bool | str:
+    """The legacy getter that ``torch.backends.cudnn.flags`` reads: it must keep working."""
+    try:
+        return bool(torch._C._get_cudnn_allow_tf32())
+    except RuntimeError as e:
+        return f"unreadable: {str(e).split(',')[0]}"
+
+
 def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, warn_only: bool = False,
            hash_seed: int | None = None, cpu_isa: str | None = None) -> dict[str, Any]:
     """Read back, inside this process, whether the controls took effect."""
@@ -110,6 +124,7 @@ def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, 
         check("cudnn_benchmark", False, bool(torch.backends.cudnn.benchmark))
         check("matmul_fp32_precision", "ieee", _fp32_precision())
         check("cudnn_fp32_precision", "ieee", _cudnn_tf32())
+        check("cudnn_legacy_allow_tf32", False, _legacy_cudnn_tf32())
         if hasattr(torch.utils, "deterministic"):
             check("fill_uninitialized_memory", True, bool(torch.utils.deterministic.fill_uninitialized_memory))
     elif bookkeeping:

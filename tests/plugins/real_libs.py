@@ -188,3 +188,29 @@ def gpt2_adapted_full_determinism(ctx: ModelContext) -> TrainSetup:
     args = TrainingArguments(output_dir="unused", learning_rate=1e-3, warmup_steps=2, full_determinism=True,
                              per_device_train_batch_size=BATCH, report_to=[])
     return hf_setup(ctx, _gpt2(ctx), args, train_dataset=_tokens(ctx), data_collator=_clm())
+
+
+# -- CTC (speech) -----------------------------------------------------------------------------
+
+def _ctc_data(ctx: ModelContext) -> list[dict[str, Any]]:
+    """16 clips of 400 samples of seeded noise, each with a 3-token transcript (ids 1-11)."""
+    g = torch.Generator().manual_seed(ctx.seed * 7919)
+    audio = torch.randn(SAMPLES, 400, generator=g)
+    labels = torch.randint(1, 12, (SAMPLES, 3), generator=g)
+    return [{"input_values": audio[i], "labels": labels[i]} for i in range(SAMPLES)]
+
+
+def wav2vec2_ctc(ctx: ModelContext) -> TrainSetup:
+    """Wav2Vec2ForCTC through the HF adapter: its loss runs inside
+    ``torch.backends.cudnn.flags(enabled=False)``, which reads the legacy TF32 getter."""
+    from transformers import TrainingArguments, Wav2Vec2Config, Wav2Vec2ForCTC
+
+    from pipeline.adapters.hf import hf_setup
+
+    torch.manual_seed(ctx.seed)
+    config = Wav2Vec2Config(vocab_size=12, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=32, conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3),
+                            num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2, layerdrop=0.0,
+                            mask_time_prob=0.0, pad_token_id=0, ctc_loss_reduction="mean")
+    args = TrainingArguments(output_dir="unused", learning_rate=1e-3, per_device_train_batch_size=BATCH, report_to=[])
+    return hf_setup(ctx, Wav2Vec2ForCTC(config).to(ctx.device), args, train_dataset=_ctc_data(ctx))
