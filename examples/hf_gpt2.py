@@ -1,5 +1,6 @@
 """A Hugging Face GPT-2 trained as Trainer would train it, checked by reproci in one call.
 
+    pip install 'reproci[hf]'        # transformers and accelerate (TrainingArguments needs it)
     reproci run -m examples/hf_gpt2.py:build
 
 Tiny and offline: a 2-layer GPT-2 from its config with random init, a word-level tokenizer

@@ -1,5 +1,6 @@
 """A LightningModule, as written for a Lightning Trainer, checked by reproci in one call.
 
+    pip install 'reproci[lightning]'     # pytorch-lightning
     reproci run -m examples/lightning_regressor.py:build
 
 Its ``train_dataloader`` shuffles with no generator (a Lightning script relies on

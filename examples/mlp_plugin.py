@@ -4,6 +4,9 @@ Run it through the strict-determinism stage with
 
     reproci run --model examples/mlp_plugin.py:build
 
+It needs nothing beyond reproci itself (torch and numpy); the Hugging Face and Lightning
+examples name the extra they need.
+
 The factory receives a ModelContext (profile, device, seed) and returns a TrainSetup.
 The harness does the rest: seeding, determinism flags, the loop, checkpoints, hashes.
 """

@@ -22,10 +22,14 @@ from .helpers import PLUGINS, ROOT, Cli, model_entry
 
 pl = pytest.importorskip("pytorch_lightning")
 transformers = pytest.importorskip("transformers")
-lightning = pytest.importorskip("pipeline.adapters.lightning")
-hf = pytest.importorskip("pipeline.adapters.hf")
+pytest.importorskip("accelerate")  # TrainingArguments needs it: the hf extra installs both
+
+from pipeline.adapters import hf, lightning  # noqa: E402  (with their libraries there, they must import)
+
+from .plugins import lightning_datamodule  # noqa: E402
 
 HF_EXAMPLE = f"{ROOT / 'examples' / 'hf_gpt2.py'}:build"
+DATAMODULE = f"{PLUGINS / 'lightning_datamodule.py'}:build"
 LIGHTNING_EXAMPLE = f"{ROOT / 'examples' / 'lightning_regressor.py'}:build"
 CTX = ModelContext(profile="quick", device=torch.device("cpu"), seed=0, steps=12)
 
@@ -83,6 +87,49 @@ def test_a_shuffling_loader_without_a_generator_is_rebuilt_seeded_and_the_rest_k
     assert [b[0].tolist() for b in seeded] == [b[0].tolist() for b in lightning.seeded(original, CTX)]  # same order
     ordered = torch.utils.data.DataLoader(data, batch_size=3, generator=torch.Generator())
     assert lightning.seeded(ordered, CTX) is ordered  # seeds itself already
+
+
+class Observed(lightning_datamodule.LazyRegressor):
+    """The plugin's module, keeping its parameters as training starts."""
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self.at_start = {k: v.detach().clone() for k, v in self.state_dict().items()}
+
+
+def test_the_hooks_run_in_the_order_trainer_fit_calls_them_and_draw_what_it_draws(tmp_path) -> None:
+    """Against a real ``Trainer.fit`` (one step): the same hooks of the datamodule and the module
+    in the same order up to the first training_step, and from the same seed the same data drawn
+    in ``setup()`` and the same layers built in ``configure_model()``."""
+    calls = lightning_datamodule.CALLS
+    runs = {}
+    for who in ("trainer", "adapter"):
+        calls.clear()
+        torch.manual_seed(0)
+        module, data = Observed(), lightning_datamodule.Data()
+        if who == "trainer":
+            pl.Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
+                       enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                       limit_val_batches=0, default_root_dir=tmp_path).fit(module, datamodule=data)
+        else:
+            setup = lightning.lightning_setup(CTX, module, datamodule=data)
+            setup.loss_fn(setup.model, next(iter(setup.loader)))
+        runs[who] = (list(calls), module.at_start, data.train_set.tensors)
+    (order, state, tensors), (ours, our_state, our_tensors) = runs["trainer"], runs["adapter"]
+    assert ours == order and order[-1] == "module.training_step", (ours, order)
+    assert state.keys() == our_state.keys() and all(torch.equal(state[k], our_state[k]) for k in state)
+    assert all(torch.equal(a, b) for a, b in zip(tensors, our_tensors))
+
+
+def test_a_hook_that_reads_the_trainer_is_refused_in_one_line() -> None:
+    class Scheduled(Tiny):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.OneCycleLR(
+                opt, max_lr=0.1, total_steps=self.trainer.estimated_stepping_batches)}
+
+    with pytest.raises(ContractError, match=r"Scheduled.configure_optimizers reads self.trainer, .*ctx.steps"):
+        lightning.lightning_setup(CTX, Scheduled(None))
 
 
 def test_the_optimizer_is_the_one_trainer_would_make() -> None:
@@ -210,3 +257,49 @@ def test_a_golden_from_another_transformers_version_is_upgrade_changed(tmp_path)
     assert entry["verdict"] == verdicts.UPGRADE_CHANGED, entry["message"]
     assert entry["golden"]["package_diff"]["transformers"] == ["5.22.0", transformers.__version__]
     assert f"transformers 5.22.0 → {transformers.__version__}" in entry["message"]
+
+
+@pytest.mark.slow
+def test_a_datamodule_that_builds_its_data_in_setup_is_reproducible_resumed_too(tmp_path) -> None:
+    """Datasets built in the datamodule's ``setup()`` from the global generator, layers built in
+    ``configure_model()``: every run, the resumed one (in epoch 1) included, calls the hooks in
+    the Trainer's order after reproci seeded it, so A = B = C."""
+    cli = Cli(tmp_path)
+    out = cli("run", "-m", DATAMODULE, "--steps", "8", "--resume-at", "4")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = cli.latest()
+    entry = model_entry(doc, "lightning_datamodule")
+    assert entry["message"].startswith("A = B = C: bitwise reproducible, resume exact"), entry["message"]
+    assert entry["coverage"]["resume_epoch"] == 1
+    for role in "ABC":
+        record = json.loads((cli.cwd / "results" / doc["run_id"] / "lightning_datamodule" / f"record-{role}.json").read_text())
+        assert record["config"]["hooks"] == [
+            "datamodule.prepare_data", "module.prepare_data", "datamodule.setup", "module.setup",
+            "module.configure_model", "module.configure_optimizers", "module.on_fit_start",
+            "datamodule.train_dataloader", "module.on_train_start"], role
+        assert record["config"]["lightning_datamodule"] == "Data" and set(record["eval"]) == {"val_loss"}
+
+
+NO_ACCELERATE = """\
+import sys
+sys.modules["accelerate"] = None  # as if not installed: find_spec gives None, import raises
+sys.modules["peft"] = None  # it needs accelerate: not installed either
+"""
+
+
+@pytest.mark.slow
+def test_the_hf_example_without_accelerate_says_what_to_install(tmp_path) -> None:
+    """transformers installed but not accelerate (a user who installed transformers alone):
+    TrainingArguments refuses, and the run says in one line which package and which extra."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_ACCELERATE)
+    cli = Cli(tmp_path)
+    out = cli("run", "-m", HF_EXAMPLE, "--steps", "4", "--resume-at", "2", env={"PYTHONPATH": f"{ROOT}:{site}"})
+    assert out.returncode == errors.EXIT_RUN_ERROR, out.stdout + out.stderr
+    line = "model 'hf_gpt2' needs the package 'accelerate' (TrainingArguments requires it): pip install 'reproci[hf]'"
+    entry = model_entry(cli.latest(), "hf_gpt2")
+    assert entry["verdict"] == verdicts.ERROR and entry["error"]["kind"] == "contract", entry
+    assert entry["message"].endswith(line) and "\n" not in entry["message"], entry["message"]
+    assert f"hf_gpt2: ERROR: run A: breaks the plugin contract: {line}" in out.stdout.replace("\n", " ")
+    assert "Traceback" not in out.stdout + out.stderr

@@ -1,9 +1,14 @@
+import json
+import sys
+
 import pytest
 
+from pipeline import errors, verdicts
 from pipeline.errors import ModelError
 from pipeline.models import resolve, resolve_all
+from pipeline.worker import contract
 
-from .helpers import PLUGINS
+from .helpers import PLUGINS, ROOT, Cli, model_entry
 
 
 def test_reference_models_resolve_to_their_source_files():
@@ -31,3 +36,106 @@ def test_bad_references_are_refused(text):
 def test_duplicate_names_are_refused():
     with pytest.raises(ModelError, match="both named"):
         resolve_all(("embedding", "reference_models.embedding:build"))
+
+
+# --- a missing optional library: one line that says what to install ---------------------------
+
+NOT_INSTALLED = """\
+import sys
+for name in {names!r}:
+    sys.modules[name] = None  # as if not installed: find_spec gives None, import raises ModuleNotFoundError
+"""
+USES_HF = """\
+from pipeline.adapters.hf import hf_setup
+
+def build(ctx):
+    return hf_setup(ctx, None, train_dataset=[])
+"""
+LAZY_LIGHTNING = """\
+def build(ctx):
+    from pipeline.adapters.lightning import lightning_setup
+    return lightning_setup(ctx, None)
+"""
+
+
+@pytest.mark.slow
+def test_a_missing_library_is_one_contract_line_that_says_what_to_install(tmp_path) -> None:
+    """transformers and Lightning not installed (the worker's imports of them fail as they would):
+    a plugin that imports an adapter, an example that imports its library and a factory that
+    imports an adapter when it runs each end in one line naming the package, who imports it and
+    the extra to install, as a contract ERROR (exit 4), with no traceback."""
+    site, plugins = tmp_path / "site", tmp_path / "plugins"
+    site.mkdir()
+    plugins.mkdir()
+    (site / "sitecustomize.py").write_text(NOT_INSTALLED.format(names=("transformers", "pytorch_lightning", "lightning")))
+    (plugins / "uses_hf.py").write_text(USES_HF)
+    (plugins / "lazy_lightning.py").write_text(LAZY_LIGHTNING)
+    cli = Cli(tmp_path)
+    out = cli("run", "-m", f"{plugins / 'uses_hf.py'}:build", "-m", f"{ROOT / 'examples' / 'lightning_regressor.py'}:build",
+              "-m", f"{plugins / 'lazy_lightning.py'}:build", "--steps", "4", "--resume-at", "2",
+              env={"PYTHONPATH": f"{ROOT}:{site}"})
+    assert out.returncode == errors.EXIT_RUN_ERROR, out.stdout + out.stderr
+    expected = {
+        "uses_hf": "model 'uses_hf' needs the package 'transformers' (pipeline.adapters.hf imports it): "
+                   "pip install 'reproci[hf]'",
+        "lightning_regressor": "model 'lightning_regressor' needs the package 'pytorch-lightning' "
+                               "(lightning_regressor.py imports it): pip install 'reproci[lightning]'",
+        "lazy_lightning": "model 'lazy_lightning' needs the package 'pytorch-lightning' "
+                          "(pipeline.adapters.lightning imports it): pip install 'reproci[lightning]'",
+    }
+    doc = cli.latest()
+    for name, line in expected.items():
+        entry = model_entry(doc, name)
+        assert entry["verdict"] == verdicts.ERROR and entry["error"]["kind"] == "contract", entry
+        assert entry["message"].endswith(line) and "\n" not in entry["message"], entry["message"]
+        record = json.loads(next((tmp_path / "results" / doc["run_id"] / name).glob("record-*.json")).read_text())
+        assert record["error_kind"] == "contract" and record["message"].endswith(line)
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def _raised(exc: BaseException) -> BaseException:
+    try:
+        raise exc
+    except BaseException as e:  # noqa: BLE001 - its traceback is the point
+        return e
+
+
+def test_only_a_library_that_is_not_there_counts_as_missing(monkeypatch) -> None:
+    """An installed library that lacks a name (an API of another version), a package the map does
+    not know, and a message asking for a library that is installed (too old, say) are left as
+    they are; a library asked for that is not installed counts, as does one under a wrapper."""
+    assert contract.missing_package(_raised(ImportError("cannot import name 'Nope' from 'transformers'",
+                                                        name="transformers"))) is None
+    assert contract.missing_package(_raised(ModuleNotFoundError("No module named 'wandb'", name="wandb"))) is None
+    assert contract.missing_package(_raised(ModuleNotFoundError("No module named 'torch.nope'", name="torch.nope"))) is None
+    monkeypatch.setitem(contract.OPTIONAL_PACKAGES, "numpy", ("numpy", "hf"))  # installed wherever torch runs
+    assert contract.missing_package(_raised(ImportError("X requires `numpy>=99`: pip install 'numpy>=99'"))) is None
+    monkeypatch.setitem(sys.modules, "reproci_absent_probe", None)  # as if not installed
+    monkeypatch.setitem(contract.OPTIONAL_PACKAGES, "reproci_absent_probe", ("reproci-absent-probe", "hf"))
+    found = contract.missing_package(_raised(ImportError("X requires `reproci-absent-probe>=1`: pip install it")))
+    assert found is not None and found[0] == "reproci_absent_probe" and found[2] == "requires"
+    outer = ModuleNotFoundError("Could not import module 'GPT2LMHeadModel'")
+    outer.__cause__ = _raised(ModuleNotFoundError("No module named 'accelerate'", name="accelerate"))
+    assert contract.missing_package(outer)[0] == "accelerate"  # type: ignore[index]  # transformers' lazy import wraps it
+
+
+def test_in_a_container_the_image_must_have_it(monkeypatch) -> None:
+    assert contract.install_hint("accelerate") == "pip install 'reproci[hf]'"
+    assert contract.install_hint("lightning") == "pip install lightning"
+    monkeypatch.setattr(contract, "__file__", "/reproci/code/pipeline/worker/contract.py")
+    assert contract.install_hint("accelerate") == "install transformers, accelerate in the image"
+
+
+def test_each_extra_installs_what_the_message_names_and_is_pinned_for_tests() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pins = {line.split("==")[0] for line in (ROOT / "constraints-dev.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
+    for extra, names in contract.EXTRAS.items():
+        dists = {req.split(">")[0].split("<")[0].split("=")[0].strip() for req in extras[extra]}
+        assert dists == set(names.split(", ")), (extra, dists)
+        assert dists <= pins, dists - pins
+    for module, (dist, extra) in contract.OPTIONAL_PACKAGES.items():
+        assert extra is None or extra in contract.EXTRAS, module
+    for example, extra in (("hf_gpt2.py", "hf"), ("lightning_regressor.py", "lightning")):
+        assert f"pip install 'reproci[{extra}]'" in (ROOT / "examples" / example).read_text(), example

@@ -6,5 +6,8 @@
 
 They run in the worker, inside the image: each imports only the standard library, torch,
 numpy, ``pipeline.worker`` and its own library (there, with the model it adapts). This file
-imports nothing, so the orchestrator never needs either library.
+imports nothing, so the orchestrator never needs either library. Each library family is an
+extra of the package: ``pip install 'reproci[hf]'`` (transformers, accelerate) and
+``pip install 'reproci[lightning]'`` (pytorch-lightning); where one is missing, importing an
+adapter fails and the worker says in one line what to install (``contract.load_factory``).
 """

@@ -9,6 +9,9 @@
                                  weight_decay=0.01, gradient_accumulation_steps=2, report_to=[])
         return hf_setup(ctx, model, args, train_dataset=data, data_collator=collator)
 
+It needs transformers and accelerate (``TrainingArguments`` refuses to work without it):
+``pip install 'reproci[hf]'``.
+
 What it takes from ``args`` (a ``TrainingArguments``), as ``Trainer`` uses it:
 
 - the optimizer: ``Trainer.get_optimizer_cls_and_kwargs`` (``optim``, ``learning_rate``,

@@ -5,7 +5,20 @@
     def build(ctx):
         return lightning_setup(ctx, MyModule(), grad_clip=1.0, accumulate=2)
 
+It needs pytorch-lightning (``pip install 'reproci[lightning]'``), or the ``lightning`` package.
+
 What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
+
+- the hooks ``Trainer.fit`` calls before the first step, in its order (``Trainer._run``, then
+  the fit loop): ``prepare_data`` (the datamodule's, then the module's; on rank 0 only, the
+  other ranks waiting, as for ``prepare_data_per_node``), ``setup("fit")`` (the datamodule's,
+  then the module's; ``self.device`` is the run's device there), ``configure_sharded_model``
+  and ``configure_model`` (tensors created on the run's device, as the Trainer's
+  ``tensor_init_context`` does), ``configure_optimizers``, ``on_fit_start``,
+  ``train_dataloader``, ``on_train_start``. They run in every run, the resumed one included,
+  after reproci has seeded the process: a ``setup`` that draws random numbers draws the same
+  ones each time. A hook that reads ``self.trainer`` is refused in one line (there is no
+  Trainer); the per-epoch and per-batch hooks, validation's and teardown's are not called.
 
 - ``training_step(batch, batch_idx)``: the loss (a tensor, or a dict with ``"loss"``);
   ``batch_idx`` is the batch's index in its epoch, checkpointed with the run, so a resumed run
@@ -43,6 +56,11 @@ try:
 except ImportError:  # the older package name
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
+_FN = getattr(getattr(getattr(pl, "trainer", None), "states", None), "TrainerFn", None)
+FITTING = _FN.FITTING if _FN is not None else "fit"  # what Trainer.fit passes to setup(stage=...)
+# The modules whose ``self.device`` the Trainer sets before ``setup`` (LightningModule is one).
+_DEVICE_MIXIN = next((c for c in pl.LightningModule.__mro__ if c.__name__ == "_DeviceDtypeModuleMixin"), pl.LightningModule)
+
 
 def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodule: Any = None,
                     grad_clip: float | None = None, accumulate: int = 1, precision: str = "32",
@@ -56,12 +74,17 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
     if not module.automatic_optimization:
         raise ContractError("lightning_setup: manual optimization (automatic_optimization = False) is not supported: "
                             "build the TrainSetup by hand, with the optimizers as a list")
-    module = module.to(ctx.device)
+    source = datamodule if datamodule is not None else module
+    if not callable(getattr(source, "train_dataloader", None)):
+        raise ContractError(f"lightning_setup: the datamodule, a {type(source).__name__}, has no train_dataloader()")
     module.log = lambda *a, **k: None  # type: ignore[method-assign]  # a Trainer's logger is not there
     module.log_dict = lambda *a, **k: None  # type: ignore[method-assign]
-    optimizer, schedulers = _optimizers(module.configure_optimizers())
-    source = datamodule if datamodule is not None else module
-    loader = seeded(source.train_dataloader(), ctx)
+    _before_fit(ctx, module, datamodule)
+    module = module.to(ctx.device)
+    optimizer, schedulers = _optimizers(_hook(module, "configure_optimizers"))
+    _hook(module, "on_fit_start")
+    loader = seeded(_hook(source, "train_dataloader"), ctx)
+    _hook(module, "on_train_start")
     per_epoch = len(loader) if hasattr(loader, "__len__") else None
     calls = {"n": 0}  # training_step calls so far: the batch index, checkpointed as extra state
     autocast = _autocast(precision, ctx.device)
@@ -70,7 +93,7 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
         idx = calls["n"] % per_epoch if per_epoch else calls["n"]
         calls["n"] += 1
         with autocast():
-            return loss_of(module.training_step(batch, idx))
+            return loss_of(_hook(module, "training_step", batch, idx))
 
     return TrainSetup(model=module, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=schedulers or None,
                       grad_clip=grad_clip, accumulate=accumulate, batch_size=getattr(loader, "batch_size", None),
@@ -78,7 +101,54 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
                       get_extra_state=lambda: dict(calls), set_extra_state=calls.update,
                       eval_fn=_validation(module, source, ctx.device, autocast),
                       config={"lightning_module": type(module).__name__, "hparams": dict(module.hparams),
+                              **({"lightning_datamodule": type(datamodule).__name__,
+                                  "datamodule_hparams": dict(getattr(datamodule, "hparams", {}))}
+                                 if datamodule is not None else {}),
                               "precision": precision, **setup.pop("config", {})}, **setup)
+
+
+def _before_fit(ctx: ModelContext, module: "pl.LightningModule", datamodule: Any) -> None:
+    """What ``Trainer._run`` does to the module and the datamodule before it moves the model
+    to the device: ``_data_connector.prepare_data``, ``call._call_setup_hook`` and
+    ``call._call_configure_model``, in that order."""
+    owners = [(o, base) for o, base in ((datamodule, pl.LightningDataModule), (module, pl.LightningModule))
+              if o is not None]
+    if any(_overridden(o, base, "prepare_data") for o, base in owners):
+        if ctx.rank == 0:  # one node: local rank 0 and global rank 0 are the same process
+            for o, base in owners:
+                if _overridden(o, base, "prepare_data"):
+                    _hook(o, "prepare_data")
+        if ctx.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()  # the other ranks wait for the data, as behind Lightning's barrier
+    for m in module.modules():  # self.device in setup(), as the Trainer fakes it there
+        if isinstance(m, _DEVICE_MIXIN):
+            m._device = ctx.device
+    for o, _ in owners:
+        if callable(getattr(o, "setup", None)):
+            _hook(o, "setup", stage=FITTING)
+    for name in ("configure_sharded_model", "configure_model"):
+        if _overridden(module, pl.LightningModule, name):
+            with ctx.device:  # the strategy's tensor_init_context: new tensors on the run's device
+                _hook(module, name)
+
+
+def _overridden(obj: Any, base: type, name: str) -> bool:
+    """Whether ``obj`` has a ``name`` of its own, not ``base``'s (Lightning's ``is_overridden``)."""
+    own = getattr(type(obj), name, None)
+    return callable(own) and own is not getattr(base, name, None)
+
+
+def _hook(obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``obj.name(...)``, as the Trainer calls it; a hook that reads ``self.trainer`` (which
+    raises outside a Trainer) is one ContractError that names it."""
+    try:
+        return getattr(obj, name)(*args, **kwargs)
+    except RuntimeError as e:
+        if "is not attached to a `Trainer`" not in str(e):
+            raise
+        raise ContractError(f"lightning_setup: {type(obj).__name__}.{name} reads self.trainer, and reproci trains the "
+                            "module without a Trainer: give it what it reads another way (ctx.steps is the run's "
+                            "optimizer steps, for estimated_stepping_batches)") from e
 
 
 def _trainer_flags(deterministic: bool) -> None:

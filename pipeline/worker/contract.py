@@ -11,12 +11,16 @@ Refer to a factory as ``conv`` (a reference model), ``path/to/file.py:factory`` 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
+import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -110,10 +114,101 @@ def _split(ref: str) -> tuple[str, str]:
     return target, attr
 
 
-def load_factory(ref: str, plugin_paths: Iterable[str] = ()) -> Callable[[ModelContext], TrainSetup]:
-    """Resolve a reference model name or a plugin reference to its factory."""
+# The optional libraries a plugin, an example or an adapter (pipeline.adapters) imports, by
+# import name: (the distribution to install, the extra of pyproject.toml that installs it).
+OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
+    "transformers": ("transformers", "hf"), "accelerate": ("accelerate", "hf"), "tokenizers": ("tokenizers", "hf"),
+    "pytorch_lightning": ("pytorch-lightning", "lightning"), "torchmetrics": ("torchmetrics", "lightning"),
+    "lightning": ("lightning", None)}  # the unified package: reproci[lightning] installs pytorch-lightning
+EXTRAS = {"hf": "transformers, accelerate", "lightning": "pytorch-lightning"}  # what each extra installs
+_REQUIRES = re.compile(r"\brequires\W+([A-Za-z_][\w-]*)")  # transformers' "requires `accelerate>=1.1.0`"
+
+
+def model_name(ref: str) -> str:
+    """The name results give the model of ``ref`` (as ``pipeline.models.resolve`` names it)."""
     from reference_models import REGISTRY
 
+    if ref in REGISTRY:
+        return ref
+    target, _, attr = ref.rpartition(":")
+    stem = Path(target).stem if target.endswith(".py") else target.rpartition(".")[2]
+    return stem if attr == "build" else f"{stem}.{attr}"
+
+
+def missing_package(e: BaseException) -> tuple[str, str, str] | None:
+    """(the missing import name, what needs it, "imports" or "requires") when ``e``, or an
+    error it was raised from, says an optional library is not installed; else None. A name that
+    cannot be imported from an installed library (``cannot import name``) is not a missing one."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        top = (cur.name or "").split(".")[0] if isinstance(cur, ModuleNotFoundError) else ""
+        if top in OPTIONAL_PACKAGES and (cur.name == top or _absent(top)):  # accelerate.utils: accelerate itself
+            return top, _importer(cur, top), "imports"
+        if isinstance(cur, ImportError) and not isinstance(cur, ModuleNotFoundError):
+            for asked in _REQUIRES.findall(str(cur)):
+                name = asked.replace("-", "_")
+                if name in OPTIONAL_PACKAGES and _absent(name):
+                    return name, _importer(cur, name, innermost=True), "requires"
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+    return None
+
+
+def _absent(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _importer(e: BaseException, package: str, *, innermost: bool = False) -> str:
+    """Who imported (or asked for) ``package``: the innermost frame of ``e`` outside the import
+    machinery and the package itself, named by its class (a method's ``self``), its module, or
+    a plugin file's name."""
+    for frame, _ in reversed(list(traceback.walk_tb(e.__traceback__))):
+        module = str(frame.f_globals.get("__name__") or "")
+        if frame.f_code.co_filename.startswith("<frozen") or module.split(".")[0] in ("importlib", package):
+            continue
+        owner = frame.f_locals.get("self")
+        if innermost and owner is not None and not isinstance(owner, type(sys)):
+            return type(owner).__name__
+        if not module or module == "__main__" or module.startswith("reproci_plugin_"):  # a plugin file
+            return Path(frame.f_code.co_filename).name
+        return module
+    return "the model"
+
+
+def install_hint(package: str) -> str:
+    """What to run for a missing optional package: the extra that brings it; inside a
+    container (the worker's code mounted under /reproci/code), the image must have it."""
+    dist, extra = OPTIONAL_PACKAGES[package]
+    if Path(__file__).resolve().as_posix().startswith("/reproci/code/"):
+        return f"install {EXTRAS[extra] if extra else dist} in the image"
+    return f"pip install 'reproci[{extra}]'" if extra else f"pip install {dist}"
+
+
+@contextlib.contextmanager
+def _needs_packages(name: str) -> Iterator[None]:
+    """A missing optional library, while the plugin is imported or its factory runs, as one
+    ContractError that says what to install."""
+    try:
+        yield
+    except ImportError as e:
+        found = missing_package(e)
+        if found is None:
+            raise
+        package, who, verb = found
+        raise ContractError(f"model {name!r} needs the package {OPTIONAL_PACKAGES[package][0]!r} ({who} {verb} it): "
+                            f"{install_hint(package)}") from e
+
+
+def load_factory(ref: str, plugin_paths: Iterable[str] = ()) -> Callable[[ModelContext], TrainSetup]:
+    """Resolve a reference model name or a plugin reference to its factory; an optional library
+    missing as the plugin is imported or its factory runs is a ContractError naming its install."""
+    from reference_models import REGISTRY
+
+    name = model_name(ref)
     if ref in REGISTRY:
         ref = REGISTRY[ref]
     for p in plugin_paths:
@@ -131,16 +226,23 @@ def load_factory(ref: str, plugin_paths: Iterable[str] = ()) -> Callable[[ModelC
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         sys.path.insert(0, str(path.parent.resolve()))
-        spec.loader.exec_module(module)
+        with _needs_packages(name):
+            spec.loader.exec_module(module)
     else:
         try:
-            module = importlib.import_module(target)
+            with _needs_packages(name):
+                module = importlib.import_module(target)
         except ModuleNotFoundError as e:
             raise ContractError(f"cannot import model module {target!r}: {e}") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ContractError(f"{target} has no callable {attr!r}")
-    return factory
+
+    @functools.wraps(factory)
+    def checked(ctx: ModelContext) -> TrainSetup:
+        with _needs_packages(name):
+            return factory(ctx)
+    return checked
 
 
 def loss_of(out: Any) -> torch.Tensor:
