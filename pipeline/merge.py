@@ -120,7 +120,8 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
                    "message": m.get("message"), "final_sha256": m.get("final_sha256"),
                    "evidence": m.get("evidence"), "seconds": m.get("seconds"),
                    "ci": bool((doc.get("options") or {}).get("ci"))}
-            for optional in ("golden", "throughput", "error"):
+            # the warning fields ride along: the merged summary and annotations print them (verdicts.warnings)
+            for optional in ("golden", "throughput", "error", *dict.fromkeys(p[0] for p in results.WARNING_FIELDS)):
                 if m.get(optional) is not None:
                     row[optional] = m[optional]
             models.append(row)

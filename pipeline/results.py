@@ -14,13 +14,20 @@ import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypedDict
+from types import UnionType
+from typing import Annotated, Any, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 from . import atomic
 from .errors import ResultsError
 
 SCHEMA = "reproci.results"
 VERSION = 1  # the one place the results format version is set; ``load`` refuses others
+
+WARNING = "warning"
+# A sentence for the user beside a model's verdict, which never changes it. Every field of this
+# type, at any depth of a model entry, is printed by every channel that shows the verdict
+# (``verdicts.warnings``, from ``WARNING_FIELDS``): declare a new warning with it, nothing more.
+WarningText = Annotated[str | None, WARNING]
 
 
 class Summary(TypedDict, total=False):
@@ -36,6 +43,24 @@ class GoldenOutcome(TypedDict, total=False):
     refused: str  # why it was not recorded
 
 
+class Coverage(TypedDict, total=False):
+    """What the resume check covered (pipeline.stages.coverage)."""
+
+    epochs: int | None  # epochs run A saw
+    batches_per_epoch: int | None
+    resume_at: int  # the k used
+    resume_epoch: int | None
+    note: WarningText  # per-epoch state the resume check did not cover, and what to change
+
+
+class StateCensus(TypedDict, total=False):
+    """Private state of runs A and C compared at the resume point and after it (pipeline.stages.census)."""
+
+    differences: list[dict[str, Any]]  # path, kind, type, step, sides: each item that differs
+    notice: WarningText  # plain values that differ while every tensor agreed (a counter): never a failure
+    errors: list[str]  # why a census could not be taken
+
+
 class ModelEntry(TypedDict, total=False):
     """One model's result: written by the stages, completed by the golden check."""
 
@@ -48,7 +73,7 @@ class ModelEntry(TypedDict, total=False):
     evidence: dict[str, Any] | None  # where runs differ (pipeline.golden.compare.Divergence, plus probes)
     golden: dict[str, Any]  # the comparison with the image's golden (pipeline.golden.drift.compare)
     throughput: dict[str, Any]  # the throughput stage's result
-    throughput_regression: str
+    throughput_regression: WarningText  # strict mode slower than the golden's run
     variance: dict[str, Any]  # the variance stage's K seeds (pipeline.stages.variance)
     audit: dict[str, Any]  # the op audit (pipeline.stages.audit)
     probes: dict[str, Any]  # the portability probes (pipeline.stages.probes)
@@ -56,9 +81,10 @@ class ModelEntry(TypedDict, total=False):
     bisect: dict[str, Any]  # the bisection by configuration (pipeline.stages.bisect)
     blame: dict[str, Any]  # the upgrade blame by package (pipeline.stages.blame)
     world_size: int  # ranks per run (--world-size)
-    epoch_order: str | None  # a shuffling loader that repeated its order (pipeline.stages.epochs)
-    shared_batches: str | None  # ranks that train on the same batches (pipeline.stages.replicas)
-    coverage: dict[str, Any]  # epochs seen, where k fell (pipeline.stages.coverage)
+    epoch_order: WarningText  # a shuffling loader that repeated its order (pipeline.stages.epochs)
+    shared_batches: WarningText  # ranks that train on the same batches (pipeline.stages.replicas)
+    coverage: Coverage  # epochs seen, where k fell
+    state_census: StateCensus | None  # private state outside the checkpoint
     runs: dict[str, Any]  # role -> summary of that run
     records: dict[str, str]  # role -> record file, relative to the run directory
     error: dict[str, Any] | None
@@ -83,6 +109,26 @@ class ResultsDocument(TypedDict, total=False):
     golden: GoldenOutcome
     alerts: dict[str, Any]
     summary: Summary
+
+
+def sections(hint: Any) -> list[Any]:
+    """The typed dicts a field holds: its type, or the members of ``Section | None``."""
+    return [t for t in (get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)) if is_typeddict(t)]
+
+
+def warning_fields(kind: Any = None, prefix: tuple[str, ...] = ()) -> tuple[tuple[str, ...], ...]:
+    """The path of every ``WarningText`` field of a model entry, at any depth, in declaration
+    order: ('throughput_regression',), ..., ('coverage', 'note')."""
+    out: list[tuple[str, ...]] = []
+    for name, hint in get_type_hints(kind or ModelEntry, include_extras=True).items():
+        if WARNING in getattr(hint, "__metadata__", ()):
+            out.append((*prefix, name))
+        for section in sections(hint):
+            out += warning_fields(section, (*prefix, name))
+    return tuple(out)
+
+
+WARNING_FIELDS = warning_fields()
 
 
 def new_document(**fields: Any) -> ResultsDocument:

@@ -2,15 +2,15 @@
 
 The one vocabulary of verdicts: which fail a run, which are drift, which are notices,
 their order and icons in every table, the level of their GitHub annotation, the exit code
-of a results document, and the sentences that say where runs first differ. Terminal
-tables, Markdown, HTML, annotations, the webhook, ``merge`` and ``pr-body`` all read it
-from here."""
+of a results document, the sentences that say where runs first differ, and the warnings
+a result carries beside its verdict. Terminal tables, Markdown, HTML, annotations, the
+webhook, ``merge`` and ``pr-body`` all read it from here."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import errors
+from . import errors, results
 
 PASS = "PASS"
 NEW = "NEW"  # no golden yet for this image and model
@@ -112,6 +112,27 @@ def annotation_level(verdict: str, *, ci: bool = False) -> str | None:
     return None
 
 
+def warnings(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """Every warning a model's result carries, as (kind, sentence), in the order the results
+    type declares them (``results.WARNING_FIELDS``: each field typed ``WarningText``, e.g.
+    ('shared_batches', 'rank 0 and rank 1 train on the same batches ...'), ('coverage.note', ...)).
+    A warning never changes the verdict; every channel that shows the verdict shows these."""
+    out = []
+    for path in results.WARNING_FIELDS:
+        value: Any = m
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value:
+            out.append((".".join(path), str(value)))
+    return out
+
+
+def unsaid_warnings(m: dict[str, Any], said: str = "") -> list[tuple[str, str]]:
+    """``warnings(m)`` less those whose sentence is already in ``said`` (the verdict's message,
+    where a channel prints it beside them)."""
+    return [(kind, text) for kind, text in warnings(m) if text not in said]
+
+
 def by_severity(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Model entries, most serious verdict first (stable within a verdict)."""
     rank = {v: i for i, v in enumerate(ORDER)}
@@ -202,4 +223,10 @@ def op_text(op: dict[str, Any] | None) -> str:
     if op.get("kind") == "sequence":
         return f"the ops themselves differ from op {op['index']}: {op['op']}{where}" + (f", {pass_}" if pass_ else "")
     mag = magnitude_text(op)
-    return f"{op['op']}{where}" + (f", {pass_}" if pass_ else "") + (f", {mag}" if mag else "")
+    aside = op.get("aside")
+    earlier = ""
+    if aside:  # an earlier op differs too, but nothing the step trains on reads it
+        at = "".join([f" in {aside['module']}" if aside.get("module") else "",
+                      f" at {aside['source']}" if aside.get("source") else ""])
+        earlier = f" (earlier, {aside['op']}{at} differs too, but neither the loss nor the gradients read it)"
+    return f"{op['op']}{where}" + (f", {pass_}" if pass_ else "") + (f", {mag}" if mag else "") + earlier

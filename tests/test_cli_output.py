@@ -125,3 +125,21 @@ def test_json_of_a_results_file_is_the_typed_document(files):
                                                                       "steps", "resume_at", "seed", "fault", "config",
                                                                       "config_sha256", "batch_size", "attestation"}
     assert json.loads(json.dumps(doc)) == doc
+
+
+def test_a_throughput_regression_is_one_warning_line_whichever_stages_ran():
+    """With the determinism stage, ``print_report`` says every warning, the regression among
+    them; the throughput table does not repeat it. Throughput alone: the table's turn."""
+    doc = throughput_document()
+    doc["models"][0]["throughput_regression"] = "strict 1.40× slower than the golden's 1.10× [slowdown-factor]"
+
+    def shown(stages: tuple[str, ...]) -> str:
+        out, err = (Console(file=io.StringIO(), width=400, soft_wrap=True) for _ in range(2))
+        if "determinism" in stages:
+            terminal.print_report(doc, out, None, err)
+        terminal.print_throughput(doc, out, None if "determinism" in stages else "results.json", err)
+        return err.file.getvalue()
+
+    line = "warning: transformer: strict 1.40× slower than the golden's 1.10× [slowdown-factor]"
+    assert shown(("determinism", "throughput")).count(line) == 1
+    assert shown(("throughput",)).count(line) == 1

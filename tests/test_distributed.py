@@ -369,3 +369,18 @@ def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
     record["distributed"].update(world_size=2, ddp={"wrapped_by": "plugin"})
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
+
+
+@pytest.mark.slow
+def test_ranks_that_share_their_batches_are_said_on_the_terminal_and_in_the_report(tmp_path):
+    """The warning of a plain shuffling loader at world size 2 reaches the user: a line on
+    stderr beside the NEW notice, and the Warnings of ``reproci report``."""
+    cli = Cli(tmp_path)
+    out = cli("run", "-m", f"{DDP}:unsharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
+    assert out.returncode == 0, out.stderr
+    said = model_entry(cli.latest(), "ddp.unsharded")["shared_batches"]
+    assert said.startswith("rank 0 and rank 1 train on the same batches at every step")
+    assert f"warning: ddp.unsharded: {said}" in " ".join(out.stderr.split())
+    report = cli("report", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    assert f"- ⚠️ **ddp.unsharded**: {said}" in report.stdout.split("### Warnings", 1)[1]

@@ -112,3 +112,33 @@ def test_a_drift_after_the_optimizer_is_outside_every_op(reproci):
     assert p.returncode == 1, p.stderr
     op = model_entry(reproci.latest(), "conv")["evidence"]["op"]
     assert op["found"] is False and op["ops"] > 10
+
+
+def _step_with_a_logged_value(log_noise: float, loss_noise: float) -> dict:
+    """One recorded step: a logged statistic first, then the loss; each perturbed on demand."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    log = torch.zeros(())
+    x = torch.ones(4, 3)
+    with OpRecorder(model, opt) as rec:
+        out = model(x)
+        log.add_(out.detach().mean() + log_noise)  # read by neither the loss nor the gradients
+        loss = (out + loss_noise).pow(2).mean()
+        loss.backward()
+        opt.step()
+        rec.mark_loss(loss.detach())
+    rows = [{**r, "on_path": m} for r, m in zip(rec.rows, rec.on_path())]
+    return {"rows": rows, "kept": rec.kept}
+
+
+def test_the_op_named_is_the_first_the_loss_or_gradients_read():
+    a = _step_with_a_logged_value(0.0, 0.0)
+    b = _step_with_a_logged_value(1.0, 0.5)  # the log differs first, the loss later
+    op = first_op_difference(a, b)
+    line = _step_with_a_logged_value.__code__.co_firstlineno
+    assert op["found"] and op["phase"] == "forward" and op["source"].startswith(f"test_ops.py:{line + 10} "), op
+    assert op["aside"]["source"].startswith(f"test_ops.py:{line + 9} ") and op["index"] > op["aside"]["index"], op
+    assert "neither the loss nor the gradients read it" in verdicts.op_text(op)
+    only_log = first_op_difference(a, _step_with_a_logged_value(1.0, 0.0))
+    assert only_log["found"] and only_log["source"].startswith(f"test_ops.py:{line + 9} ") and "aside" not in only_log

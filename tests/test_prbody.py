@@ -153,3 +153,34 @@ def test_huge_package_diffs_stay_under_githubs_body_limit(files: dict[str, Path]
 def test_missing_results_file_is_a_usage_error(cli, tmp_path: Path) -> None:
     code, _, err = cli("pr-body", str(tmp_path / "results.json"))
     assert code == errors.EXIT_USAGE and "does not exist" in err
+
+
+def items(markdown: str, heading: str) -> list[str]:
+    """The list items under a heading, as a reader sees them."""
+    tokens = MarkdownIt("commonmark").parse(markdown)
+    found, under = [], False
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open":
+            under = tokens[i + 1].content == heading
+        elif under and tok.type == "inline" and [t.type for t in tokens[i - 2:i]] == ["list_item_open", "paragraph_open"]:
+            found.append(tok.content)
+    return found
+
+
+def test_ranks_that_share_their_batches_are_a_warning_the_reviewer_sees() -> None:
+    """The Models list shows the golden's message, which does not carry the determinism stage's
+    warnings: the body lists them under their own heading, beside a reproducible verdict."""
+    from pipeline.stages import replicas
+
+    said = replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
+    assert said
+    doc = {"run_id": "r1", "image": {"name": "local"}, "options": {"stages": ["determinism"]},
+           "golden": {"updated": True, "file": "goldens/local.yaml"},
+           "models": [{"model": "ddp.unsharded", "verdict": "NEW", "message": f"A = B = C; warning: {said}",
+                       "shared_batches": said,
+                       "golden": {"verdict": "NEW", "message": "golden recorded in goldens/local.yaml"},
+                       "runs": {r: {"final_sha256": "ab" * 32} for r in "ABC"}, "final_sha256": "ab" * 32}]}
+    body = prbody.render(doc)
+    assert "✅ Every model reproduced itself in this image" in body
+    assert items(body, "Models") == ["**ddp.unsharded**: golden recorded in goldens/local.yaml"]
+    assert items(body, "Warnings") == [f"⚠️ **ddp.unsharded**: {said}"]

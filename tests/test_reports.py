@@ -1,5 +1,6 @@
 """``reproci report``: Markdown, self-contained HTML with charts, JSON, and history trends,
-from real runs (one with the determinism and throughput stages, one throughput-only)."""
+from real runs (one with the determinism and throughput stages, one throughput-only); and
+every warning a result carries, in every channel that shows its verdict."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from pipeline.reports import html as html_report
 
 from .helpers import Cli, model_entry
 
-pytestmark = pytest.mark.slow
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -42,6 +42,7 @@ def _images(tree) -> list[bytes]:
     return out
 
 
+@pytest.mark.slow
 def test_markdown_shows_rates_slowdown_interval_top_ops_and_verdict(two_runs):
     cli, docs = two_runs
     md = report_build.render(cli.cwd / "results" / docs[0]["run_id"], "md", None)
@@ -55,6 +56,7 @@ def test_markdown_shows_rates_slowdown_interval_top_ops_and_verdict(two_runs):
     assert "### Slowdown over time" in md  # the history beside the results is picked up
 
 
+@pytest.mark.slow
 def test_html_is_self_contained_parses_strictly_and_has_every_chart(two_runs):
     cli, docs = two_runs
     out = cli.cwd / "report.html"
@@ -75,6 +77,7 @@ def test_html_is_self_contained_parses_strictly_and_has_every_chart(two_runs):
     assert 'id="losses"' in out.read_text() and 'id="history"' in out.read_text()
 
 
+@pytest.mark.slow
 def test_html_renders_in_a_headless_browser(two_runs, tmp_path: Path):
     """A real browser draws the page (skipped where Debian's chromium is not installed)."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -94,6 +97,7 @@ def test_html_renders_in_a_headless_browser(two_runs, tmp_path: Path):
     assert pixels.std() > 0.05  # not a blank page
 
 
+@pytest.mark.slow
 def test_loss_curves_overlay_the_golden_only_when_it_differs(two_runs):
     cli, docs = two_runs
     run_dir = cli.cwd / "results" / docs[0]["run_id"]
@@ -107,6 +111,7 @@ def test_loss_curves_overlay_the_golden_only_when_it_differs(two_runs):
     assert "golden" in html_report.loss_series(run_dir, entry, [v + 1e-3 for v in same])
 
 
+@pytest.mark.slow
 def test_json_report_and_history_trend_across_two_runs(two_runs):
     cli, docs = two_runs
     data = json.loads(report_build.render(cli.cwd / "results", "json", None))
@@ -123,6 +128,7 @@ def test_json_report_and_history_trend_across_two_runs(two_runs):
     assert "Cost of strict determinism" not in r.stdout
 
 
+@pytest.mark.slow
 def test_history_of_another_format_version_fails_with_what_to_do(two_runs, tmp_path: Path):
     cli, _ = two_runs
     hist = tmp_path / "history"
@@ -142,6 +148,7 @@ def test_missing_results_fail_with_one_line(reproci: Cli):
     assert "run `reproci run` first" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_reports_are_readable_by_others_as_shared_files_are(two_runs, tmp_path: Path):
     cli, _ = two_runs
     out = tmp_path / "report.md"
@@ -157,6 +164,7 @@ def _umask() -> int:
     return umask()
 
 
+@pytest.mark.slow
 def test_error_messages_keep_square_brackets(cli):
     """A message is plain text, not markup: `pip install 'reproci[report]'` keeps its extra."""
     code, _, err = cli("run", "-m", "models[report].py:build")
@@ -203,3 +211,130 @@ def test_a_run_that_recorded_its_golden_says_so(files):
     for m in doc["models"]:
         assert "golden recorded in" in m["message"] and "record one with" not in m["message"], m["message"]
         assert m["golden"]["recorded"] is True
+
+
+# --- warnings: one list (``verdicts.warnings``), every channel that shows a verdict ---
+
+# Every field of a model entry that is not a warning: data, a verdict, or a section with its own
+# table. A new field of ``results.ModelEntry`` fails the test below until it is named here or
+# typed ``results.WarningText``, which puts it in every channel at once.
+NOT_WARNINGS = {
+    "model", "ref", "plugin", "verdict", "message", "final_sha256", "evidence", "golden", "throughput", "variance",
+    "audit", "probes", "execution", "bisect", "blame", "world_size", "coverage.epochs", "coverage.batches_per_epoch",
+    "coverage.resume_at", "coverage.resume_epoch", "runs", "records", "error", "seconds",
+    "state_census.differences", "state_census.errors",
+}
+
+
+def _fields(kind: type, prefix: str = "") -> set[str]:
+    """Every field of a typed dict, and of the typed dicts it holds, as 'coverage.note'."""
+    from typing import get_type_hints
+
+    from pipeline import results
+
+    out: set[str] = set()
+    for name, hint in get_type_hints(kind, include_extras=True).items():
+        inner = results.sections(hint)
+        out |= set().union(*(_fields(t, f"{prefix}{name}.") for t in inner)) if inner else {prefix + name}
+    return out
+
+
+def test_every_field_of_a_model_entry_is_a_warning_or_said_not_to_be_one():
+    from pipeline import results
+
+    warnings = {".".join(path) for path in results.WARNING_FIELDS}
+    assert {"shared_batches", "epoch_order", "coverage.note", "throughput_regression"} <= warnings
+    assert _fields(results.ModelEntry) - warnings == NOT_WARNINGS
+
+
+def _sentence(path: tuple[str, ...]) -> str:
+    """The stage's own sentence where one function makes it; otherwise one with rich markup and
+    HTML to escape."""
+    from pipeline.stages import epochs, replicas
+
+    if path == ("shared_batches",):
+        return replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
+    if path == ("epoch_order",):
+        return epochs.repeated(1, "first 2 batches compared")
+    return f"{'.'.join(path)} says [bold]this[/] & <that>: run `reproci run --steps 16`"
+
+
+def _warned(path: tuple[str, ...], text: str, verdict: str = "PASS", message: str = "A = B = C") -> dict:
+    """A results document of one model whose result carries the warning at ``path``."""
+    entry: dict = {"model": "ddp.unsharded", "verdict": verdict, "message": message, "final_sha256": "ab" * 32,
+                   "seconds": 1.0, "runs": {r: {"final_sha256": "ab" * 32} for r in "ABC"}}
+    node = entry
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = text
+    return {"run_id": "r1", "image": {"name": "local", "backend": "local"}, "options": {"stages": ["determinism"]},
+            "golden": {"updated": True}, "summary": {"exit_code": 0}, "models": [entry]}
+
+
+def _terminal(doc: dict) -> tuple[str, str]:
+    """stdout and stderr of ``reproci run``'s report, with consoles as ``pipeline.console`` makes them."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.reports import terminal
+
+    out, err = (Console(file=io.StringIO(), width=400, soft_wrap=True, highlight=False) for _ in range(2))
+    terminal.print_report(doc, out, "results/r1/results.json", err)
+    return out.file.getvalue(), err.file.getvalue()
+
+
+def _html_warnings(text: str) -> list[str]:
+    tree = html5lib.HTMLParser(strict=True, namespaceHTMLElements=False).parse(text)
+    return ["".join(li.itertext()) for li in tree.findall(".//section[@id='warnings']/ul/li")]
+
+
+def _channels(doc: dict) -> dict[str, str]:
+    from pipeline.reports import github, markdown, prbody
+
+    return {"terminal": _terminal(doc)[1], "markdown": markdown.render(doc), "summary": github.summary_markdown(doc),
+            "pr body": prbody.render(doc), "html": "\n".join(_html_warnings(html_report.render(doc))),
+            "annotations": "\n".join(github.annotations(doc))}
+
+
+@pytest.mark.parametrize("path", __import__("pipeline.results").results.WARNING_FIELDS, ids=".".join)
+def test_every_warning_is_shown_wherever_the_verdict_is(path):
+    """Each warning field of the results type, set alone: the terminal (stderr), the Markdown
+    report, the HTML report, the step summary, the PR body and an annotation all say it."""
+    from pipeline.reports import github, jsonexport
+
+    text = _sentence(path)
+    doc = _warned(path, text)
+    shown = _channels(doc)
+    assert f"warning: ddp.unsharded: {text}" in shown["terminal"]
+    for channel in ("markdown", "summary", "pr body"):
+        assert f"- ⚠️ **ddp.unsharded**: {text}" in shown[channel].split("### Warnings", 1)[-1], channel
+    assert shown["html"] == f"ddp.unsharded: {text}".replace("`", "")  # a `code span` is <code> there
+    assert github.annotation("warning", f"reproci ddp.unsharded on local: warning ({'.'.join(path)})", text) in (
+        shown["annotations"])
+    assert json.loads(jsonexport.render(doc))["models"][0]["warnings"] == [{"kind": ".".join(path), "text": text}]
+
+
+def test_a_result_without_warnings_shows_no_warnings_section():
+    doc = _warned(("shared_batches",), "")
+    for channel, text in _channels(doc).items():
+        assert "warning" not in text.lower() and "Warnings" not in text, channel
+
+
+def test_a_warning_the_message_already_says_is_said_once_on_the_terminal():
+    """A failing verdict's message carries its warnings (the determinism stage appends them):
+    the terminal says it there, on stdout; a drift's message is the golden's, without them."""
+    text = _sentence(("shared_batches",))
+    failed = _warned(("shared_batches",), text, "NONDETERMINISTIC", f"A ≠ B from step 3; warning: {text}")
+    out, err = _terminal(failed)
+    assert out.count(text) == 1 and text not in err
+    out, err = _terminal(_warned(("shared_batches",), text, "UPGRADE_CHANGED", "the golden differs from step 1"))
+    assert text not in out and f"warning: ddp.unsharded: {text}" in err
+
+
+def test_the_webhook_adds_the_warnings_its_message_lacks():
+    from pipeline.reports import webhook
+
+    text = _sentence(("shared_batches",))
+    msg = webhook.slack_message(_warned(("shared_batches",), text, "ENV_CHANGED", "the golden differs"))
+    assert f"• *ddp.unsharded*: ENV_CHANGED: the golden differs; warning: {text}" in msg["text"]

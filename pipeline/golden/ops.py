@@ -22,22 +22,34 @@ def first_op_difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     ``{"found": False, ...}`` when every op's outputs agree (the difference entered outside
     the step's ops: after the optimizer, or in state the step does not read)."""
     rows_a, rows_b = a.get("rows") or [], b.get("rows") or []
+    aside: dict[str, Any] | None = None  # a first differing op whose output enters neither loss nor gradients
     for i, (ra, rb) in enumerate(zip(rows_a, rows_b)):
         if ra["overload"] != rb["overload"]:
             return {"found": True, "index": i, "ops": len(rows_a), "kind": "sequence", **_where(ra),
-                    "other_op": f"aten::{rb['op']}"}
+                    "other_op": f"aten::{rb['op']}", **({"aside": aside} if aside else {})}
         if ra["digest"] != rb["digest"]:
             out = {"found": True, "index": i, "ops": len(rows_a), "kind": "output", **_where(ra)}
             ka, kb = (a.get("kept") or {}).get(i), (b.get("kept") or {}).get(i)
             m = tensor_magnitude(ka, kb) if ka is not None and kb is not None else None
             if m is not None and m["elements_differing"]:  # else another of its outputs differs (one copy is kept)
                 out.update(max_abs=m["max_abs"], max_ulp=m["max_ulp"], elements_differing=m["elements_differing"])
-            return out
+            if ra.get("on_path") is False and rb.get("on_path") is False:
+                # The loss and the gradients do not read it (a logging metric): look on for one they do.
+                aside = aside or out
+                continue
+            return {**out, **({"aside": _aside(aside)} if aside else {})}
+    if aside is not None:
+        return aside
     if len(rows_a) != len(rows_b):
         i = min(len(rows_a), len(rows_b))
         longer = rows_a if len(rows_a) > len(rows_b) else rows_b
         return {"found": True, "index": i, "ops": len(rows_a), "kind": "sequence", **_where(longer[i])}
     return {"found": False, "ops": len(rows_a)}
+
+
+def _aside(op: dict[str, Any]) -> dict[str, Any]:
+    """The earlier differing op that the loss and the gradients do not read, in brief."""
+    return {k: op.get(k) for k in ("op", "module", "source", "phase", "index")}
 
 
 def _where(row: dict[str, Any]) -> dict[str, Any]:

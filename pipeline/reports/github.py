@@ -32,23 +32,27 @@ def where(m: dict[str, Any]) -> str:
     return verdicts.first_difference(verdicts.evidence_of(m), code=lambda s: f"`{s}`")
 
 
-def _model_annotation(m: dict[str, Any], title: str, *, ci: bool) -> str | None:
+def _model_annotations(m: dict[str, Any], image: Any, *, ci: bool) -> list[str]:
+    """The model's verdict annotation when it needs attention, then a ``warning`` for each of its
+    warnings (``verdicts.warnings``), at that level even when the verdict's message says it too."""
     v = str(m.get("verdict"))
     level = verdicts.annotation_level(v, ci=ci)
-    if level is None:
-        return None
-    detail = verdicts.first_difference(verdicts.evidence_of(m))
-    text = f"{v}: {m.get('message') or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
-    return annotation(level, title, text)
+    out = []
+    if level is not None:
+        detail = verdicts.first_difference(verdicts.evidence_of(m))
+        text = f"{v}: {m.get('message') or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
+        out.append(annotation(level, f"reproci {m['model']} on {image}: {v}", text))
+    return out + [annotation("warning", f"reproci {m['model']} on {image}: warning ({kind})", text)
+                  for kind, text in verdicts.warnings(m)]
 
 
 def annotations(document: dict[str, Any]) -> list[str]:
-    """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``)."""
+    """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``),
+    one per warning of a model (``verdicts.warnings``), then the portability dependencies."""
     image = (document.get("image") or {}).get("name")
     ci = bool((document.get("options") or {}).get("ci"))
-    lines = (_model_annotation(m, f"reproci {m['model']} on {image}: {m.get('verdict')}", ci=ci)
-             for m in verdicts.by_severity(document.get("models", [])))
-    return [line for line in lines if line] + _probe_annotations(document)
+    return [line for m in verdicts.by_severity(document.get("models", []))
+            for line in _model_annotations(m, image, ci=ci)] + _probe_annotations(document)
 
 
 def _probe_annotations(document: dict[str, Any]) -> list[str]:
@@ -64,9 +68,7 @@ def merged_annotations(merged: dict[str, Any]) -> list[str]:
     out = [annotation("error", f"reproci {name}", f"no results from image {name}: its job failed before "
                       "writing results.json") for name in merged["missing"]]
     for m in verdicts.by_severity(merged["models"]):
-        line = _model_annotation(m, f"reproci {m['model']} on {m['image']}: {m['verdict']}", ci=bool(m.get("ci")))
-        if line:
-            out.append(line)
+        out += _model_annotations(m, m["image"], ci=bool(m.get("ci")))
     return out
 
 
@@ -98,8 +100,9 @@ def summary_markdown(document: dict[str, Any]) -> str:
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
         [cell(m["model"]), f"{verdicts.ICON.get(m.get('verdict'), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
+    warned = markdown.warnings(document)
     findings = markdown.findings(document)
-    return "\n".join(lines + _package_lines(models) + variance.markdown(document)
+    return "\n".join(lines + (["", *warned] if warned else []) + _package_lines(models) + variance.markdown(document)
                      + (["", *findings] if findings else [])) + "\n"
 
 
@@ -116,6 +119,9 @@ def merged_summary_markdown(merged: dict[str, Any]) -> str:
         [code(m["image"]), cell(m["model"]), f"{verdicts.ICON.get(m['verdict'], '')} {m['verdict']}", cell(where(m)),
          code((m.get("final_sha256") or "")[:12] or None), cell(slowdown_text((m.get("throughput") or {}).get("slowdown")))]
         for m in models])
+    warned = markdown.warnings(merged)
+    if warned:
+        lines += ["", *warned[:-1]]
     notable = [m for m in models if m["verdict"] != verdicts.PASS]
     if notable:
         lines += ["", "### Details", ""]

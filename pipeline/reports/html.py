@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from .. import verdicts
 from ..stages.throughput import NOISY_WIDTH
 from . import charts
 from ..stages import audit, bisect, probes
@@ -87,6 +88,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
         image = document.get("image") or {}
         title = f"reproci · {image.get('name')} · {document.get('run_id')}"
         parts.append(_run(document))
+        parts.append(_warnings(document))
         parts.append(_throughput(document))
         parts.append(_variance(document))
         parts.append(_findings(document))
@@ -111,6 +113,15 @@ def _run(doc: dict[str, Any]) -> str:
             + "</p><h2>Verdicts</h2>" + _table(["model", "verdict", "message"], rows) + "</section>")
 
 
+def _warnings(doc: dict[str, Any]) -> str:
+    """Every model's warnings (``verdicts.warnings``), an item each; nothing when there are none."""
+    items = [f'<li data-kind="{escape(kind)}"><strong>{escape(str(m.get("model")))}</strong>: {prose(text)}</li>'
+             for m in verdicts.by_severity(doc.get("models") or []) for kind, text in verdicts.warnings(m)]
+    if not items:
+        return ""
+    return '<section id="warnings"><h2>Warnings</h2><ul>' + "".join(items) + "</ul></section>"
+
+
 def _throughput(doc: dict[str, Any]) -> str:
     rows = throughput_rows(doc)
     if not rows:
@@ -133,8 +144,7 @@ def _throughput(doc: dict[str, Any]) -> str:
     out.append("<h2>Where the time goes</h2>")
     for r in rows:
         items = "".join(f"<li><code>{escape(op_text(op))}</code></li>" for op in r["top_ops"])
-        warn = f'<p class="bad">{escape(r["regression"])}</p>' if r["regression"] else ""
-        out.append(f"<h3>{escape(str(r['model']))}</h3>{warn}"
+        out.append(f"<h3>{escape(str(r['model']))}</h3>"
                    + (f"<ol>{items}</ol>" if items else "<p>No op grew under strict mode in the profiled steps.</p>"))
     return "".join(out) + "</section>"
 

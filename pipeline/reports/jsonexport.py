@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import verdicts
+
 SCHEMA = "reproci.report"
 VERSION = 1
 
@@ -21,6 +23,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
             out["models"].append({
                 "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
                 "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),
+                "warnings": [{"kind": kind, "text": text} for kind, text in verdicts.warnings(m)],
                 "audit": None if not isinstance(m.get("audit"), dict) else {
                     k: m["audit"].get(k) for k in ("torch", "device", "ops_executed", "counts", "findings", "warnings",
                                                    "error")},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import verdicts
 from ..stages.throughput import NOISY_WIDTH
 from ..stages import audit, bisect, probes
 from .mdtable import cell, code, table
@@ -19,6 +20,7 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
     lines: list[str] = []
     if document is not None:
         lines += _run(document)
+        lines += warnings(document)
         lines += variance.markdown(document)
         lines += findings(document)
     if trends:
@@ -78,9 +80,22 @@ def _run(doc: dict[str, Any]) -> list[str]:
             lines.append(f"- **{r['model']}**: no op grew under strict mode in the profiled steps")
         if extra:
             lines.append(f"  - other modes against default: {', '.join(extra)}")
-        if r["regression"]:
-            lines.append(f"  - ⚠️ {cell(r['regression'])}")
     return lines + [""]
+
+
+def warnings(doc: dict[str, Any]) -> list[str]:
+    """Every model's warnings (``verdicts.warnings``), a line each, most serious verdict first;
+    nothing when there are none. The report and the step summaries show this section."""
+    found = [(m, text) for m in verdicts.by_severity(doc.get("models") or []) for _, text in verdicts.warnings(m)]
+    if not found:
+        return []
+    return ["### Warnings", "", *(f"- ⚠️ **{cell(m.get('model'))}**{_on(m)}: {cell(text)}" for m, text in found),
+            ""]
+
+
+def _on(m: dict[str, Any]) -> str:
+    """' on `image`' for a merged matrix's model, whose image is part of its name."""
+    return f" on {code(m['image'])}" if m.get("image") else ""
 
 
 def findings(doc: dict[str, Any]) -> list[str]:

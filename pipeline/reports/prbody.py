@@ -84,8 +84,8 @@ def render(doc: dict[str, Any]) -> str:
     """The pull-request body for a results document (renders whatever stages and goldens are present)."""
     models = doc.get("models", [])
     has_old = any(_golden(m).get("golden_final_sha256") for m in models)
-    lines = [*_verdict_lines(doc), *_image_lines(doc, has_old), *_diff_lines(models, has_old), *_model_lines(models),
-             *_throughput_lines(models), *_variance_lines(models), *_environment_lines(doc)]
+    lines = [*_verdict_lines(doc), *_warning_lines(models), *_image_lines(doc, has_old), *_diff_lines(models, has_old),
+             *_model_lines(models), *_throughput_lines(models), *_variance_lines(models), *_environment_lines(doc)]
     return "\n".join(lines) + "\n"
 
 
@@ -101,6 +101,14 @@ def _verdict_lines(doc: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(doc.get('models', []))} model(s)).")
     return lines + [""]
+
+
+def _warning_lines(models: list[dict[str, Any]]) -> list[str]:
+    """Every model's warnings (``verdicts.warnings``): they never change a verdict, but a reviewer
+    approves the golden knowing them."""
+    found = [f"- ⚠️ **{cell(m.get('model'))}**: {cell(text)}"
+             for m in verdicts.by_severity(models) for _, text in verdicts.warnings(m)]
+    return ["### Warnings", "", *found, ""] if found else []
 
 
 def _image_lines(doc: dict[str, Any], has_old: bool) -> list[str]:

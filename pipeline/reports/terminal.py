@@ -39,15 +39,16 @@ def verdict_table(document: dict[str, Any]) -> Table:
 
 def print_report(document: dict[str, Any], console: Console, results_path: str | None = None,
                  err: Console | None = None) -> None:
-    """The verdict table and each model's verdict message on ``console`` (the results); the
-    NEW notice on ``err`` (see ``pipeline.console``)."""
+    """The verdict table and each model's verdict message on ``console`` (the results); its
+    warnings and the NEW notice on ``err`` (see ``pipeline.console``)."""
     err = err or console
     console.print(verdict_table(document))
     for m in verdicts.by_severity(document.get("models", [])):
+        said = ""
         if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
-            console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(str(m.get('message')))}", highlight=False)
-        elif m.get("epoch_order"):  # said in the message above otherwise
-            err.print(f"[bold yellow]warning[/]: {m['model']}: {escape(m['epoch_order'])}", highlight=False)
+            said = str(m.get("message"))
+            console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(said)}", highlight=False)
+        print_warnings(m, err, said)
         if m.get("verdict") == verdicts.PASS and (m.get("golden") or {}).get("upgrade_checked"):
             console.print(f"[bold]{m['model']}[/]: PASS: {escape(str(m['golden']['message']))}", highlight=False)
     new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
@@ -61,6 +62,12 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
                   highlight=False)
     if results_path:
         console.print(f"results: {results_path}", highlight=False, markup=False)
+
+
+def print_warnings(m: dict[str, Any], err: Console, said: str = "") -> None:
+    """A model's warnings (``verdicts.warnings``), one line each, less those ``said`` holds."""
+    for _, text in verdicts.unsaid_warnings(m, said):
+        err.print(f"[bold yellow]warning[/]: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
 
 
 def throughput_table(document: dict[str, Any]) -> Table | None:
@@ -86,7 +93,8 @@ def throughput_table(document: dict[str, Any]) -> Table | None:
 def print_throughput(document: dict[str, Any], console: Console, results_path: str | None = None,
                      err: Console | None = None) -> None:
     """The throughput table and its failures; with ``results_path``, a run without the
-    determinism stage, which therefore makes no reproducibility claim."""
+    determinism stage, which therefore makes no reproducibility claim: then the models'
+    warnings (a throughput regression among them) are said here, as ``print_report`` does."""
     err = err or console
     t = throughput_table(document)
     if t is not None:
@@ -94,8 +102,8 @@ def print_throughput(document: dict[str, Any], console: Console, results_path: s
     for r in throughput_rows(document):
         if r["error"]:
             console.print(f"[bold]{r['model']}[/]: throughput failed: {escape(str(r['error']))}", highlight=False)
-        if r["regression"]:
-            err.print(f"[bold yellow]warning[/]: {r['model']}: {escape(r['regression'])}", highlight=False)
     if results_path:
+        for m in document.get("models", []):
+            print_warnings(m, err)
         console.print("determinism not checked (throughput stage only; add --stage determinism)", highlight=False)
         console.print(f"results: {results_path}", highlight=False)

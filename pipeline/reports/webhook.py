@@ -23,7 +23,9 @@ def slack_message(document: dict[str, Any]) -> dict[str, Any]:
     image = (document.get("image") or {}).get("name")
     bad = [m for m in verdicts.by_severity(document.get("models", []))
            if m.get("verdict") in verdicts.FAILING | verdicts.DRIFTING]
-    lines = [f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}" for m in bad]
+    lines = [f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}"
+             + "".join(f"; warning: {text}" for _, text in verdicts.unsaid_warnings(m, m.get("message") or ""))
+             for m in bad]
     if (document.get("options") or {}).get("probes_fail"):  # what failed the run with --probes-fail
         depends = [r for r in probes.rows(document) if r["status"] == probes.DEPENDS]
         bad += [m for m in document.get("models", []) if m not in bad and any(r["model"] == m["model"] for r in depends)]

@@ -24,8 +24,9 @@ def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -
                if not info.get("snapshotted")]
     if unsaved:
         held = "unless get_extra_state holds it" if record_a.get("extra_state_sha256") else "which the checkpoint does not hold"
-        return (f"the data pipeline draws from {', '.join(unsaved)}, {held} (the harness snapshots the loader's "
-                "generator and the samplers' RNGs, not the dataset's or the collate function's): return its state "
+        return (f"the data pipeline draws from {', '.join(unsaved)}, {held} (a checkpoint holds the loader's "
+                "generator and a torch sampler's generator=, not an RNG of the plugin's own sampler, dataset or "
+                "collate function): return its state "
                 "from get_extra_state and put it back in set_extra_state")
     return None
 

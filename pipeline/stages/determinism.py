@@ -31,7 +31,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.spec import WorkerSpec
-from . import causes, coverage, epochs, replicas, sidestate
+from . import causes, census, coverage, epochs, replicas, sidestate
 from .explain import controls_switched_off, describe, evidence_of
 
 
@@ -175,22 +175,27 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     rank = None
     if verdict == verdicts.PASS and ranks:
         verdict, pair, evidence, rank = replicas.decide(records, ranks, _decide)
-    if evidence is not None and pair is not None and evidence.cause != "restore" and rank is None:
+    private = census.differences(records["A"], records["C"])
+    verdict, pair, evidence = census.decide(verdict, pair, evidence, private)
+    if evidence is not None and pair is not None and evidence.cause not in ("restore", "census") and rank is None:
         measure(ctx, evidence, specs, pair[0], pair[1], records)
-    hint = causes.known_cause(verdict, evidence, records["A"])
+    hint = census.hint(verdict, pair, evidence, private) or causes.known_cause(verdict, evidence, records["A"])
     order = epochs.repeated_order(records["A"])
     shared = replicas.shared_batches(records["A"], ranks)
     covered = coverage.of(records["A"], options)
+    private_notice = census.notice(private) if verdict == verdicts.PASS else None
     warnings = [w for w in (order, shared) if w]
     switched = controls_switched_off(records)
-    if switched and verdict == verdicts.PASS:
-        # The runs agreed, but not under strict determinism: no guarantee on other hardware.
+    if switched and verdict == verdicts.PASS:  # agreed, but not under strict determinism: no guarantee elsewhere
         verdict = verdicts.NONDETERMINISTIC
     a = records["A"]
     result.update(
         verdict=verdict,
         message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
-                 else describe(verdict, evidence, pair, switched)) + _notes(hint, warnings, covered, records, pair),
+                 else census.describe(private) if evidence is not None and evidence.cause == "census"
+                 else describe(verdict, evidence, pair, switched))
+                + _notes(hint, warnings, covered, records, pair, private_notice),
+        state_census=census.summary(records, private, private_notice),
         epoch_order=order,
         shared_batches=shared,
         coverage=covered,
@@ -207,22 +212,27 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         records={r: f"{model.name}/record-{r}.json" for r in records},
         seconds=round(time.monotonic() - own_start(records, t0), 3),
     )
-    if not options.keep_checkpoints:
-        for p in (ctx.run_dir / model.name).glob("ckpt-*.pt"):
-            p.unlink(missing_ok=True)
-    for cache in (ctx.run_dir / model.name).glob("inductor-cache-*"):
-        shutil.rmtree(cache, ignore_errors=True)  # compiled code, rebuilt by any re-run
+    _clean(options, ctx.run_dir / model.name)
     return result
 
 
+def _clean(options: RunOptions, work: Path) -> None:
+    """The checkpoints (unless kept) and the compiled code of a model's runs, rebuilt by any re-run."""
+    if not options.keep_checkpoints:
+        for p in work.glob("ckpt-*.pt"):
+            p.unlink(missing_ok=True)
+    for cache in work.glob("inductor-cache-*"):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def _notes(hint: str | None, warnings: list[str], covered: dict[str, Any], records: dict[str, dict[str, Any]],
-           pair: tuple[str, str] | None) -> str:
+           pair: tuple[str, str] | None, notice: str | None = None) -> str:
     """What the verdict's sentence is followed by: a known cause, warnings (which never change the
     verdict), what the run did not cover, and that warm caches were checked (compiled runs)."""
     return ((f"; {hint}" if hint else "") + "".join(f"; warning: {w}" for w in warnings)
             + (f"; note: {covered['note']}" if covered.get("note") else "")
             + ("; compiled: W, on A's warm inductor caches, = A, compiled cold" if "W" in records
-               and pair != ("A", "W") else ""))
+               and pair != ("A", "W") else "") + (f"; notice: {notice}" if notice else ""))
 
 
 # A and B start at least this long apart (a forked A can end within a second), so a seed drawn

@@ -1,15 +1,16 @@
 """Where the data pipeline stands, and how a resumed run gets back there exactly.
 
 The harness iterates ``TrainSetup.loader`` once per epoch. Before each epoch it takes an
-**epoch-start snapshot** (the loader generator's state, the state of every RNG object the
-sampler, the batch sampler and a sampler inside it hold under any attribute name, every
-process RNG state and the plugin's extra state), then calls ``set_epoch(epoch)`` on the
+**epoch-start snapshot** (the loader generator's state, a torch sampler's ``generator=``,
+every process RNG state and the plugin's extra state: what a trainer's checkpoint holds),
+then calls ``set_epoch(epoch)`` on the
 loader, its sampler, batch sampler and dataset where they have one, then ``iter(loader)``.
 A checkpoint at step k stores that snapshot and the number of batches consumed in the epoch.
 
-RNG objects of the dataset and of the collate function (augmentation, masking) draw per
-sample or per batch, not per epoch: they are the plugin's to checkpoint, through
-``get_extra_state``/``set_extra_state``. ``describe`` names every RNG object the pipeline
+Any other RNG object of the pipeline (a batch sampler's private ``random.Random``, the
+dataset's or the collate function's augmentation or masking generator) is the plugin's to
+checkpoint, through ``get_extra_state``/``set_extra_state``, as it would be with its own
+trainer; the state census (``census``) names it when a resumed run's differs. ``describe`` names every RNG object the pipeline
 holds and whether the harness snapshots it, so a failed resume can say which one it was.
 
 A resumed run rebuilds the world of the interrupted epoch's start from the snapshot,
@@ -88,16 +89,19 @@ def _parts(loader: Any, *, order_only: bool) -> dict[str, Any]:
 
 
 def sampler_rngs(setup: TrainSetup) -> dict[str, Any]:
-    """The RNG objects that decide the order, held by the sampler, the batch sampler or a
-    sampler inside it, under any attribute name; the loader generator aside (saved as such)."""
+    """The generators a trainer's checkpoint holds for the order besides the loader generator
+    (saved as such): a torch sampler's ``generator=`` (a ``RandomSampler`` inside a batch
+    sampler). An RNG object a sampler of the plugin's own keeps, under any name, is the
+    plugin's private state: not snapshotted, so a resume behaves as the user's trainer's
+    would, and the state census names it when it differs."""
     gen = setup.generator()
     found: dict[str, Any] = {}
     seen = {id(gen)} if gen is not None else set()
     for prefix, part in _parts(setup.loader, order_only=True).items():
-        for path, obj in rng.held(part, prefix).items():
-            if id(obj) not in seen:
-                seen.add(id(obj))
-                found[path] = obj
+        g = getattr(part, "generator", None)
+        if isinstance(g, torch.Generator) and type(part).__module__.startswith("torch.") and id(g) not in seen:
+            seen.add(id(g))
+            found[f"{prefix}.generator"] = g
     return found
 
 

@@ -154,6 +154,8 @@ class OpRecorder(TorchDispatchMode):
         self._anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
         self._tagger = _Tagger(self)
         self.attention: list[dict[str, Any]] | None = None if digests else []  # SDPA calls (the audit's)
+        self._writers: dict[int, int] = {}  # storage -> the row that last wrote it (data flow between ops)
+        self._loss_row: int | None = None
 
     def module(self) -> str | None:
         return self.stack[-1] if self.stack else None
@@ -198,7 +200,12 @@ class OpRecorder(TorchDispatchMode):
             where = user_frame([(f.filename, f.lineno or 0, f.name) for f in traceback.extract_stack()])
         index = len(self.rows)
         name = str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(func)
+        reads = sorted({w for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+                        for w in (self._writers.get(_storage(t)),) if w is not None})
+        for t in tensors:  # in place or new: this row's output is what the storage now holds
+            self._writers[_storage(t)] = index
         self.rows.append({"op": name, "overload": str(func), "phase": phase, "module": module, "where": where,
+                          "reads": reads,
                           "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
                           "device": tensors[0].device.type, "variant": variant(name, args, kwargs or {}),
                           "digest": "".join(digest(t) for t in tensors) if self.digests else None,
@@ -212,5 +219,34 @@ class OpRecorder(TorchDispatchMode):
             self._kept_bytes += size
         return out
 
+    def mark_loss(self, loss: torch.Tensor) -> None:
+        """The step's loss, as the step returned it: the ops it was computed from are on its path."""
+        if isinstance(loss, torch.Tensor) and loss.layout == torch.strided:
+            self._loss_row = self._writers.get(_storage(loss))
+
+    def on_path(self) -> list[bool]:
+        """Per row: whether its output enters the loss or the gradients: an ancestor (by data flow)
+        of the loss or of a backward op, or a backward or optimizer op itself."""
+        marked = [False] * len(self.rows)
+        todo = [i for i, r in enumerate(self.rows) if r["phase"] in ("backward", "optimizer")]
+        if self._loss_row is not None:
+            todo.append(self._loss_row)
+        while todo:
+            i = todo.pop()
+            if marked[i]:
+                continue
+            marked[i] = True
+            todo.extend(j for j in self.rows[i].get("reads", ()) if not marked[j])
+        return marked
+
     def save(self, path: str) -> None:
-        torch.save({"rows": self.rows, "kept": self.kept}, path)
+        marks = self.on_path() if self._loss_row is not None else None
+        rows = [{**r, "on_path": m} for r, m in zip(self.rows, marks)] if marks is not None else self.rows
+        torch.save({"rows": rows, "kept": self.kept}, path)
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, functional)
+        return id(t)

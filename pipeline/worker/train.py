@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, determinism, distributed, execution, perturb, record
+from . import census, checkpoint, determinism, distributed, execution, perturb, record
 from .batches import Accumulated, EpochEnds, epoch_batches, next_batch
 from .checkpoint import LoopPosition, Resume, extra_sha256
 from .contract import ModelContext, TrainSetup, load_factory, loss_of, validate
@@ -83,15 +83,12 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     trace = record.Trace(setup, fingerprints=spec.fingerprints, start_step=pos.step)
     attestations = {"start": start.attestation}
     extra_hashes: dict[str, str | None] = {}  # what get_extra_state returns, hashed at the checkpoint and the end
-    t_setup = time.perf_counter()
-    turns = Turns(spec, spec_file, device) if spec.lockstep else None
-    stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)  # a dump at dump_at ends the run
-    clock = StepClock(device, since=t_setup, start_step=pos.step, stop=stop, warmup_steps=spec.warmup_steps,
-                      profile_ops=spec.profile_ops)
+    turns, stop, clock = _pacing(spec, spec_file, device, pos.step)
     batches = epoch_batches(setup, pos, resume, spec, faults)
     epochs = EpochEnds(setup, pos.epoch)  # epoch-stepped schedulers, from the epoch the run starts in
     watch.step = lambda: pos.step + 1  # from here on, a control set is set in the step being taken
     step_line = StepLine(stop) if rank.rank == 0 else (lambda step: None)
+    points = census.Points(pos.step if resume is not None else spec.checkpoint_at)  # A's checkpoint, C's resume
     sync(device)
     while pos.step < stop:
         in_turn = turns is not None and clock.past_warmup(pos.step)
@@ -102,11 +99,13 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         t_fetch = time.perf_counter()
         batch = next_batch(batches, setup.accumulate, device)
         fetch_s = time.perf_counter() - t_fetch
+        points.before_step(setup, pos.step)
         trace.batch(batch, pos.epoch)
         epochs.reached(pos.epoch)
         loss = _recorded_step(spec, spec_file, setup, net, batch, pos.step + 1, autocast)
         pos.step += 1
         faults.after_step(setup.model, pos.step)
+        points.after_step(setup, pos.step)
         trace.step(loss)
         clock.step_taken(pos.step, fetch_s)
         _save_checkpoints(spec, spec_file, setup, pos, attestations, extra_hashes)
@@ -129,11 +128,24 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
                        watch=watch, clock=clock, turns=turns, final=final)
     out.update(_execution_facts(spec, setup, compiled, cache), perturbed=perturbed)
     out["checkpoint_at"] = spec.checkpoint_at
+    out["census"] = points.to_record()
     out["extra_state_sha256"] = extra_hashes if setup.get_extra_state is not None else None
     if spec.evaluate:
         out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
     out["distributed"] = distributed.describe(rank, ddp)
     return out
+
+
+def _pacing(spec: WorkerSpec, spec_file: Path, device: torch.device,
+            start_step: int) -> tuple[Turns | None, int, StepClock]:
+    """Turns with paired runs (lockstep), the step the run stops at (a dump at ``dump_at`` ends
+    it), and the step clock, started now that the set-up is done."""
+    t_setup = time.perf_counter()
+    turns = Turns(spec, spec_file, device) if spec.lockstep else None
+    stop = spec.steps if spec.dump_at is None else min(spec.steps, spec.dump_at)
+    clock = StepClock(device, since=t_setup, start_step=start_step, stop=stop, warmup_steps=spec.warmup_steps,
+                      profile_ops=spec.profile_ops)
+    return turns, stop, clock
 
 
 def _step_module(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, own: torch.nn.Module | None,
@@ -225,6 +237,7 @@ def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, net: to
 
     with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
         loss = train_step(setup, net, batch, step, autocast)
+        recorder.mark_loss(loss)
     recorder.save(str(resolve(spec_file, spec.ops_path.format(step=step) if several else spec.ops_path)))
     return loss
 

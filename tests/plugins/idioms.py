@@ -150,10 +150,23 @@ class SeededBatches(torch.utils.data.Sampler):
 
 
 def own_batch_sampler(ctx: ModelContext) -> TrainSetup:
+    """Its generator is private state: a trainer's checkpoint does not hold it, so a resume in
+    a later epoch draws another order (the state census names ``loader.batch_sampler.rng``)."""
     data = Samples(ctx.seed)
     loader = torch.utils.data.DataLoader(data, batch_sampler=SeededBatches(len(data), BATCH, ctx.seed), num_workers=2,
                                          worker_init_fn=ctx.seed_worker)
     return _setup(ctx, loader)
+
+
+def own_batch_sampler_exposed(ctx: ModelContext) -> TrainSetup:
+    """The same batch sampler, its generator's state returned from get_extra_state."""
+    data = Samples(ctx.seed)
+    batches = SeededBatches(len(data), BATCH, ctx.seed)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=batches, num_workers=2, worker_init_fn=ctx.seed_worker)
+    setup = _setup(ctx, loader)
+    setup.get_extra_state = lambda: {"order_rng": batches.rng.get_state()}
+    setup.set_extra_state = lambda s: batches.rng.set_state(s["order_rng"])
+    return setup
 
 
 class ClockOrder(torch.utils.data.Sampler):

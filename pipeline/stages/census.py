@@ -1,0 +1,172 @@
+"""The state census compared: private state of runs A and C at the resume point and after
+the next step (``pipeline.worker.census`` takes it).
+
+One rule for state outside the checkpoint: what a trainer's checkpoint holds is restored;
+everything else the harness can reach is the plugin's private state, never restored on its
+behalf, and compared here.
+
+- An RNG object, a module or a tensor that differs between A and C is a resume bug: the
+  verdict is RESUME_BROKEN, naming it by path and type, even when every fingerprinted tensor
+  agreed (the state may enter training later, or only through the data order of a later epoch).
+- A plain value that differs (a counter, a flag) is named as the likely cause when tensors
+  differ too, and is a notice when they do not: a logging counter is no bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import verdicts
+from ..golden.compare import Divergence
+
+STRONG = ("rng", "module", "tensor")  # kinds that fail a resume by themselves
+
+
+@dataclass(frozen=True)
+class Difference:
+    path: str
+    kind: str  # rng, module, tensor or value
+    type: str  # as the census named it, on the side that has it (A's first)
+    step: int  # the census point: k (the resume point) or k + 1
+    a: dict[str, Any] | None  # the census items of A and C (None: absent on that side)
+    c: dict[str, Any] | None
+
+    @property
+    def strong(self) -> bool:
+        return self.kind in STRONG
+
+    def sides(self) -> str:
+        if self.a is None or self.c is None:
+            present, absent = ("A", "C") if self.a is not None else ("C", "A")
+            return f"present in {present}, absent in {absent}"
+        if self.a.get("type") != self.c.get("type"):
+            return f"{self.a.get('type')} in A, {self.c.get('type')} in C"
+        if self.kind == "value" and "value" in self.a and "value" in self.c:
+            return f"A {self.a['value']}, C {self.c['value']}"
+        return ""
+
+    def sentence(self) -> str:
+        """'loader.batch_sampler.rng (random.Random) differs between A and C at step 16'."""
+        sides = self.sides()
+        return f"{self.path} ({self.type}) differs between A and C at step {self.step}" + (f" ({sides})" if sides else "")
+
+
+def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
+    """Each path whose census item differs between A and C, first where it first differs;
+    strong kinds first, in path order."""
+    ca, cc = a.get("census") or {}, c.get("census") or {}
+    k = ca.get("at")
+    if k is None or k != cc.get("at"):
+        return []
+    found: dict[str, Difference] = {}
+    for point, step in (("resume", k), ("next", k + 1)):
+        ia = (ca.get(point) or {}).get("items") or {}
+        ic = (cc.get(point) or {}).get("items") or {}
+        for path in sorted(set(ia) | set(ic)):
+            x, y = ia.get(path), ic.get(path)
+            if path in found or _same(x, y):
+                continue
+            kinds = [d["kind"] for d in (x, y) if d is not None]
+            kind = next((s for s in STRONG if s in kinds), kinds[0])
+            found[path] = Difference(path=path, kind=kind, type=(x or y or {}).get("type", "?"), step=step, a=x, c=y)
+    return sorted(found.values(), key=lambda d: (not d.strong, d.step, d.path))
+
+
+def _same(x: dict[str, Any] | None, y: dict[str, Any] | None) -> bool:
+    if x is None or y is None:
+        return x is y
+    return x.get("kind") == y.get("kind") and x.get("type") == y.get("type") and x.get("sha") == y.get("sha")
+
+
+def errors(a: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Why a census could not be taken in A or C, if it could not."""
+    out = []
+    for role, rec in (("A", a), ("C", c)):
+        for point, taken in ((rec.get("census") or {}).items()):
+            if isinstance(taken, dict) and taken.get("error"):
+                out.append(f"run {role} at the {point} point: {taken['error']}")
+    return out
+
+
+def fix(d: Difference) -> str:
+    if d.kind == "module":
+        return "declare it in TrainSetup.state_modules (checkpointed and fingerprinted like the model)"
+    if d.kind == "rng":
+        return "return its state from get_extra_state and put it back in set_extra_state"
+    if d.kind == "tensor":
+        return ("return it from get_extra_state and put it back in set_extra_state (or, on a module, register it "
+                "as a persistent buffer)")
+    return "return it from get_extra_state and put it back in set_extra_state"
+
+
+def _more(rest: list[Difference]) -> str:
+    if not rest:
+        return ""
+    names = ", ".join(d.path for d in rest[:3])
+    return f" (and {len(rest)} more: {names}{', …' if len(rest) > 3 else ''})"
+
+
+def divergence(diffs: list[Difference]) -> Divergence | None:
+    """The evidence of a resume bug that only the census saw: the first strong difference."""
+    strong = [d for d in diffs if d.strong]
+    if not strong:
+        return None
+    first = strong[0]
+    return Divergence(step=first.step, tensor=first.path, kind="census", cause="census",
+                      detail={"type": first.type, "census_kind": first.kind, "differences": [_row(d) for d in diffs[:10]]})
+
+
+def describe(diffs: list[Difference]) -> str:
+    """The verdict's sentence when the census alone found the resume bug."""
+    strong = [d for d in diffs if d.strong]
+    first = strong[0]
+    return (f"A = B = C in every fingerprinted tensor, but {first.sentence()}: it is not in the checkpoint, so a "
+            f"resumed run (here, and with the user's own trainer) does not continue from where A was; "
+            f"{fix(first)}{_more(strong[1:])}")
+
+
+def likely_cause(diffs: list[Difference]) -> str | None:
+    """The hint beside a resume bug the tensors showed: the private state that differs."""
+    if not diffs:
+        return None
+    first = diffs[0]
+    return f"likely cause: {first.sentence()}, outside the checkpoint: {fix(first)}{_more(diffs[1:])}"
+
+
+def notice(diffs: list[Difference]) -> str | None:
+    """Plain values that differ while every tensor agreed: said, never a failure."""
+    values = [d for d in diffs if not d.strong]
+    if not values:
+        return None
+    first = values[0]
+    return (f"{first.sentence()}, outside the checkpoint; every tensor agrees, so it is taken for bookkeeping "
+            f"(a logging counter is no bug): if training reads it, {fix(first)}{_more(values[1:])}")
+
+
+def _row(d: Difference) -> dict[str, Any]:
+    return {"path": d.path, "kind": d.kind, "type": d.type, "step": d.step, "sides": d.sides() or None}
+
+
+def decide(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None,
+           diffs: list[Difference]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
+    """Every hashed tensor agreed (PASS), but state outside the checkpoint did not: a resume bug
+    all the same, with the census's evidence."""
+    found = divergence(diffs)
+    if verdict == verdicts.PASS and found is not None:
+        return verdicts.RESUME_BROKEN, ("A", "C"), found
+    return verdict, pair, ev
+
+
+def hint(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None, diffs: list[Difference]) -> str | None:
+    """Beside a resume bug the tensors showed, the private state that differs: measured on the runs."""
+    if verdict != verdicts.RESUME_BROKEN or pair != ("A", "C") or ev is None or ev.cause == "census":
+        return None
+    return likely_cause(diffs)
+
+
+def summary(records: dict[str, dict[str, Any]], diffs: list[Difference], said: str | None) -> dict[str, Any] | None:
+    """The result's ``state_census`` section: what differed, the notice, why a census failed."""
+    if not (records.get("A") or {}).get("census"):
+        return None
+    return {"differences": [_row(d) for d in diffs], "notice": said, "errors": errors(records["A"], records["C"])}

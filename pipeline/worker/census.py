@@ -1,0 +1,233 @@
+"""The state census: training state that the checkpoint does not hold, hashed where a resumed
+run picks up.
+
+What the harness checkpoints is what a trainer checkpoints: the model's parameters and
+persistent buffers, the optimizers, the schedulers, the GradScaler, the global RNGs, the
+loader's order generator (``DataLoader(generator=)``, a torch sampler's ``generator=``) and
+position, the declared extra state (``get_extra_state``) and state modules. Everything else
+the harness can reach from the set-up is the plugin's private state, and the census hashes it:
+
+- the data pipeline: the loader's sampler, batch sampler (and a sampler inside it), dataset
+  and collate function, and what they hold;
+- the functions the loop calls: ``loss_fn``, ``eval_fn``, ``after_step`` (their closures,
+  bound objects, ``functools.partial`` arguments, and the module globals they name, where
+  the function is the user's own code), and the schedulers (a ``LambdaLR``'s lambdas among
+  them), through the harness's stepper wrappers;
+- the model's own modules, for what their ``state_dict`` leaves out: tensors kept as plain
+  attributes or non-persistent buffers (a torchmetrics metric's state), RNG objects.
+
+Each item found is one of four kinds: an RNG object (its state), a module (its state dict),
+a tensor (exact bit checksum, dtype and shape), or a plain value (an int, float, bool, short
+string or None: a counter, a flag). Runs A and C take a census at the resume point (the
+state after step k, with step k+1's batch in hand) and after step k+1; the determinism stage
+compares them (``pipeline.stages.census``). The walk never enters the harness's own objects
+(the classes of ``pipeline.worker``), iterators, locks, caches, modules or classes, and
+stops at a depth and an item count, so it costs milliseconds, not a pass over the data.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import types
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from . import reach, rng
+from .bits import no_fill
+from .reach import MAX_CONTAINER
+from .contract import TrainSetup
+
+MAX_DEPTH = 6  # attribute hops from a root
+MAX_ITEMS = 4000  # objects visited per census
+MAX_STR = 200  # longer strings are not plain values worth comparing
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+_SKIP_TYPES: tuple[type, ...] = (
+    types.ModuleType, type, types.BuiltinFunctionType, types.CodeType, types.FrameType, types.GeneratorType,
+    types.CoroutineType, types.AsyncGeneratorType, functools._lru_cache_wrapper, torch.device, torch.dtype,
+    torch.optim.Optimizer, torch.amp.GradScaler, torch.utils.data.DataLoader,
+)
+
+
+class Census:
+    """One census: path -> (kind, type name, digest)."""
+
+    def __init__(self, setup: TrainSetup) -> None:
+        self.setup = setup
+        self.items: dict[str, dict[str, str]] = {}
+        self._seen: set[int] = set()
+        self._visited = 0
+        self._held = _checkpointed(setup)
+
+    def take(self) -> dict[str, dict[str, str]]:
+        with torch.no_grad(), no_fill():
+            for path, root in _roots(self.setup):
+                self._walk(root, path, 0)
+            self._model_extras()
+        return dict(sorted(self.items.items()))
+
+    def _item(self, path: str, kind: str, type_name: str, sha: str, value: str | None = None) -> None:
+        self.items[path] = {"kind": kind, "type": type_name, "sha": sha, **({"value": value} if value else {})}
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def _walk(self, obj: Any, path: str, depth: int) -> None:
+        if self._visited >= MAX_ITEMS:
+            return
+        if isinstance(obj, _PLAIN):
+            if not isinstance(obj, (str, bytes)) or len(obj) <= MAX_STR:
+                text = repr(obj)
+                self._item(path, "value", type(obj).__name__, reach.digest(text), text if len(text) <= 40 else None)
+            return
+        if id(obj) in self._held or id(obj) in self._seen:
+            return
+        self._seen.add(id(obj))
+        self._visited += 1
+        if rng.is_rng(obj):
+            self._item(path, "rng", rng.kind(obj), reach.digest(repr(reach.rng_state(obj))))
+            return
+        if isinstance(obj, torch.Tensor):
+            self._item(path, "tensor", reach.tensor_type(obj), reach.tensor_digest(obj))
+            return
+        if isinstance(obj, np.ndarray):
+            self._item(path, "tensor", f"numpy.ndarray[{obj.dtype}, {obj.shape}]", reach.digest(obj.tobytes()))
+            return
+        if isinstance(obj, torch.nn.Module):
+            self._module(obj, path)
+            return
+        if isinstance(obj, (list, tuple)) and obj and all(isinstance(v, _PLAIN) for v in obj[:MAX_CONTAINER]) \
+                and isinstance(obj[-1], _PLAIN):  # a list of numbers is one value: data, or a history
+            text = repr(obj[:MAX_CONTAINER * 16])
+            self._item(path, "value", f"{type(obj).__name__}[{type(obj[0]).__name__}] of {len(obj)}", reach.digest(text),
+                       text if len(text) <= 40 else None)
+            return
+        if depth >= MAX_DEPTH or isinstance(obj, _SKIP_TYPES) or reach.harness_object(obj) or reach.is_iterator(obj):
+            return
+        for name, child in reach.children(obj):
+            self._walk(child, f"{path}{name}", depth + 1)
+
+    def _module(self, module: torch.nn.Module, path: str) -> None:
+        """A module the checkpoint does not hold (an EMA in a closure): its state dict, as one item."""
+        tensors = [(n, t) for n, t in module.state_dict(keep_vars=True).items() if isinstance(t, torch.Tensor)]
+        if not tensors or all(id(t) in self._held for _, t in tensors):
+            return
+        h = hashlib.sha256()
+        for n, t in tensors:
+            h.update(f"{n}:{reach.tensor_type(t)}:{reach.tensor_digest(t)};".encode())
+        self._item(path, "module", type(module).__qualname__, h.hexdigest()[:16])
+
+    def _model_extras(self) -> None:
+        """What the model's and the state modules' ``state_dict`` leave out: tensors kept as plain
+        attributes or non-persistent buffers, and RNG objects, of every submodule."""
+        roots = [("model", self.setup.model)] + [(f"state_modules.{n}", m) for n, m in self.setup.state_modules.items()]
+        for prefix, root in roots:
+            for mname, module in root.named_modules():
+                where = f"{prefix}.{mname}" if mname else prefix
+                for name in getattr(module, "_non_persistent_buffers_set", ()):
+                    t = module._buffers.get(name)
+                    if isinstance(t, torch.Tensor):
+                        self._item(f"{where}.{name}", "tensor", reach.tensor_type(t), reach.tensor_digest(t))
+                for name, value in vars(module).items():
+                    if name.startswith("_"):  # torch's own bookkeeping (_parameters, _buffers, hooks)
+                        continue
+                    if isinstance(value, (torch.Tensor, np.ndarray)) and not isinstance(value, torch.nn.Parameter) \
+                            or rng.is_rng(value):
+                        self._walk(value, f"{where}.{name}", MAX_DEPTH)
+                    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+                        for i, v in enumerate(value[:MAX_CONTAINER]):  # a metric's list state
+                            self._walk(v, f"{where}.{name}[{i}]", MAX_DEPTH)
+
+
+def take(setup: TrainSetup) -> dict[str, dict[str, str]]:
+    """The census of ``setup``'s private state now: path -> {kind, type, sha}."""
+    return Census(setup).take()
+
+
+# -- what the census starts from, and what it leaves to the checkpoint ------------------------
+
+def _roots(setup: TrainSetup) -> Iterator[tuple[str, Any]]:
+    loader = setup.loader
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    # the dataset first: a sampler holds it too (``data_source``), and the shorter path names it
+    for name, part in (("loader.dataset", getattr(loader, "dataset", None)), ("loader.sampler", getattr(loader, "sampler", None)),
+                       ("loader.batch_sampler", batch_sampler), ("loader.collate_fn", getattr(loader, "collate_fn", None))):
+        if part is not None:
+            yield name, part
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        yield "loader", loader  # a plain iterable of the plugin's: its own state is private
+    for name in ("loss_fn", "eval_fn", "after_step"):
+        fn = getattr(setup, name)
+        if fn is not None:
+            yield name, fn
+    schedules = setup.scheduler
+    for i, s in enumerate(getattr(schedules, "schedulers", None) or ()):
+        inner = getattr(s, "scheduler", s) if reach.harness_object(s) else s  # through EveryEpoch
+        yield f"scheduler[{i}]", inner
+
+
+def _checkpointed(setup: TrainSetup) -> set[int]:
+    """The ids of the objects the checkpoint holds (and of the model's own tensors)."""
+    held: set[int] = set()
+    for root in (setup.model, *setup.state_modules.values()):
+        held.add(id(root))
+        for m in root.modules():
+            held.add(id(m))
+        for t in root.state_dict(keep_vars=True).values():
+            held.add(id(t))
+        for p in root.parameters():
+            held.add(id(p))
+            if p.grad is not None:
+                held.add(id(p.grad))
+    opt = setup.optimizer
+    held.add(id(opt))
+    for member in getattr(opt, "optimizers", None) or [opt]:
+        held.add(id(member))
+        for state in member.state.values():
+            held.update(id(v) for v in state.values() if isinstance(v, torch.Tensor))
+    for obj in (setup.scaler, setup.generator(), setup.get_extra_state, setup.set_extra_state, setup.scheduler):
+        if obj is not None:
+            held.add(id(obj))
+    loader = setup.loader
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for part in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        g = getattr(part, "generator", None)
+        if isinstance(g, torch.Generator) and type(part).__module__.startswith("torch."):
+            held.add(id(g))  # a torch sampler's generator=: in the epoch-start snapshot
+    return held
+
+
+class Points:
+    """The census of one run at the resume point k (the state after step k, with step k+1's
+    batch in hand) and after step k+1: run A (which checkpoints at k) and run C (which resumes
+    from k) take them; other runs take none."""
+
+    def __init__(self, k: int | None) -> None:
+        self.k = k
+        self.taken: dict[str, Any] = {}
+
+    def before_step(self, setup: TrainSetup, step: int) -> None:
+        """Called with the number of steps taken so far, before the next one."""
+        if self.k is not None and step == self.k:
+            self.taken["resume"] = _safe(setup)
+
+    def after_step(self, setup: TrainSetup, step: int) -> None:
+        if self.k is not None and step == self.k + 1:
+            self.taken["next"] = _safe(setup)
+
+    def to_record(self) -> dict[str, Any] | None:
+        if self.k is None or not self.taken:
+            return None
+        return {"at": self.k, **self.taken}
+
+
+def _safe(setup: TrainSetup) -> dict[str, Any]:
+    """A census, or why it could not be taken: it never fails a training run."""
+    try:
+        return {"items": take(setup)}
+    except Exception as e:  # noqa: BLE001 - the plugin's objects may raise anywhere when read
+        return {"items": {}, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+
+
