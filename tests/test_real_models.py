@@ -86,7 +86,8 @@ def test_masking_from_the_collators_private_generator_is_resume_broken_until_exp
     assert broken["evidence"]["cause"] == "data", broken["evidence"]
     assert broken["evidence"]["data"] == "contents@2", broken["evidence"]  # other masks, not another order
     assert "different batch contents: other samples, or other augmentation or masking draws" in broken["message"]
-    assert "collate_fn.generator (torch.Generator), which the checkpoint does not hold" in broken["message"]
+    assert ("likely cause: loader.collate_fn.generator (torch.Generator) differs between A and C at step 6"
+            in broken["message"]), broken["message"]
     assert_agrees(entry(run, "bert_mlm_private_generator_fixed"))
 
 

@@ -66,8 +66,9 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
 
 def print_warnings(m: dict[str, Any], err: Console, said: str = "") -> None:
     """A model's warnings (``verdicts.warnings``), one line each, less those ``said`` holds."""
-    for _, text in verdicts.unsaid_warnings(m, said):
-        err.print(f"[bold yellow]warning[/]: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
+    for kind, text in verdicts.unsaid_warnings(m, said):
+        label = "[bold]notice[/]" if kind.endswith(".notice") else "[bold yellow]warning[/]"  # notices never fail
+        err.print(f"{label}: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
 
 
 def throughput_table(document: dict[str, Any]) -> Table | None:
