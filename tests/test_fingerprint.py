@@ -2,7 +2,8 @@ import torch
 
 from pipeline.worker.batchsum import batch_checksum
 from pipeline.worker.bits import flat_int
-from pipeline.worker.fingerprint import StepFingerprints, bit_checksum, initial_row, segment_sums
+from pipeline.worker.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
+                                         segment_sums)
 from pipeline.worker.state import final_hash, state_tensors
 
 
@@ -265,3 +266,120 @@ def test_a_state_module_is_part_of_every_row_and_of_the_final_hash():
         ema.module.weight[0, 0] += 1.0
     assert final_hash(model, opt, {"ema": ema})[0] != before
     assert final_hash(model, opt)[0] == final_hash(model, opt)[0]  # without it: not part of the hash
+
+
+# -- gradients that exist at some steps only ---------------------------------------------------
+
+class _Branchy(torch.nn.Module):
+    """A trunk every step, and a branch on the steps ``use`` picks (its gradient exists then only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = torch.nn.Linear(3, 1)
+        self.branch = torch.nn.Linear(3, 1)
+        self.use: bool | str = False  # True, False, or "zero": taken, but times 0 (an all-zero gradient)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.trunk(x)
+        if self.use:
+            y = y + self.branch(x) * (0.0 if self.use == "zero" else 1.0)
+        return y
+
+
+def _step(model: _Branchy, opt: torch.optim.Optimizer, fps: StepFingerprints | list[StepFingerprints], use: bool | str,
+          seed: int) -> None:
+    model.use = use
+    opt.zero_grad(set_to_none=True)
+    model(torch.randn(4, 3, generator=torch.Generator().manual_seed(seed))).sum().backward()
+    opt.step()
+    for f in fps if isinstance(fps, list) else [fps]:
+        f.record()
+
+
+def test_a_gradient_that_appears_at_step_3_is_fingerprinted_from_step_3():
+    torch.manual_seed(0)
+    model = _Branchy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+    for step, use in enumerate((False, False, True, False, True), start=1):
+        _step(model, opt, fps, use, step)
+        if step == 3:
+            at_3 = bit_checksum(model.branch.weight.grad).item()
+    assert "grad:branch.weight" in fps.names and "grad:branch.bias" in fps.names  # a column from the first row
+    col = [row[fps.names.index("grad:branch.weight")] for row in fps.to_lists()]
+    assert col[0] == col[1] == col[3] == ABSENT
+    assert col[2] == at_3 and col[4] == bit_checksum(model.branch.weight.grad).item() and ABSENT not in (col[2], col[4])
+
+
+def test_an_absent_gradient_and_an_all_zero_gradient_read_differently():
+    torch.manual_seed(0)
+    model = _Branchy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+    _step(model, opt, fps, False, 1)
+    _step(model, opt, fps, "zero", 2)
+    assert torch.count_nonzero(model.branch.weight.grad) == 0  # a gradient, all +0.0: checksum 0
+    absent, zero = (row[fps.names.index("grad:branch.weight")] for row in fps.to_lists())
+    assert (absent, zero) == (ABSENT, 0)
+
+
+def test_runs_that_start_at_different_steps_carry_the_same_names_and_rows():
+    """A run from scratch whose first step skips the branch, and one started at step 3 (a
+    resumed run) whose first step takes it: the same columns, equal rows where both recorded."""
+    torch.manual_seed(0)
+    model = _Branchy()
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    whole = StepFingerprints(model, opt)
+    uses = (False, True, True, False, True)
+    for step, use in enumerate(uses[:2], start=1):
+        _step(model, opt, whole, use, step)
+    later = StepFingerprints(model, opt)
+    for step, use in enumerate(uses[2:], start=3):
+        _step(model, opt, [whole, later], use, step)
+    assert set(whole.names) == set(later.names)
+    rows_whole = [dict(zip(whole.names, r)) for r in whole.to_lists()][2:]
+    assert rows_whole == [dict(zip(later.names, r)) for r in later.to_lists()]
+    assert rows_whole[1]["grad:branch.bias"] == ABSENT != rows_whole[0]["grad:branch.bias"]
+
+
+def test_a_frozen_parameter_reads_absent_until_it_is_unfrozen():
+    torch.manual_seed(0)
+    model = _Branchy()
+    model.branch.requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+    _step(model, opt, fps, True, 1)
+    model.branch.requires_grad_(True)
+    _step(model, opt, fps, True, 2)
+    frozen, unfrozen = (row[fps.names.index("grad:branch.weight")] for row in fps.to_lists())
+    assert frozen == ABSENT and unfrozen == bit_checksum(model.branch.weight.grad).item()
+
+
+def test_the_device_path_reads_absent_gradients_as_the_cpu_path_does():
+    """Off the CPU the checksums are segment sums over one concatenation whose layout changes
+    with the gradients present; here that path is forced on CPU tensors (no GPU on this machine)
+    and must give the numpy path's rows, step for step."""
+    torch.manual_seed(0)
+    model = _Branchy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    cpu, device = StepFingerprints(model, opt), StepFingerprints(model, opt)
+    for step, use in enumerate((False, True, "zero", False, True, True), start=1):
+        _step(model, opt, [cpu, device], use, step)
+        for group in device._bindings[-1]:
+            group.on_cpu = False  # every row after the first: the segment-sum path
+    assert cpu.to_lists() == device.to_lists()
+    assert ABSENT in sum(cpu.to_lists(), [])
+
+
+def test_segment_sums_with_a_workspace_follow_a_changing_total():
+    g = torch.Generator().manual_seed(0)
+    big, small = torch.randn(50, generator=g), torch.randn(7, generator=g)
+    workspace: dict = {}
+    for ts in ([big, small], [small], [big, big, small], [torch.empty(0), small]):
+        assert segment_sums([flat_int(t) for t in ts], workspace).tolist() == [bit_checksum(t).item() for t in ts]
+
+
+def test_absent_is_the_value_the_host_side_compares():
+    from pipeline.golden import compare
+
+    assert compare.ABSENT == ABSENT and compare.FINGERPRINT_SCHEME == FINGERPRINT_SCHEME

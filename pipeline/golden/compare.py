@@ -18,6 +18,12 @@ import numpy as np
 # and then the parameters. The first differing tensor is the earliest in this order.
 CAUSAL_KIND_ORDER = {"buffer": 0, "grad": 1, "optim": 2, "param": 3, "state": 4}  # state modules follow the parameters
 
+# What a row holds for a tensor a run does not have at that step (no gradient there: a layer
+# skipped, a branch not taken, a frozen parameter), in records of FINGERPRINT_SCHEME; the
+# worker's ``pipeline.worker.fingerprint.ABSENT`` (that module needs torch; this one must not).
+ABSENT = -(2**63)
+FINGERPRINT_SCHEME = "bitsum-every-grad-v2"
+
 
 @dataclass
 class Divergence:
@@ -43,23 +49,69 @@ class Divergence:
     data: str | None = None
     detail: dict[str, Any] | None = None  # causes "eval" and "extra" (stages/sidestate.py): what differs
     tensors: list[str] = field(default_factory=list)  # up to 10 differing tensors at the step
+    # The first differing tensor exists at that step in one run only ("a": the first run given
+    # to first_divergence, "b": the second; a gradient in one, none in the other): no magnitude.
+    only_in: str | None = None
     op: dict[str, Any] | None = None  # the first op whose output differs in that step (pipeline.golden.ops)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _causal_key(name: str, index: int, n: int) -> tuple[int, int]:
+def _causal_key(name: str, index: int, n: int, one_sided: bool = False) -> tuple[int, int, int]:
     kind = name.partition(":")[0]
     order = CAUSAL_KIND_ORDER.get(kind, 9)
+    # Within a kind, a tensor that exists in one run only comes first: the step took another
+    # path there (a layer skipped, a branch taken), which is what the other differences follow.
     # Backward runs the registration order in reverse: the last layer's grads come first.
-    return (order, n - index if kind == "grad" else index)
+    return (order, 0 if one_sided else 1, n - index if kind == "grad" else index)
 
 
 def step_rows(record: Mapping[str, Any]) -> dict[int, dict[str, int]]:
+    """Step -> tensor name -> checksum, as the record holds them (``ABSENT`` where the run
+    had no such tensor at that step, in records of ``FINGERPRINT_SCHEME``)."""
     names = record.get("tensor_names") or []
     start = int(record.get("start_step", 0))
     return {start + i + 1: dict(zip(names, row)) for i, row in enumerate(record.get("fingerprints") or [])}
+
+
+def tracks_absence(record: Mapping[str, Any]) -> bool:
+    """Whether a record's rows have a column for every gradient and say where a tensor is
+    absent. Older records took their gradient columns from their first step, and a tensor
+    missing at a step read 0 there, as an all-zero one does."""
+    return record.get("fingerprint_scheme") == FINGERPRINT_SCHEME
+
+
+def comparable_rows(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[dict[int, dict[str, int]],
+                                                                      dict[int, dict[str, int]]]:
+    """Both records' rows over one set of names, each value meaning the same on both sides.
+
+    Records that track absence carry every gradient from their first row: a name one of them
+    lacks is a tensor that run never had, absent at every step. With an older record on
+    either side, only the names both carry are compared, and absent reads 0 as it did then
+    (a gradient missing on one side and all zero on the other cannot be told apart there)."""
+    rows_a, rows_b = step_rows(a), step_rows(b)
+    names_a, names_b = list(a.get("tensor_names") or []), list(b.get("tensor_names") or [])
+    if tracks_absence(a) and tracks_absence(b):
+        known_a, known_b = set(names_a), set(names_b)
+        extra_a = [n for n in names_b if n not in known_a]
+        extra_b = [n for n in names_a if n not in known_b]
+        for rows, extra in ((rows_a, extra_a), (rows_b, extra_b)):
+            for row in rows.values():
+                row.update(dict.fromkeys(extra, ABSENT))
+        return rows_a, rows_b
+    common = set(names_a) & set(names_b)
+
+    def old(rows: dict[int, dict[str, int]]) -> dict[int, dict[str, int]]:
+        return {s: {n: 0 if v == ABSENT else v for n, v in row.items() if n in common} for s, row in rows.items()}
+
+    return old(rows_a), old(rows_b)
+
+
+def presence_text(tensor: str, step: int | None, present: str, absent: str) -> str:
+    """'grad:fc.weight exists in C at step 16, not in A': a tensor one run has and the other
+    does not (for a gradient, that step took another path in one of them)."""
+    return f"{tensor} exists in {present} at step {step}, not in {absent}"
 
 
 def _initial(record: Mapping[str, Any]) -> tuple[int, list[str], dict[str, int]] | None:
@@ -96,10 +148,12 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
     Step 0 is the state before the first step (runs from scratch); a resumed run's state
     as loaded is compared with the other run's row at the resume step.
     """
-    rows_a, rows_b = step_rows(a), step_rows(b)
+    rows_a, rows_b = comparable_rows(a, b)
     common = sorted(set(rows_a) & set(rows_b))
     start_a, start_b = int(a.get("start_step", 0)), int(b.get("start_step", 0))
     names = list(a.get("tensor_names") or [])
+    known = set(names)
+    names += [n for n in b.get("tensor_names") or [] if n not in known]
     index = {n: i for i, n in enumerate(names)}
     losses_a, losses_b = a.get("losses") or [], b.get("losses") or []
     batch_a, batch_b = a.get("batch_fingerprints") or [], b.get("batch_fingerprints") or []
@@ -119,7 +173,8 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
         if ra == rb:
             continue
         differing = [n for n in set(ra) | set(rb) if ra.get(n) != rb.get(n)]
-        differing.sort(key=lambda n: _causal_key(n, index.get(n, len(names)), len(names)))
+        one_sided = {n for n in differing if ABSENT in (ra.get(n), rb.get(n))}
+        differing.sort(key=lambda n: _causal_key(n, index.get(n, len(names)), len(names), n in one_sided))
         first = differing[0]
         if not same_scheme:
             cause = "unknown"
@@ -130,6 +185,7 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
             data=data_difference(a, b, s) if cause == "data" else None,
             loss_equal_at_step=at(losses_a, start_a, s) == at(losses_b, start_b, s), losses_equal=losses_equal,
             tensors=differing[:10],
+            only_in=("b" if ra.get(first) == ABSENT else "a") if first in one_sided else None,
         )
     if a.get("final_sha256") == b.get("final_sha256"):
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import drift
-from .compare import first_divergence, tensor_magnitude
+from .compare import first_divergence, presence_text, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from .store import IDENTITY_KEYS, Golden
 
@@ -34,6 +34,9 @@ def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
         div = first_divergence(ma.as_record(), mb.as_record()) if same_identity else None
         if div is not None:
             entry.update(step=div.step, tensor=div.tensor, losses_equal=div.losses_equal)
+            if div.only_in:  # a gradient one golden has at that step and the other has not
+                sides = (a.path.stem, b.path.stem) if div.only_in == "a" else (b.path.stem, a.path.stem)
+                entry.update(only_in=sides[0], presence=presence_text(div.tensor or "?", div.step, *sides))
             t = drift.state_name(div.tensor)
             if t in ma.state and t in mb.state:
                 entry.update(tensor_magnitude(ma.state[t], mb.state[t]))

@@ -56,6 +56,7 @@ class ModelGolden:
             "fingerprints": self.fingerprints.tolist() if self.fingerprints is not None else [],
             "batch_fingerprints": self.batch_fingerprints.tolist() if self.batch_fingerprints is not None else [],
             "batch_checksum": self.entry.get("batch_checksum"),  # the scheme: same scheme, comparable batches
+            "fingerprint_scheme": self.entry.get("fingerprint_scheme"),  # what the rows hold for an absent tensor
             "losses": self.entry.get("losses") or [],
             "final_sha256": self.entry.get("final_sha256"),
             "tensor_sha256": self.tensor_sha256,
@@ -249,6 +250,7 @@ def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any
         "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
         "world_size": opts.get("world_size", 1), "execution": m.get("execution"),
         "final_sha256": rec["final_sha256"], "batch_checksum": rec.get("batch_checksum"),
+        "fingerprint_scheme": rec.get("fingerprint_scheme"),
         "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
         "run_id": document.get("run_id"), "recorded_at": now,
     }

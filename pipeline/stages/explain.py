@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import verdicts
-from ..golden.compare import Divergence
+from ..golden.compare import Divergence, presence_text
 from . import sidestate
 
 
@@ -47,6 +47,9 @@ def evidence_of(ev: Divergence | None, pair: tuple[str, str] | None, switched: l
         return None
     out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
         "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
+    if ev is not None and ev.only_in and pair is not None:  # "a"/"b" -> the run that has the tensor
+        out["only_in"] = pair[0] if ev.only_in == "a" else pair[1]
+        out["presence"] = presence_text(ev.tensor or "?", ev.step, *_sides(ev, pair))
     if rank is not None and pair is not None:  # found on another rank than 0
         out.update(rank=rank, comparison=(f"run {pair[0]}: rank 0 vs rank {rank}" if pair[0] == pair[1]
                                           else f"{pair[0]} vs {pair[1]} on rank {rank}"))
@@ -55,6 +58,11 @@ def evidence_of(ev: Divergence | None, pair: tuple[str, str] | None, switched: l
     if hint:
         out["hint"] = hint
     return out
+
+
+def _sides(ev: Divergence, pair: tuple[str, str]) -> tuple[str, str]:
+    """(the run that has the divergence's tensor at its step, the run that does not)."""
+    return (pair[0], pair[1]) if ev.only_in == "a" else (pair[1], pair[0])
 
 
 def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
@@ -77,7 +85,9 @@ def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
     elif ev.cause == "restore":
         text += f" ({ev.differing_tensors} tensors differ): the checkpoint does not restore it"
     else:
-        mag = verdicts.magnitude_text(d)
+        # A tensor in one run only has no magnitude: say which run has it, never |Δ| 0.
+        mag = ("which exists in {} at that step, not in {}".format(*_sides(ev, pair)) if ev.only_in
+               else verdicts.magnitude_text(d))
         cause = f"; {verdicts.cause_text(d)}" if ev.cause in ("data", "compute") else ""
         loss = "; losses still equal" if ev.losses_equal else ""
         op = f"; first differing op: {verdicts.op_text(ev.op)}" if ev.op else ""

@@ -9,6 +9,13 @@ fingerprints on any device, and a one-ULP change anywhere changes it. (The final
 the first difference.) It is computed on the tensor's device; the per-step rows stay there
 until the run ends, so there is no host copy per step, and state spread over several
 devices is checksummed per device.
+
+Every row has a column for every parameter's gradient, from the first row on, whether or
+not the parameter has a gradient yet (a frozen one included: it may be unfrozen later), so
+runs that start at different steps carry the same names. A step at which a tensor does not
+exist (a layer that LayerDrop or MoE routing skipped, a branch not taken, a frozen
+parameter, optimizer state not made yet) reads ``ABSENT`` there: a value compared like any
+other, and distinct from an all-zero tensor, whose checksum is 0.
 """
 
 from __future__ import annotations
@@ -22,7 +29,15 @@ import torch
 from .bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
 from .state import Modules, sort_key, state_tensors
 
+# What a row holds for a tensor the state does not have at that step. Outside the range of
+# every checksum of elements of up to 32 bits; for 64-bit elements one value in 2**64.
+ABSENT = -(2**63)
+# The layout of the rows, recorded beside them: before it (no scheme in a record), gradient
+# columns were those of the first step, and a missing tensor read 0.
+FINGERPRINT_SCHEME = "bitsum-every-grad-v2"
+
 _EMPTY = np.zeros(0, dtype=np.int32)
+_INDEX_CACHE_MAX = 1024  # layouts kept; a gradient present at some steps only makes one per pattern
 _INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
@@ -52,6 +67,8 @@ class StepFingerprints:
     state that appears later, is rebound, so every row checksums the state as it is at that
     step. Each step then costs one view per gradient and, per device, one concatenation and
     one cumulative sum per integer width and a gather: a handful of kernel launches.
+    Gradients are read afresh each step, each parameter's in its own column: which ones
+    exist at a step is noted on the host (no device work) and read ``ABSENT`` in the rows.
 
     State may live on several devices (Adam keeps ``step`` as a CPU scalar beside CUDA
     parameters): tensors are grouped by device and each group's checksums stay on its
@@ -64,20 +81,22 @@ class StepFingerprints:
         self.optimizer = optimizer
         self.modules = modules
         self.names: list[str] | None = None
-        self.rows: list[tuple[int, list[torch.Tensor]]] = []  # per step: (binding, one tensor per device group)
+        # per step: (binding, one tensor per device group, the columns of the gradients it lacked)
+        self.rows: list[tuple[int, list[torch.Tensor], tuple[int, ...]]] = []
         self._bindings: list[list[_DeviceGroup]] = []
         self._identity: list[tuple[int, int]] = []
 
     def _current(self) -> dict[str, torch.Tensor]:
-        return state_tensors(self.model, self.optimizer, with_grads=True, modules=self.modules)
+        return state_tensors(self.model, self.optimizer, with_grads=False, modules=self.modules)
 
     def _bind(self, tensors: dict[str, torch.Tensor]) -> None:
-        if self.names is None:  # the first row: the state's tensors, gradients where they exist
-            self.names = sorted(tensors, key=sort_key)
-        else:  # state that appeared since: its columns follow (earlier rows read 0 there)
-            known = set(self.names)
-            self.names += sorted((n for n in tensors if n not in known and not n.startswith("grad:")), key=sort_key)
         params = dict(self.model.named_parameters())
+        columns = [*tensors, *(f"grad:{n}" for n in params)]  # a gradient column for every parameter
+        if self.names is None:
+            self.names = sorted(columns, key=sort_key)
+        else:  # state that appeared since: its columns follow (earlier rows read ABSENT there)
+            known = set(self.names)
+            self.names += sorted((n for n in columns if n not in known), key=sort_key)
         by_device: dict[str, _DeviceGroup] = {}
         for i, name in enumerate(self.names):
             if name.startswith("grad:"):
@@ -96,22 +115,27 @@ class StepFingerprints:
         tensors = self._current()
         if self.names is None or _identity(tensors) != self._identity:
             self._bind(tensors)
+        absent: list[int] = []
         with no_fill():
-            self.rows.append((len(self._bindings) - 1, [g.sums() for g in self._bindings[-1]]))
+            sums = [g.sums(absent) for g in self._bindings[-1]]
+        self.rows.append((len(self._bindings) - 1, sums, tuple(absent)))
 
     def to_lists(self) -> list[list[int]]:
         """Every step's row in name order (one host copy per device and binding, at the end);
-        a tensor that did not exist yet at a step reads 0 there."""
+        a tensor that did not exist at a step (a gradient, state not made yet) reads ``ABSENT``."""
         if not self.rows or self.names is None:
             return []
-        out = torch.zeros(len(self.rows), len(self.names), dtype=torch.int64)
+        out = torch.full((len(self.rows), len(self.names)), ABSENT, dtype=torch.int64)
         for b, groups in enumerate(self._bindings):
-            steps = [i for i, (binding, _) in enumerate(self.rows) if binding == b]
+            steps = [i for i, (binding, _, _) in enumerate(self.rows) if binding == b]
             if not steps:
                 continue
             for gi, group in enumerate(groups):
                 block = torch.stack([self.rows[i][1][gi] for i in steps]).cpu()
                 out[torch.tensor(steps).unsqueeze(1), group.positions.unsqueeze(0)] = block
+        where = [(i, c) for i, (_, _, absent) in enumerate(self.rows) for c in absent]
+        if where:
+            out[tuple(torch.tensor(where).t())] = ABSENT
         return out.tolist()
 
 
@@ -139,31 +163,42 @@ class _DeviceGroup:
         self.stale = [k for k, (_, t) in enumerate(self.persistent)
                       if t.layout != torch.strided or not t.is_contiguous()]
         self.positions = torch.tensor([i for i, _ in self.persistent] + [i for i, _ in self.grads], dtype=torch.long)
+        self.no_grad = [flat_int(p.detach())[:0] for _, p in self.grads]  # a missing gradient: an empty segment
         self.on_cpu = self.device.type == "cpu"
         if self.on_cpu:  # numpy arrays sharing the tensors' memory: they follow in-place updates
             self.arrays = [np_bits(t) for _, t in self.persistent]
 
-    def sums(self) -> torch.Tensor:
+    def sums(self, absent: list[int]) -> torch.Tensor:
+        """This group's checksums in its column order; the columns of the gradients that do
+        not exist now are appended to ``absent`` (their checksum reads 0 here)."""
         if self.on_cpu:
-            return self._cpu_sums()
+            return self._cpu_sums(absent)
         views = list(self.views)
         for k in self.stale:
             views[k] = flat_int(self.persistent[k][1])
-        for _, p in self.grads:
+        for k, (i, p) in enumerate(self.grads):
             g = p.grad
-            views.append(flat_int(g) if g is not None else torch.zeros(1, dtype=torch.int32, device=self.device))
+            if g is None:
+                absent.append(i)
+                views.append(self.no_grad[k])
+            else:
+                views.append(flat_int(g))
         return segment_sums(views, self._workspace)
 
-    def _cpu_sums(self) -> torch.Tensor:
+    def _cpu_sums(self, absent: list[int]) -> torch.Tensor:
         """The same wrapping sums on the CPU, one numpy reduction per tensor: no
         concatenation, no running sum, and numpy's small call overhead instead of torch's
         (about three times cheaper than ``segment_sums`` there; both give identical values)."""
         arrays = list(self.arrays)
         for k in self.stale:
             arrays[k] = np_bits(self.persistent[k][1])
-        for _, p in self.grads:
+        for i, p in self.grads:
             g = p.grad
-            arrays.append(np_bits(g) if g is not None else _EMPTY)
+            if g is None:
+                absent.append(i)
+                arrays.append(_EMPTY)
+            else:
+                arrays.append(np_bits(g))
         out = np.empty(len(arrays), dtype=np.int64)
         for i, a in enumerate(arrays):
             out[i] = np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)  # wraps like int32 adds
@@ -198,7 +233,8 @@ def segment_sums(views: list[torch.Tensor], workspace: dict[Any, torch.Tensor] |
     """Wrapping sum of each flat integer tensor, in input order, in few kernels.
 
     ``workspace`` keeps the concatenation and running-sum buffers between calls: large
-    fresh CPU buffers cost page faults on every step, reused ones do not.
+    fresh CPU buffers cost page faults on every step, reused ones do not. (A gradient that
+    exists at some steps only changes the total; the buffers are kept at the largest.)
     """
     if not views:
         return torch.zeros(0, dtype=torch.int64)
@@ -213,34 +249,39 @@ def segment_sums(views: list[torch.Tensor], workspace: dict[Any, torch.Tensor] |
         total = sum(lengths)
         if total == 0:
             continue
-        ends, empty, where = _segment_index(lengths, tuple(idxs), device)
+        ends, leading, where = _segment_index(lengths, tuple(idxs), device)
         # Exact: integer adds wrap modulo 2**w, and so do the differences of the running
         # sums. Elements of up to 32 bits accumulate in int32 (half the memory traffic of
         # widening to int64), 64-bit elements in int64.
         acc = torch.int64 if members[0].element_size() == 8 else torch.int32
         if workspace is None:
             running = torch.cat(members).cumsum(0, dtype=acc)
-        else:
-            key = (dtype, total, str(device))
-            if key not in workspace:
+        else:  # one pair of buffers per width, grown to the largest total seen, used as a prefix
+            key = (dtype, str(device))
+            if key not in workspace or workspace[key].numel() < total:
                 workspace[key] = torch.empty(total, dtype=dtype, device=device)
                 workspace[(key, "sum")] = torch.empty(total, dtype=acc, device=device)
-            flat = torch.cat(members, out=workspace[key])
-            running = torch.cumsum(flat, 0, dtype=acc, out=workspace[(key, "sum")])
-        totals = running[ends]
+            flat = torch.cat(members, out=workspace[key][:total])
+            running = torch.cumsum(flat, 0, dtype=acc, out=workspace[(key, "sum")][:total])
+        # A segment's total is the running sum at its last element; an empty one repeats the
+        # total before it (its sum is 0), and before the first element that total is 0.
+        totals = running[ends].masked_fill(leading, 0)
         sums = torch.diff(totals, prepend=totals.new_zeros(1))
-        out[where] = sums.masked_fill(empty, 0).to(torch.int64)
+        out[where] = sums.to(torch.int64)
     return out
 
 
 def _segment_index(lengths: tuple[int, ...], idxs: tuple[int, ...], device: torch.device):
-    """(segment end positions, empty-segment mask, output positions), made once per layout."""
+    """(segment end positions, mask of the empty segments before the first element, output
+    positions), made once per layout."""
     key = (lengths, idxs, str(device))
     hit = _INDEX_CACHE.get(key)
     if hit is None:
-        ends = [max(e - 1, 0) for e in itertools.accumulate(lengths)]
-        hit = (torch.tensor(ends, dtype=torch.long, device=device),
-               torch.tensor([n == 0 for n in lengths], dtype=torch.bool, device=device),
+        if len(_INDEX_CACHE) >= _INDEX_CACHE_MAX:
+            _INDEX_CACHE.clear()
+        cumulative = list(itertools.accumulate(lengths))
+        hit = (torch.tensor([max(e - 1, 0) for e in cumulative], dtype=torch.long, device=device),
+               torch.tensor([e == 0 for e in cumulative], dtype=torch.bool, device=device),
                torch.tensor(idxs, dtype=torch.long, device=device))
         _INDEX_CACHE[key] = hit
     return hit

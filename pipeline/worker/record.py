@@ -22,7 +22,7 @@ from .checkpoint import LoopPosition
 from .contract import TrainSetup
 from .controls import ControlWatch
 from .faults import Faults
-from .fingerprint import StepFingerprints, initial_row
+from .fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
 from .spec import WorkerSpec
 from .timing import StepClock
 from .turns import Turns
@@ -109,6 +109,7 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         "accumulate": setup.accumulate,
         "initial_fingerprint": trace.initial,
         "batch_checksum": BATCH_CHECKSUM,
+        "fingerprint_scheme": FINGERPRINT_SCHEME,  # what a row holds for a tensor absent at a step
         "tensor_names": trace.fps.names if trace.fps is not None else [],
         "fingerprints": trace.fps.to_lists() if trace.fps is not None else [],
         "batch_fingerprints": torch.stack(trace.batch_sums).cpu().tolist() if trace.batch_sums else [],
