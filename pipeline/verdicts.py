@@ -202,7 +202,8 @@ def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> st
     step = ev.get("step")
     parts = [("step 0 (initial state)" if step == 0 else f"step {step}") if step is not None else "final state"]
     if ev.get("tensor"):
-        parts.append(code(ev["tensor"]))
+        parts.append(code(ev["tensor"]) + (f" (only in {ev['only_in']})" if ev.get("only_in") else "")
+                     + (" (outside the checkpoint)" if ev.get("cause") == "census" else ""))
     if ev.get("max_abs") is not None:
         parts.append(magnitude_text(ev).removeprefix("max "))
     return ", ".join(parts)

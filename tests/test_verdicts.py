@@ -100,3 +100,11 @@ def test_the_webhook_names_failing_and_drifting_models_most_serious_first():
     msg = webhook.slack_message(doc(verdicts.ENV_CHANGED, verdicts.PASS, verdicts.ERROR))
     assert msg["text"].splitlines() == ["reproci: 2 model(s) need attention on image img",
                                         "• *m2*: ERROR: message 2", "• *m0*: ENV_CHANGED: message 0"]
+
+
+def test_the_table_cell_says_a_tensor_exists_on_one_side_or_outside_the_checkpoint():
+    from pipeline.verdicts import first_difference
+
+    assert first_difference({"step": 6, "tensor": "grad:branch.bias", "only_in": "C"}) == "step 6, grad:branch.bias (only in C)"
+    assert first_difference({"step": 6, "tensor": "after_step.<ema>", "cause": "census"}) == (
+        "step 6, after_step.<ema> (outside the checkpoint)")
