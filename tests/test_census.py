@@ -89,9 +89,20 @@ def test_a_difference_only_after_the_next_step_is_found_there():
     a = _record(4, {"ema": t}, {"ema": {**t, "sha": "2"}})
     c = _record(4, {"ema": t}, {"ema": {**t, "sha": "3"}})
     assert [(d.path, d.step) for d in compare.differences(a, c)] == [("ema", 5)]
-    lazily = _record(4, {})  # a collator that makes its generator on first use, in C only later
-    made = _record(4, {"collate_fn.generator": t})
-    assert compare.differences(made, lazily)[0].sides() == "present in A, absent in C"
+    gen = {"kind": "rng", "type": "torch.Generator", "sha": "1"}
+    made = _record(4, {"collate_fn.generator": gen}, {"collate_fn.generator": {**gen, "sha": "2"}})
+    lazily = _record(4, {}, {"collate_fn.generator": {**gen, "sha": "9"}})  # made on first use: later in C
+    found = compare.differences(made, lazily)
+    assert [(d.path, d.step, d.sides()) for d in found] == [("collate_fn.generator", 4, "present in A, absent in C")]
+
+
+def test_a_cache_that_agrees_once_c_has_stepped_is_no_state():
+    """A cache of rotary embeddings that the first forward builds: A has it at the resume point,
+    C not yet; after step k+1 both hold the same. Derived, not state: no difference."""
+    cache = {"kind": "tensor", "type": "Tensor[float32, (2, 74, 1, 1, 16)]", "sha": "7"}
+    a = _record(3, {"model.rotary.cached": cache}, {"model.rotary.cached": cache})
+    c = _record(3, {}, {"model.rotary.cached": cache})
+    assert compare.differences(a, c) == []
 
 
 CENSUS = PLUGINS / "census.py"

@@ -53,24 +53,37 @@ class Difference:
 
 
 def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
-    """Each path whose census item differs between A and C, first where it first differs;
-    strong kinds first, in path order."""
+    """Each path whose census item differs between A and C after step k+1, dated from where it
+    first differs (k or k+1); strong kinds first, in path order.
+
+    A difference at the resume point alone does not count: a value that A had made and C had
+    not yet (a cache of rotary embeddings, built on the first forward) and that agrees once C
+    has taken a step is derived, not state. Lost state stays lost after the next step.
+    """
     ca, cc = a.get("census") or {}, c.get("census") or {}
     k = ca.get("at")
     if k is None or k != cc.get("at"):
         return []
-    found: dict[str, Difference] = {}
-    for point, step in (("resume", k), ("next", k + 1)):
-        ia = (ca.get(point) or {}).get("items") or {}
-        ic = (cc.get(point) or {}).get("items") or {}
-        for path in sorted(set(ia) | set(ic)):
-            x, y = ia.get(path), ic.get(path)
-            if path in found or _same(x, y):
-                continue
-            kinds = [d["kind"] for d in (x, y) if d is not None]
-            kind = next((s for s in STRONG if s in kinds), kinds[0])
-            found[path] = Difference(path=path, kind=kind, type=(x or y or {}).get("type", "?"), step=step, a=x, c=y)
-    return sorted(found.values(), key=lambda d: (not d.strong, d.step, d.path))
+
+    def items(record: dict[str, Any], point: str) -> dict[str, Any] | None:
+        taken = record.get(point)
+        return None if taken is None else taken.get("items") or {}
+
+    ra, rc, na, nc = items(ca, "resume"), items(cc, "resume"), items(ca, "next"), items(cc, "next")
+    if na is None or nc is None:  # no census after k+1 (a run that failed there): the resume point's
+        na, nc = ra or {}, rc or {}
+    ra, rc = ra or {}, rc or {}
+    found = []
+    for path in sorted(set(na) | set(nc)):
+        if _same(na.get(path), nc.get(path)):
+            continue
+        early = not _same(ra.get(path), rc.get(path))
+        x, y = (ra.get(path), rc.get(path)) if early else (na.get(path), nc.get(path))
+        kinds = [d["kind"] for d in (x, y, na.get(path), nc.get(path)) if d is not None]
+        kind = next((s for s in STRONG if s in kinds), kinds[0])
+        found.append(Difference(path=path, kind=kind, type=(x or y or na.get(path) or nc.get(path) or {}).get("type", "?"),
+                                step=k if early else k + 1, a=x, c=y))
+    return sorted(found, key=lambda d: (not d.strong, d.step, d.path))
 
 
 def _same(x: dict[str, Any] | None, y: dict[str, Any] | None) -> bool:
