@@ -1,6 +1,6 @@
 """What the state census costs, measured in one run.
 
-Per model, in-process: one census (``pipeline.worker.census.take``) against one training step
+Per model, in-process: one census (``pipeline.worker.state.census.take``) against one training step
 of the same set-up; a run that takes part in the resume check (A and C) takes two censuses,
 so the cost per run is two censuses over the run's N steps.
 

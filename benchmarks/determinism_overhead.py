@@ -30,11 +30,11 @@ from pipeline.backends.local import LocalBackend  # noqa: E402
 from pipeline.options import build  # noqa: E402
 from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from pipeline.worker.determinism import deterministic_mode  # noqa: E402
-from pipeline.worker.batchsum import batch_checksum  # noqa: E402
-from pipeline.worker.fingerprint import StepFingerprints  # noqa: E402
-from pipeline.worker.spec import WorkerSpec  # noqa: E402
+from pipeline.worker.data.batchsum import batch_checksum  # noqa: E402
+from pipeline.worker.state.fingerprint import StepFingerprints  # noqa: E402
+from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
 from pipeline.worker.train import train_step  # noqa: E402
-from pipeline.worker.batchtree import to_device  # noqa: E402
+from pipeline.worker.data.batchtree import to_device  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.backends.local import LocalBackend  # noqa: E402
 from pipeline.options import build  # noqa: E402
-from pipeline.worker.spec import WorkerSpec  # noqa: E402
+from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
 
 
 def latency(backend: LocalBackend, spec: WorkerSpec, work: Path) -> tuple[float, float, str]:

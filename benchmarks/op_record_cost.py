@@ -28,8 +28,8 @@ from pipeline.backends.local import LocalBackend  # noqa: E402
 from pipeline.options import build  # noqa: E402
 from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from pipeline.worker.determinism import deterministic_mode  # noqa: E402
-from pipeline.worker.oprecord import OpRecorder  # noqa: E402
-from pipeline.worker.spec import WorkerSpec  # noqa: E402
+from pipeline.worker.audit.oprecord import OpRecorder  # noqa: E402
+from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
 from pipeline.worker.train import train_step  # noqa: E402
 
 

@@ -93,7 +93,7 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _cpu_isa(manifest: Path, name: str, value: Any) -> str | None:
-    from .worker.launch import CPU_ISA_ENV
+    from .worker.process.launch import CPU_ISA_ENV
 
     if value is None or value in CPU_ISA_ENV:
         return value

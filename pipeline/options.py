@@ -17,7 +17,7 @@ from . import images
 from .config_file import CONFIG_FILE, CONFIG_KEYS, load_config  # noqa: F401 (re-exported)
 from .errors import ConfigError, UsageError
 from .models import ModelRef, resolve_all
-from .worker.spec import FAULTS
+from .worker.process.spec import FAULTS
 
 STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps

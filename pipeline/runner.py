@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from .backends import Backend
 from .errors import InfrastructureError, WorkerFailed
-from .worker.spec import WorkerSpec, rank_path
+from .worker.process.spec import WorkerSpec, rank_path
 
 Progress = Callable[[str], None]
 StepProgress = Callable[[str, str, int, int], None]

@@ -1,4 +1,4 @@
-"""The op audit (``pipeline/worker/audit.py``, ``pipeline/stages/audit.py``): the table
+"""The op audit (``pipeline/worker/audit/audit.py``, ``pipeline/stages/audit.py``): the table
 against the installed torch, the matching rules, and real audits of a model with an op
 that strict mode refuses on CUDA beside its fixed twin, and of the reference models."""
 
@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from pipeline.worker import audit
+from pipeline.worker.audit import audit
 from tests.helpers import PLUGINS, model_entry
 
 
@@ -145,7 +145,7 @@ def test_the_embedding_reference_is_told_the_segment_sum_fix_and_its_measured_co
     assert r.returncode == 0, r.stderr
     found = {f["op"]: f for f in model_entry(reproci.latest(), "embedding")["audit"]["findings"]}
     advice = found["aten::index_add_"]["advice"]
-    assert "pipeline.worker.fixes.segment_sum" in advice and "measured 7–10× the op on the CPU" in advice
+    assert "pipeline.worker.audit.fixes.segment_sum" in advice and "measured 7–10× the op on the CPU" in advice
     assert "slower on CPU" in r.stdout  # the CPU kernel strict mode serialises, said as the CPU's
 
 
@@ -157,7 +157,7 @@ def test_the_embedding_reference_is_told_the_segment_sum_fix_and_its_measured_co
     ({"dtype": "torch.float64", "mask": None, "head_dim": 64}, "math"),
 ])
 def test_the_cuda_attention_backend_is_predicted_from_the_inputs(facts, backend) -> None:
-    from pipeline.worker import attention
+    from pipeline.worker.audit import attention
 
     assert attention.predict(facts)[0] == backend
 

@@ -1,5 +1,5 @@
 """Batches of every shape users pass: moved to the device with their types kept, and seen
-whole by the batch checksums (``pipeline/worker/batchtree.py``, ``batchsum.py``)."""
+whole by the batch checksums (``pipeline/worker/data/batchtree.py``, ``batchsum.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.worker import batchtree
-from pipeline.worker.batchsum import batch_checksum, contents_checksum
+from pipeline.worker.data import batchtree
+from pipeline.worker.data.batchsum import batch_checksum, contents_checksum
 
 CPU = torch.device("cpu")
 Sample = collections.namedtuple("Sample", "x y")

@@ -1,4 +1,4 @@
-"""The state census (``pipeline/worker/census.py``, compared by ``pipeline/stages/census.py``):
+"""The state census (``pipeline/worker/state/census.py``, compared by ``pipeline/stages/census.py``):
 private state found where users keep it, named by path and type, never the harness's own or
 the checkpoint's; through the real CLI, each buggy model beside a twin that declares its state."""
 
@@ -12,7 +12,7 @@ from torch import nn
 
 from pipeline import verdicts
 from pipeline.stages import census as compare
-from pipeline.worker import census
+from pipeline.worker.state import census
 from pipeline.worker.contract import ModelContext, TrainSetup
 
 from .helpers import PLUGINS, Cli, model_entry

@@ -11,10 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.worker import checkpoint, loader, rng
-from pipeline.worker.checkpoint import CHECKPOINT_VERSION, LoopPosition
+from pipeline.worker.state import checkpoint, rng
+from pipeline.worker.data import loader
+from pipeline.worker.state.checkpoint import CHECKPOINT_VERSION, LoopPosition
 from pipeline.worker.contract import TrainSetup
-from pipeline.worker.state import final_hash
+from pipeline.worker.state.state import final_hash
 
 CPU = torch.device("cpu")
 

@@ -26,7 +26,7 @@ def test_watch_records_the_callers_line_and_restores_torch():
 
 
 def test_harness_calls_are_not_recorded():
-    from pipeline.worker.batchsum import batch_checksum
+    from pipeline.worker.data.batchsum import batch_checksum
 
     with deterministic_mode(), ControlWatch(step=lambda: 0) as watch:
         batch_checksum(torch.ones(3))  # toggles fill_uninitialized_memory around its buffers

@@ -9,8 +9,8 @@ import torch
 from pipeline.options import build
 from pipeline.stages import coverage
 from pipeline.worker.contract import TrainSetup
-from pipeline.worker.spec import WorkerSpec
-from pipeline.worker.loader import resume_point
+from pipeline.worker.process.spec import WorkerSpec
+from pipeline.worker.data.loader import resume_point
 
 
 def _setup(batches: int) -> TrainSetup:

@@ -18,8 +18,8 @@ from pipeline.golden import store as golden
 from pipeline.options import build
 from pipeline.stages import epochs, replicas
 from pipeline.worker.contract import ModelContext
-from pipeline.worker.launch import worker_command
-from pipeline.worker.spec import WorkerSpec, for_rank, rank_path
+from pipeline.worker.process.launch import worker_command
+from pipeline.worker.process.spec import WorkerSpec, for_rank, rank_path
 
 from .helpers import PLUGINS, Cli, load, model_entry, run_step, step_named
 from .test_golden import fake_run

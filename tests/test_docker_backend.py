@@ -14,7 +14,7 @@ import pytest
 from pipeline import errors
 from pipeline.backends import docker_backend, docker_engine as engine, docker_spec as ds
 from pipeline.options import build
-from pipeline.worker.spec import WorkerSpec
+from pipeline.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
 

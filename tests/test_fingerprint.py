@@ -1,10 +1,10 @@
 import torch
 
-from pipeline.worker.batchsum import batch_checksum
-from pipeline.worker.bits import flat_int
-from pipeline.worker.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
+from pipeline.worker.data.batchsum import batch_checksum
+from pipeline.worker.state.bits import flat_int
+from pipeline.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
                                          segment_sums)
-from pipeline.worker.state import final_hash, state_tensors
+from pipeline.worker.state.state import final_hash, state_tensors
 
 
 def test_checksum_is_exact_and_order_independent():

@@ -22,7 +22,7 @@ from pipeline.backends import forking, forkpool, local
 from pipeline.backends.base import CODE_ROOT
 from pipeline.options import build
 from pipeline.worker import forkserver
-from pipeline.worker.spec import WorkerSpec
+from pipeline.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS
 from .test_local_backend import gone
@@ -200,7 +200,7 @@ import dataclasses, json, sys, threading
 from pathlib import Path
 from pipeline.backends import local
 from pipeline.options import build
-from pipeline.worker.spec import WorkerSpec
+from pipeline.worker.process.spec import WorkerSpec
 work = Path(sys.argv[1])
 work.mkdir()
 spec = WorkerSpec(model_ref=sys.argv[2], model_name="h", role="A", steps=3, output="record-A.json")

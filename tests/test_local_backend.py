@@ -25,7 +25,7 @@ from pipeline import errors
 from pipeline.backends import local
 from pipeline.backends.base import CODE_ROOT
 from pipeline.options import build
-from pipeline.worker.spec import WorkerSpec
+from pipeline.worker.process.spec import WorkerSpec
 
 HOOK = """\
 import json, os, subprocess, sys, time

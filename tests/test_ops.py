@@ -12,7 +12,7 @@ import torch
 
 from pipeline import verdicts
 from pipeline.golden.ops import first_op_difference
-from pipeline.worker.oprecord import OpRecorder, digest
+from pipeline.worker.audit.oprecord import OpRecorder, digest
 
 from .helpers import model_entry
 

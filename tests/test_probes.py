@@ -12,7 +12,8 @@ import torch
 
 from pipeline import errors, verdicts
 from pipeline.stages import probes
-from pipeline.worker import inspection, loader, perturb
+from pipeline.worker import inspection, perturb
+from pipeline.worker.data import loader
 from pipeline.worker.contract import ModelContext
 from pipeline.worker.determinism import deterministic_mode
 from tests.helpers import PLUGINS, ROOT, model_entry

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from pipeline.backends.base import take_line
 from pipeline.reports.progress import RunProgress
-from pipeline.worker import progress
+from pipeline.worker.process import progress
 
 
 def test_step_lines_are_throttled_but_the_last_step_always_goes_out(capsys, monkeypatch):

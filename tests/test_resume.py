@@ -19,8 +19,8 @@ import pytest
 
 from pipeline import errors
 from pipeline.golden.compare import first_divergence
-from pipeline.worker.launch import launch_environment
-from pipeline.worker.spec import WorkerSpec
+from pipeline.worker.process.launch import launch_environment
+from pipeline.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
 

@@ -10,7 +10,7 @@ import pytest
 from pipeline.models import resolve_all
 from pipeline.options import RunOptions, build
 from pipeline.stages import throughput
-from pipeline.worker.spec import PROFILE_STEPS, WorkerSpec
+from pipeline.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
 from .helpers import Cli, model_entry
 

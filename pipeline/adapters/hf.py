@@ -130,7 +130,7 @@ def _autocast(args: Any, device: torch.device) -> Any:
 
 
 def _eval_loss(held: Any, device: torch.device, autocast: Any) -> Any:
-    from pipeline.worker.batchtree import to_device
+    from pipeline.worker.data.batchtree import to_device
     from pipeline.worker.contract import loss_of
 
     def eval_fn(model: torch.nn.Module) -> dict[str, float]:

@@ -236,7 +236,7 @@ def _validation(module: Any, source: Any, device: torch.device, autocast: Any) -
             getattr(type(source), "val_dataloader", None) in (None, base.val_dataloader):
         return None  # no validation of its own (the base hooks raise)
     val = source.val_dataloader
-    from pipeline.worker.batchtree import to_device
+    from pipeline.worker.data.batchtree import to_device
 
     def eval_fn(model: Any) -> dict[str, float]:
         out = []

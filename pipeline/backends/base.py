@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..errors import WorkerFailed
-from ..worker import progress
-from ..worker.spec import WorkerSpec
+from ..worker.process import progress
+from ..worker.process.spec import WorkerSpec
 
 CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
 

@@ -26,8 +26,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from ..errors import InfrastructureError
-from ..worker.exitcodes import EXIT_MISSING_DEPENDENCY
-from ..worker.spec import WorkerSpec
+from ..worker.process.exitcodes import EXIT_MISSING_DEPENDENCY
+from ..worker.process.spec import WorkerSpec
 from .base import Backend, BackendOptions, LaunchResult, OnStep
 from .container import Container
 from .docker_forking import server_for

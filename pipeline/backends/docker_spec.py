@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..worker import launch
-from ..worker.spec import WorkerSpec
+from ..worker.process import launch
+from ..worker.process.spec import WorkerSpec
 from .base import CODE_ROOT
 
 CODE = PurePosixPath("/reproci/code")
@@ -59,7 +59,7 @@ def container_user(uid: int, gid: int, *, rootless: bool) -> str:
 
 def environment(spec: WorkerSpec) -> dict[str, str]:
     """The container's whole environment: determinism variables, PYTHONPATH and HOME."""
-    from ..worker.launch import launch_environment, overridden
+    from ..worker.process.launch import launch_environment, overridden
 
     env = launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
                              hash_seed=spec.hash_seed, world_size=spec.world_size, cpu_isa=spec.cpu_isa)

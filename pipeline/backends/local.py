@@ -14,8 +14,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from ..worker.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
-from ..worker.spec import WorkerSpec
+from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
+from ..worker.process.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
 from .forking import ForkedRun, ServerFailed, fresh_reason, kill_process_group
 from .forkpool import ForkServers

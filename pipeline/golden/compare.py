@@ -20,7 +20,7 @@ CAUSAL_KIND_ORDER = {"buffer": 0, "grad": 1, "optim": 2, "param": 3, "state": 4}
 
 # What a row holds for a tensor a run does not have at that step (no gradient there: a layer
 # skipped, a branch not taken, a frozen parameter), in records of FINGERPRINT_SCHEME; the
-# worker's ``pipeline.worker.fingerprint.ABSENT`` (that module needs torch; this one must not).
+# worker's ``pipeline.worker.state.fingerprint.ABSENT`` (that module needs torch; this one must not).
 ABSENT = -(2**63)
 FINGERPRINT_SCHEME = "bitsum-every-grad-v2"
 

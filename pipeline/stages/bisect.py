@@ -26,7 +26,7 @@ from ..errors import WorkerFailed
 from ..golden.compare import first_divergence
 from ..models import ModelRef
 from ..runner import RunContext, run_worker
-from ..worker.spec import WorkerSpec
+from ..worker.process.spec import WorkerSpec
 from . import golden_cause, sidestate
 from .determinism import STAGGER_S, plan, warm_spec
 

@@ -30,7 +30,7 @@ from ..golden.compare import Divergence, first_divergence, step_rows, tensor_mag
 from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
-from ..worker.spec import WorkerSpec
+from ..worker.process.spec import WorkerSpec
 from . import causes, census, coverage, epochs, replicas, sidestate
 from .explain import controls_switched_off, describe, evidence_of
 

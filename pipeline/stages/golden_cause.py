@@ -25,7 +25,7 @@ from ..golden.environment import host_text
 from ..golden.store import Golden
 from ..options import RunOptions
 from ..runner import RunContext, run_worker
-from ..worker.launch import CPU_ISA_CAPABILITY
+from ..worker.process.launch import CPU_ISA_CAPABILITY
 from .determinism import base_spec
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
@@ -60,7 +60,7 @@ def settings(env_diff: dict[str, list[Any]]) -> tuple[dict[str, Any], list[str]]
 
 
 def _said(change: dict[str, Any]) -> str:
-    from ..worker.launch import CPU_ISA_ENV
+    from ..worker.process.launch import CPU_ISA_ENV
 
     parts = [f"{k}={v}" for k, v in CPU_ISA_ENV.get(change.get("cpu_isa", ""), {}).items()]
     parts += [f"{k}={v}" if v is not None else f"{k} unset" for k, v in (change.get("env") or {}).items()]

@@ -25,7 +25,7 @@ from ..golden.store import Golden
 from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_worker
-from ..worker.spec import WorkerSpec
+from ..worker.process.spec import WorkerSpec
 from .determinism import base_spec
 
 OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps

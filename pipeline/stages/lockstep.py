@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import WorkerFailed
 from ..runner import RunContext, run_worker
-from ..worker.spec import WorkerSpec
+from ..worker.process.spec import WorkerSpec
 
 POLL_S = 0.5  # how often a wait for a turn's end checks that the worker is still alive
 

@@ -23,7 +23,7 @@ from ..golden.compare import first_divergence
 from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_many
-from ..worker.spec import WorkerSpec, other_worker_count
+from ..worker.process.spec import WorkerSpec, other_worker_count
 from . import epochs
 from .determinism import base_spec, measure
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .. import verdicts
 from ..errors import WorkerFailed
 from ..golden.compare import Divergence, first_divergence
-from ..worker.spec import rank_path
+from ..worker.process.spec import rank_path
 
 Records = dict[str, dict[str, Any]]
 Decide = Callable[[Records], tuple[str, tuple[str, str] | None, Divergence | None]]  # determinism._decide

@@ -29,7 +29,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..errors import WorkerFailed
 from ..runner import RunContext, run_worker
-from ..worker.spec import PROFILE_STEPS, WorkerSpec
+from ..worker.process.spec import PROFILE_STEPS, WorkerSpec
 from . import lockstep
 from .entry import add_result
 

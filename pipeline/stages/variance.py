@@ -19,7 +19,7 @@ from ..errors import WorkerFailed
 from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_many
-from ..worker.spec import WorkerSpec
+from ..worker.process.spec import WorkerSpec
 from .determinism import base_spec
 from .entry import add_result
 

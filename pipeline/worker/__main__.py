@@ -10,7 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from .exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
+from .process.exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
                         EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_NON_FINITE, EXIT_OK,
                         EXIT_USAGE)
 
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pipeline.worker SPEC.json", file=sys.stderr)
         return EXIT_USAGE
     spec_file = Path(argv[0]).resolve()
-    from .spec import WorkerSpec, for_rank, resolve
+    from .process.spec import WorkerSpec, for_rank, resolve
 
     # Under torchrun each rank writes its own files (spec.for_rank); rank 0's are the run's.
     spec = for_rank(WorkerSpec.from_json(spec_file.read_text()), int(os.environ.get("RANK", "0")))

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from .launch import CPU_ISA_CAPABILITY, CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401
+from .process.launch import CPU_ISA_CAPABILITY, CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401
 
 def _set_fp32_precision(value: str) -> None:
     """TF32 off ("ieee") or the image default ("none"), with the API this torch has.

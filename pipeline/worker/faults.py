@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .contract import ContractError
-from .spec import FAULTS
+from .process.spec import FAULTS
 
 
 class Faults:

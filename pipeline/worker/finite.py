@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .bits import dense
+from .state.bits import dense
 from .contract import TrainSetup
-from .state import sort_key, state_tensors
+from .state.state import sort_key, state_tensors
 
 
 class NonFiniteError(Exception):

@@ -41,7 +41,7 @@ import threading
 from typing import Any
 
 PRELOAD = ("torch", "numpy", "torch.optim", "torch._dynamo", "torch.utils.data", "torch.distributed",
-           "pipeline.worker.train", "pipeline.worker.audit", "pipeline.worker.oprecord")
+           "pipeline.worker.train", "pipeline.worker.audit.audit", "pipeline.worker.audit.oprecord")
 EXIT_SETUP = 70  # the child could not be set up (no run started): the launcher starts a fresh process
 
 

@@ -12,9 +12,9 @@ from typing import Any, Iterator
 
 import torch
 
-from . import batchtree, loader as loader_mod
-from .batchsum import batch_checksum
-from .batchtree import to_device
+from .data import batchtree, loader as loader_mod
+from .data.batchsum import batch_checksum
+from .data.batchtree import to_device
 from .contract import TrainSetup
 
 FIRST_BATCHES = 16  # batches compared per epoch: enough to tell one order from another

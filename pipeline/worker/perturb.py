@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from . import loader as loader_mod
+from .data import loader as loader_mod
 from .contract import TrainSetup
-from .spec import other_worker_count
+from .process.spec import other_worker_count
 
 
 

@@ -15,15 +15,16 @@ from typing import Any
 
 import torch
 
-from . import envinfo, loader
-from . import batchtree
-from .batchsum import BATCH_CHECKSUM, BATCH_CONTENTS, batch_checksum, contents_checksum
-from .checkpoint import LoopPosition
+from .process import envinfo
+from .data import loader
+from .data import batchtree
+from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS, batch_checksum, contents_checksum
+from .state.checkpoint import LoopPosition
 from .contract import TrainSetup
 from .controls import ControlWatch
 from .faults import Faults
-from .fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
-from .spec import WorkerSpec
+from .state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
+from .process.spec import WorkerSpec
 from .timing import StepClock
 from .turns import Turns
 

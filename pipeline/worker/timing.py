@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .spec import PROFILE_STEPS
+from .process.spec import PROFILE_STEPS
 
 OPS_KEPT = 80  # per-op rows kept in a record, most expensive first
 

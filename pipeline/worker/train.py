@@ -16,18 +16,19 @@ from typing import Any
 
 import torch
 
-from . import census, checkpoint, determinism, distributed, execution, perturb, record
-from .batches import Accumulated, EpochEnds, epoch_batches, next_batch
-from .checkpoint import LoopPosition, Resume, extra_sha256
+from .state import census, checkpoint
+from . import determinism, distributed, execution, perturb, record
+from .data.batches import Accumulated, EpochEnds, epoch_batches, next_batch
+from .state.checkpoint import LoopPosition, Resume, extra_sha256
 from .contract import ModelContext, TrainSetup, load_factory, loss_of, validate
 from .controls import ControlWatch
 from .evaluate import evaluate
 from .faults import Faults
-from .progress import StepLine
-from .spec import WorkerSpec, resolve
+from .process.progress import StepLine
+from .process.spec import WorkerSpec, resolve
 from .finite import check_finite
-from .loader import resume_point
-from .state import dump_state, final_hash
+from .data.loader import resume_point
+from .state.state import dump_state, final_hash
 from .timing import StepClock, steady_allocator, sync
 from .turns import Turns
 
@@ -226,14 +227,14 @@ def _recorded_step(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, net: to
     """One training step; every op recorded where the spec asks: the audit's first step
     (``audit``), a probed step (``oprecord``)."""
     if spec.audit_path is not None and step == 1:
-        from .audit import audited_step
+        from .audit.audit import audited_step
 
         return audited_step(setup.model, setup.optimizer, lambda: train_step(setup, net, batch, step, autocast),
                             str(resolve(spec_file, spec.audit_path)))
     several = step in spec.ops_steps
     if spec.ops_path is None or not (several or (step == spec.dump_at and not spec.ops_steps)):
         return train_step(setup, net, batch, step, autocast)
-    from .oprecord import OpRecorder
+    from .audit.oprecord import OpRecorder
 
     with OpRecorder(setup.model, setup.optimizer, digests=True, keep=not several) as recorder:
         loss = train_step(setup, net, batch, step, autocast)

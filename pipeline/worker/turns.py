@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .spec import WorkerSpec, resolve
+from .process.spec import WorkerSpec, resolve
 
 
 class Turns:

@@ -38,7 +38,7 @@ import torch
 from . import reach, rng
 from .bits import no_fill
 from .reach import MAX_CONTAINER
-from .contract import TrainSetup
+from ..contract import TrainSetup
 
 MAX_DEPTH = 6  # attribute hops from a root
 MAX_ITEMS = 4000  # objects visited per census

@@ -18,7 +18,9 @@ from . import rng
 from .bits import flat_int
 
 MAX_CONTAINER = 64  # elements of a list, tuple or dict looked at (a dataset's samples are data, not state)
-_HARNESS_PREFIX = __name__.rpartition(".")[0] + "."  # "pipeline.worker."
+_WORKER_PACKAGE = __name__.rsplit(".", 2)[0]  # "pipeline.worker"
+_HARNESS_PREFIX = _WORKER_PACKAGE + "."
+_WORKER_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _SKIP_NAMES = {"__weakref__", "__dict__", "_iterator", "_lock", "_cache", "__cached__"}
 _LIB_DIRS = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                                 sysconfig.get_paths()["platlib"]})
@@ -88,7 +90,7 @@ def user_code(filename: str) -> bool:
         return False
     path = os.path.realpath(filename)
     return not path.startswith(_LIB_DIRS) and "site-packages" not in path and "dist-packages" not in path \
-        and not path.startswith(os.path.dirname(os.path.realpath(__file__)))
+        and not path.startswith(_WORKER_DIR)
 
 
 def harness_object(obj: Any) -> bool:

@@ -4,7 +4,7 @@ Model, optimizer, scheduler, scaler, the state modules (an EMA, a teacher), the 
 extra state and every RNG state at the
 checkpoint's step, plus the loop position: step, epoch, batches consumed in the epoch and
 the epoch-start snapshot (``loader.EpochStart``) that lets the resumed run replay the
-interrupted epoch exactly (``pipeline/worker/loader.py``).
+interrupted epoch exactly (``pipeline/worker/data/loader.py``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from . import rng
-from .contract import TrainSetup
-from .loader import EpochStart, extra_state
+from ..contract import TrainSetup
+from ..data.loader import EpochStart, extra_state
 from .state import object_sha256
 
 CHECKPOINT_VERSION = 2

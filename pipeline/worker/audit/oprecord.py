@@ -22,12 +22,12 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .bits import dense
+from ..state.bits import dense
 
 MODULE_KEY = "reproci_module"
 KEEP_BYTES = 64 * 1024 * 1024  # output copies kept for magnitudes; past this, digests only
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)),
+_SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
               os.path.dirname(os.__file__))
 
 

@@ -7,12 +7,13 @@ from typing import Any, Iterator
 
 import torch
 
-from . import loader, rng
+from . import loader
+from ..state import rng
 from .batchtree import to_device
-from .checkpoint import LoopPosition, Resume
-from .contract import ContractError, TrainSetup
-from .faults import Faults
-from .spec import WorkerSpec
+from ..state.checkpoint import LoopPosition, Resume
+from ..contract import ContractError, TrainSetup
+from ..faults import Faults
+from ..process.spec import WorkerSpec
 
 
 class Accumulated(list):
