@@ -194,14 +194,21 @@ def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_
 @pytest.mark.slow
 def test_ranks_that_all_train_on_the_same_batches_are_a_warning(tmp_path):
     """A plain shuffling loader under --world-size 2 (no DistributedSampler): every rank trains on
-    all the data. Each rank reproduces itself, so the verdict stands; the warning says how to shard."""
-    out = Cli(tmp_path)("run", "-m", f"{DDP}:unsharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
+    all the data. Each rank reproduces itself, so the verdict stands; the warning says how to shard,
+    and reaches the user: a line on stderr beside the NEW notice, and the Warnings of ``reproci report``."""
+    cli = Cli(tmp_path)
+    out = cli("run", "-m", f"{DDP}:unsharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
     assert out.returncode == 0, out.stderr
-    entry = model_entry(Cli(tmp_path).latest(), "ddp.unsharded")
+    entry = model_entry(cli.latest(), "ddp.unsharded")
+    said = entry["shared_batches"]
     assert entry["verdict"] == verdicts.NEW
-    assert entry["shared_batches"].startswith("rank 0 and rank 1 train on the same batches at every step")
-    assert "; warning: " + entry["shared_batches"] in entry["message"]
-    assert "ctx.shuffling(dataset)" in entry["shared_batches"]
+    assert said.startswith("rank 0 and rank 1 train on the same batches at every step")
+    assert "; warning: " + said in entry["message"]
+    assert "ctx.shuffling(dataset)" in said
+    assert f"warning: ddp.unsharded: {said}" in " ".join(out.stderr.split())
+    report = cli("report", "--format", "md")
+    assert report.returncode == 0, report.stderr
+    assert f"- ⚠️ **ddp.unsharded**: {said}" in report.stdout.split("### Warnings", 1)[1]
 
 
 @pytest.mark.slow
@@ -369,18 +376,3 @@ def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
     record["distributed"].update(world_size=2, ddp={"wrapped_by": "plugin"})
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
-
-
-@pytest.mark.slow
-def test_ranks_that_share_their_batches_are_said_on_the_terminal_and_in_the_report(tmp_path):
-    """The warning of a plain shuffling loader at world size 2 reaches the user: a line on
-    stderr beside the NEW notice, and the Warnings of ``reproci report``."""
-    cli = Cli(tmp_path)
-    out = cli("run", "-m", f"{DDP}:unsharded", "--world-size", "2", "--steps", "6", "--resume-at", "3")
-    assert out.returncode == 0, out.stderr
-    said = model_entry(cli.latest(), "ddp.unsharded")["shared_batches"]
-    assert said.startswith("rank 0 and rank 1 train on the same batches at every step")
-    assert f"warning: ddp.unsharded: {said}" in " ".join(out.stderr.split())
-    report = cli("report", "--format", "md")
-    assert report.returncode == 0, report.stderr
-    assert f"- ⚠️ **ddp.unsharded**: {said}" in report.stdout.split("### Warnings", 1)[1]
