@@ -58,7 +58,12 @@ def test_thread_count_change_is_env_changed_with_its_diff(workspace):
     assert conv["golden"]["confirmation"]["confirmed"] is True and conv["golden"]["confirmation"]["settings"] == {"threads": 1}
     assert conv["message"].endswith("; confirmed: with --threads 1 (the golden's), conv matches the golden bit for bit "
                                     "through step 2: the thread count is the cause")
-    assert model_entry(doc, "embedding")["verdict"] == "PASS"  # measured: thread count does not move it
+    # Whether the thread count moves embedding depends on the host's kernels (an AMD EPYC: no; an
+    # Intel Xeon with AMX: yes): either it passes, or it is ENV_CHANGED for the same proven reason.
+    emb = model_entry(doc, "embedding")
+    if emb["verdict"] != "PASS":
+        assert emb["verdict"] == "ENV_CHANGED" and emb["golden"]["env_diff"] == {"threads.intra_op": [1, 2]}, emb["message"]
+        assert emb["golden"]["confirmation"]["confirmed"] is True, emb["message"]
 
 
 def test_golden_from_other_packages_is_upgrade_changed(workspace):
