@@ -45,11 +45,12 @@ MAX_ITEMS = 4000  # objects visited per census
 MAX_STR = 200  # longer strings are not plain values worth comparing
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
-_SKIP_TYPES: tuple[type, ...] = (
+_SKIP_TYPES: tuple[type, ...] = tuple(t for t in (
     types.ModuleType, type, types.BuiltinFunctionType, types.CodeType, types.FrameType, types.GeneratorType,
     types.CoroutineType, types.AsyncGeneratorType, functools._lru_cache_wrapper, torch.device, torch.dtype,
-    torch.optim.Optimizer, torch.amp.GradScaler, torch.utils.data.DataLoader,
-)
+    torch.optim.Optimizer, torch.utils.data.DataLoader,
+    getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None),  # torch.amp's from 2.3 on
+) if isinstance(t, type))
 
 
 class Census:
