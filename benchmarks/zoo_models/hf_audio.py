@@ -48,13 +48,17 @@ class DataCollatorCTCWithPadding:
         batch = {self.key: audio}
         if self.mask:
             batch["attention_mask"] = mask
-        labels = [f["labels"] for f in features]
-        if isinstance(labels[0], list):
-            padded, lmask = _pad([torch.tensor(x) for x in labels], 0)
-            batch["labels"] = padded.masked_fill(lmask == 0, -100)
-        else:
-            batch["labels"] = torch.tensor(labels)
+        batch["labels"] = _labels(features)
         return batch
+
+
+def _labels(features: list[dict[str, Any]]) -> torch.Tensor:
+    """Transcripts padded with -100 (ignored by the loss), or one class id per sample."""
+    labels = [f["labels"] for f in features]
+    if isinstance(labels[0], list):
+        padded, lmask = _pad([torch.tensor(x) for x in labels], 0)
+        return padded.masked_fill(lmask == 0, -100)
+    return torch.tensor(labels)
 
 
 def _lengths(g: torch.Generator, low: int, high: int, n: int = SAMPLES) -> list[int]:
@@ -94,12 +98,7 @@ def _mel_first(key: str) -> Any:
     def make(model: torch.nn.Module) -> Any:
         def collate(fs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
             batch = {key: torch.stack([f[key] for f in fs])}
-            labels = [f["labels"] for f in fs]
-            if isinstance(labels[0], list):
-                padded, lmask = _pad([torch.tensor(x) for x in labels], 0)
-                batch["labels"] = padded.masked_fill(lmask == 0, -100)
-            else:
-                batch["labels"] = torch.tensor(labels)
+            batch["labels"] = _labels(fs)
             return batch
         return collate
     return make
