@@ -58,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         err_console.print(f"[bold red]{how}[/]: unfinished runs were stopped and their files removed")
         return errors.EXIT_TERMINATED if terminated else errors.EXIT_INTERRUPTED
+    except click.UsageError as e:  # a flag or value click refuses: one line, as every error
+        command = e.ctx.command_path if e.ctx is not None else "reproci"
+        err_console.print(f"[bold red]error:[/] {escape(e.format_message().rstrip('.'))}; see `{command} --help`")
+        return errors.EXIT_USAGE
     except click.ClickException as e:
         e.show()
         return errors.EXIT_USAGE

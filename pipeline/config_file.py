@@ -4,7 +4,7 @@ what each takes, checked in one place before any value is used."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -94,3 +94,37 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
     if "model" in data and "models" not in data:
         data["models"] = data.pop("model")
     return data, path
+
+
+_FLAGS = {"models": "--model", "stages": "--stage", "compile": "--compile"}  # keys whose flag is not --key
+_CLI_NAMES = {"compile": "compile_"}  # keys whose click parameter is another name
+
+
+class Settings:
+    """A run's settings: a command-line value (None or (): not given) over the config file's
+    over a default; and where each came from, so that an error names it as the user wrote it."""
+
+    def __init__(self, cli: Mapping[str, Any], config: Mapping[str, Any], path: Path | None) -> None:
+        self.cli, self.config, self.path = cli, config, path
+
+    def given(self, name: str) -> bool:
+        """Whether the command line gave ``name``."""
+        v = self.cli.get(_CLI_NAMES.get(name, name))
+        return v is not None and v != ()
+
+    def __call__(self, name: str, default: Any) -> Any:
+        if self.given(name):
+            return self.cli[_CLI_NAMES.get(name, name)]
+        v = self.config.get(name)
+        return default if v is None else v  # `steps:` with no value: as if not set
+
+    def from_file(self, name: str) -> str:
+        """'reproci.yaml: ' when the config file set ``name`` (and the command line did not), else ''."""
+        return f"{self.path or CONFIG_FILE}: " if not self.given(name) and self.config.get(name) is not None else ""
+
+    def said(self, name: str) -> str:
+        """The setting as the user wrote it: '--compile-mode' from the command line (or when
+        not set at all), 'reproci.yaml: compile_mode' from the config file."""
+        if self.from_file(name):
+            return f"{self.from_file(name)}{name}"
+        return _FLAGS.get(name, "--" + name.replace("_", "-"))

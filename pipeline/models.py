@@ -1,14 +1,16 @@
 """Resolving model names and plugin references on the orchestrator side.
 
 Nothing here imports torch or the model code: a reference is checked (the file or
-module exists, the form is right) and identified by the sha256 of its source, so a
-change to a model's code is never mistaken for an upgrade of the image.
+module exists, the form is right, a plugin's source compiles: ``check_syntax``) and
+identified by the sha256 of its source, so a change to a model's code is never mistaken
+for an upgrade of the image.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,23 @@ class ModelRef:
         return hashlib.sha256(self.source.read_bytes()).hexdigest()
 
 
+def check_syntax(path: Path, text: str, shown: str | None = None) -> None:
+    """A plugin's source, compiled (never run) with this host's Python before any run: a syntax
+    error is one usage error naming the file and line, not a failed run after the launch. Its
+    imports are not followed: the libraries it needs may exist only where the runs execute."""
+    if path.suffix != ".py":
+        return
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:
+        where = f"{shown or path}:{e.lineno}" if e.lineno else str(shown or path)
+        version = ".".join(map(str, sys.version_info[:2]))
+        raise ModelError(f"{where}: {type(e).__name__}: {e.msg} (the plugin of --model {text}, compiled with Python "
+                         f"{version}); fix the file, then run again") from None
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read the plugin {path} (from --model {text}): {e}; fix the file") from None
+
+
 def resolve(text: str) -> ModelRef:
     """A registry name, ``path/to/file.py:factory`` or ``package.module:factory``."""
     if text in REGISTRY:
@@ -47,6 +66,7 @@ def resolve(text: str) -> ModelRef:
         path = Path(target).expanduser().resolve()
         if not path.is_file():
             raise ModelError(f"model file {target} does not exist (from --model {text}); check the path")
+        check_syntax(path, text, shown=target)
         return ModelRef(name=f"{path.stem}.{factory}" if factory != "build" else path.stem,
                         ref=f"{path}:{factory}", source=path, plugin=True, description=f"plugin {path.name}:{factory}")
     try:
@@ -57,6 +77,7 @@ def resolve(text: str) -> ModelRef:
     if spec is None or spec.origin is None:
         raise ModelError(f"cannot find model module {target!r} (from --model {text}); install its package, "
                          "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory")
+    check_syntax(Path(spec.origin), text)
     return ModelRef(name=f"{target.rpartition('.')[2]}.{factory}" if factory != "build" else target.rpartition(".")[2],
                     ref=text, source=Path(spec.origin), plugin=True, description=f"plugin {text}")
 

@@ -6,16 +6,18 @@ os.environ or the config file.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from reference_models import REGISTRY
 
-from . import images
-from .config_file import CONFIG_FILE, CONFIG_KEYS, load_config  # noqa: F401 (re-exported)
-from .errors import ConfigError, UsageError
+from . import cpu_flags, images
+from .config_file import CONFIG_FILE, CONFIG_KEYS, Settings, load_config  # noqa: F401 (re-exported)
+from .errors import ConfigError, InfrastructureError, UsageError
+from .golden.folder import require_folder
 from .models import ModelRef, resolve_all
 from .worker.process.spec import FAULTS
 
@@ -88,17 +90,14 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     """Merge CLI values (None = not given) over the config file over defaults, and check them."""
     env = os.environ if env is None else env
     config, config_path = load_config(cli.get("config"))
-
-    def pick(name: str, default: Any) -> Any:
-        v = cli.get(name)
-        if v is not None and v != ():
-            return v
-        v = config.get(name)
-        return default if v is None else v  # `steps:` with no value: as if not set
-
+    pick = Settings(cli, config, config_path)
     shape = _run_shape(pick, config)
     resources = _resources(pick)
-    image = _image(pick)
+    image = _image(pick, env)
+    if "blame" in shape["stages"] and image["image"] is None:  # the blame builds images: Docker only
+        how = pick.said("blame") if pick("blame", False) else f"{pick.said('stages')} blame"
+        raise UsageError(f"{how} compares images: name the new one with --image (the golden names the old one); "
+                         "the local backend has one environment only")
     model_texts = pick("models", tuple(REGISTRY))
     if isinstance(model_texts, str):
         model_texts = (model_texts,)
@@ -108,26 +107,25 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
                          "add --stage determinism")
     if pick("probes_fail", False) and "probes" not in shape["stages"]:
-        raise UsageError("--probes-fail fails a run on what the portability probes find: add --stage probes")
+        raise UsageError(f"{pick.said('probes_fail')} fails a run on what the portability probes find: add --stage probes")
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
         models=models,
-        **_execution(pick, config, models),
+        **_execution(pick, models),
         **shape,
         **resources,
         **image,
         seed=_seed(pick),
         gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
         results_dir=Path(pick("results_dir", "results")),
-        goldens_dir=Path(pick("goldens_dir", "goldens")),
+        goldens_dir=_goldens_dir(pick),
         update_golden=update_golden,
         ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         fork_server=pick("fork_server", None),
-        repetitions=int(pick("repetitions", 5)),
+        **_throughput(pick),
         seeds=_seeds(pick),
-        slowdown_factor=float(pick("slowdown_factor", 1.25)),
         slowdown_fails=bool(pick("slowdown_fails", False)),
         probes_fail=bool(pick("probes_fail", False)),
         config_file=config_path,
@@ -136,33 +134,34 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
     )
 
 
-def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> dict[str, Any]:
+def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
     """Profile, steps, resume point, stages and the test-only fault: what the runs do."""
+    said = pick.said
     profile = pick("profile", "quick")
     if profile not in PROFILES:
-        raise UsageError(f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
+        raise UsageError(f"{pick.from_file('profile')}unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
     steps = int(pick("steps", PROFILES[profile]))
     if steps > MAX_STEPS:
-        raise UsageError(f"--steps {steps} is more than {MAX_STEPS:,} steps a run; the profiles take "
+        raise UsageError(f"{said('steps')} {steps} is more than {MAX_STEPS:,} steps a run; the profiles take "
                          f"{PROFILES['quick']} (quick) and {PROFILES['full']} (full): choose a smaller N")
     resume_at_auto = pick("resume_at", None) is None
     resume_at = int(pick("resume_at", steps // 2))
     if steps < 2:
-        raise UsageError(f"--steps must be at least 2 (got {steps})")
+        raise UsageError(f"{said('steps')} must be at least 2 (got {steps})")
     if not 1 <= resume_at < steps:
-        raise UsageError(f"--resume-at must be between 1 and steps-1 = {steps - 1} (got {resume_at}); N must exceed k")
+        raise UsageError(f"{said('resume_at')} must be between 1 and steps-1 = {steps - 1} (got {resume_at}); "
+                         "N must exceed k")
     stages = tuple(pick("stages", ("determinism",)))
-    if isinstance(config.get("stages"), str):
+    if isinstance(config.get("stages"), str) and not pick.given("stages"):
         stages = (config["stages"],)
-    if pick("bisect", False) and "bisect" not in stages:
-        stages = (*stages, "bisect")
-    if pick("blame", False) and "blame" not in stages:
-        stages = (*stages, "blame")
-    if {"bisect", "blame"} & set(stages) and "determinism" not in stages:
-        stages = ("determinism", *stages)  # both start from the determinism stage's verdicts
     for s in stages:
         if s not in STAGES:
-            raise UsageError(f"unknown stage {s!r}; use one of {', '.join(STAGES)}")
+            raise UsageError(f"{pick.from_file('stages')}unknown stage {s!r}; use one of {', '.join(STAGES)}")
+    for flag in ("bisect", "blame"):
+        if pick(flag, False) and flag not in stages:
+            stages = (*stages, flag)
+    if {"bisect", "blame"} & set(stages) and "determinism" not in stages:
+        stages = ("determinism", *stages)  # both start from the determinism stage's verdicts
     fault = pick("fault", None)
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
@@ -170,78 +169,96 @@ def _run_shape(pick: Callable[[str, Any], Any], config: Mapping[str, Any]) -> di
             "stages": stages, "fault": fault}
 
 
-def _execution(pick: Callable[[str, Any], Any], config: Mapping[str, Any],
-               models: tuple[ModelRef, ...]) -> dict[str, Any]:
+def _execution(pick: Settings, models: tuple[ModelRef, ...]) -> dict[str, Any]:
     """Compile and autocast: which models are compiled (``--compile``: all; the config may list
     some), in which mode, and the AMP dtype."""
-    chosen = pick("compile_", None)
-    chosen = config.get("compile", False) if chosen is None else chosen
+    chosen = pick("compile", False)
     names = [m.name for m in models]
     if isinstance(chosen, (str, list)):
         listed = [chosen] if isinstance(chosen, str) else chosen
         unknown = [n for n in listed if n not in names]
         if unknown:
-            raise ConfigError(f"compile: {', '.join(unknown)} is not among the models run ({', '.join(names)}); "
-                              "list model names, or write compile: true for all")
+            raise ConfigError(f"{pick.said('compile')}: {', '.join(n or repr(n) for n in unknown)} is not among the models run "
+                              f"({', '.join(names)}); list model names, or write compile: true for all")
         compiled = tuple(n for n in names if n in listed)
     else:
         compiled = tuple(names) if chosen else ()
     mode = pick("compile_mode", None)
-    if mode is not None and not compiled:
-        raise UsageError("--compile-mode sets how torch.compile compiles: add --compile")
+    if mode not in (None, "default") and not compiled:  # the default is what an uncompiled run says too
+        add = "--compile" if pick.given("compile_mode") else "compile: true (or --compile)"
+        raise UsageError(f"{pick.said('compile_mode')} sets how torch.compile compiles: add {add}")
     return {"compiled": compiled, "compile_mode": None if mode == "default" else mode, "amp": pick("amp", None)}
 
 
-def _seed(pick: Callable[[str, Any], Any]) -> int:
+def _goldens_dir(pick: Settings) -> Path:
+    goldens_dir = Path(pick("goldens_dir", "goldens"))
+    require_folder(goldens_dir, pick.said("goldens_dir"))
+    return goldens_dir
+
+
+def _seed(pick: Settings) -> int:
     seed = int(pick("seed", 0))
     if not 0 <= seed < SEED_RANGE:
-        raise UsageError(f"--seed {seed} is out of range: use 0 .. {SEED_RANGE - 1} (it also sets PYTHONHASHSEED, "
-                         "which takes that range)")
+        raise UsageError(f"{pick.said('seed')} {seed} is out of range: use 0 .. {SEED_RANGE - 1} (it also sets "
+                         "PYTHONHASHSEED, which takes that range)")
     return seed
 
 
-def _seeds(pick: Callable[[str, Any], Any]) -> int:
+def _seeds(pick: Settings) -> int:
     seeds = int(pick("seeds", 5))
     if seeds < 2:
-        raise UsageError(f"--seeds must be at least 2 for a spread (got {seeds}); "
+        raise UsageError(f"{pick.said('seeds')} must be at least 2 for a spread (got {seeds}); "
                          "`reproci compare` needs at least 3 on each side")
     return seeds
 
 
-def _resources(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
+def _throughput(pick: Settings) -> dict[str, Any]:
+    """The throughput stage's repetitions and regression threshold."""
+    repetitions = int(pick("repetitions", 5))
+    if repetitions < 1:
+        raise UsageError(f"{pick.said('repetitions')} must be at least 1 (got {repetitions})")
+    factor = float(pick("slowdown_factor", 1.25))
+    if not (math.isfinite(factor) and factor > 0):
+        raise UsageError(f"{pick.said('slowdown_factor')} must be a positive number, as 1.25 (got {factor})")
+    return {"repetitions": repetitions, "slowdown_factor": factor}
+
+
+def _resources(pick: Settings) -> dict[str, Any]:
     """Threads, parallel runs, the per-run timeout and the device: what the runs get."""
     threads = int(pick("threads", 1))
     if threads < 1:
-        raise UsageError("--threads must be at least 1")
+        raise UsageError(f"{pick.said('threads')} must be at least 1")
     world_size = _world_size(pick)
     jobs = pick("jobs", None)
     jobs = default_jobs(threads * world_size) if jobs is None else int(jobs)
     if jobs < 1:
-        raise UsageError("--jobs must be at least 1")
+        raise UsageError(f"{pick.said('jobs')} must be at least 1")
     timeout = float(pick("timeout", 600.0))
-    if timeout <= 0:
-        raise UsageError("--timeout must be positive")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"{pick.said('timeout')} must be positive (seconds; got {timeout})")
     device = pick("device", "cpu")
     if device not in ("cpu", "cuda"):
-        raise UsageError(f"unknown device {device!r}; use cpu or cuda")
+        raise UsageError(f"{pick.from_file('device')}unknown device {device!r}; use cpu or cuda")
     return {"threads": threads, "jobs": jobs, "timeout": timeout, "device": device, "world_size": world_size}
 
 
-def _world_size(pick: Callable[[str, Any], Any]) -> int:
+def _world_size(pick: Settings) -> int:
     """Ranks per run (DDP under torchrun), checked against the GPUs asked of Docker: one per rank on CUDA."""
+    said = pick.said
     world_size = int(pick("world_size", 1))
     if world_size < 1:
-        raise UsageError(f"--world-size must be at least 1 (got {world_size}); use 1 for one process, N for N ranks")
+        raise UsageError(f"{said('world_size')} must be at least 1 (got {world_size}); use 1 for one process, "
+                         "N for N ranks")
     gpus = pick("gpus", None)
     if gpus is not None and not _gpus_ok(str(gpus)):
-        raise UsageError(f"--gpus {gpus!r}: use all, a count (2), device ids (0,1 or device=0) or GPU UUIDs (GPU-…)")
+        raise UsageError(f"{said('gpus')} {gpus!r}: use all, a count (2), device ids (0,1 or device=0) or GPU UUIDs (GPU-…)")
     if pick("device", "cpu") != "cuda" or gpus is None or world_size == 1:
         return world_size
     text = str(gpus)
     given = int(text) if text.isdigit() else None if text == "all" else len([g for g in text.split(",") if g.strip()])
     if given is not None and given < world_size:
-        raise UsageError(f"--world-size {world_size} on CUDA needs one GPU per rank but --gpus {text} gives {given}: "
-                         f"lower --world-size or pass --gpus all (or {world_size} GPUs)")
+        raise UsageError(f"{said('world_size')} {world_size} on CUDA needs one GPU per rank but {said('gpus')} {text} "
+                         f"gives {given}: lower {said('world_size')} or pass {said('gpus')} all (or {world_size} GPUs)")
     return world_size
 
 
@@ -253,22 +270,40 @@ def _gpus_ok(text: str) -> bool:
     return all(t.isdigit() or t.startswith(("GPU-", "MIG-")) for t in tokens) and all(tokens)
 
 
-def _image(pick: Callable[[str, Any], Any]) -> dict[str, Any]:
+def _image(pick: Settings, env: Mapping[str, str]) -> dict[str, Any]:
     """The RunOptions fields that name the image: ``--image`` looked up in the manifest, once."""
     image = pick("image", None)
     if image is not None and not str(image).strip():
-        raise UsageError("--image is empty: name a manifest image (see `reproci images list`) or a reference, "
-                         "or leave --image out for the local backend")
+        raise UsageError(f"{pick.said('image')} is empty: name a manifest image (see `reproci images list`) or a "
+                         "reference, or leave --image out for the local backend")
     if image == "local":  # the name results and goldens give the local backend: accept it back
         image = None
     if image is None and pick("gpus", None) is not None:
-        raise UsageError("--gpus chooses GPUs for a container (--image); the local backend uses the GPUs torch "
-                         "sees: set CUDA_VISIBLE_DEVICES instead")
+        raise UsageError(f"{pick.said('gpus')} chooses GPUs for a container (--image); the local backend uses the GPUs "
+                         "torch sees: set CUDA_VISIBLE_DEVICES instead")
     reference, entry = images.resolve(image) if image else (None, None)
-    cpu_isa = pick("cpu_isa", None) or (entry.cpu_isa if entry is not None else None)
+    cpu_isa = _cpu_isa(pick, entry, env)
     return {"image": image, "image_reference": reference, "image_entry": entry,
             "image_name": pick("image_name", None) or (golden_name(image, entry) if image else "local"),
             "cpu_isa": None if cpu_isa == "native" else cpu_isa}
+
+
+def _cpu_isa(pick: Settings, entry: images.ImageEntry | None, env: Mapping[str, str]) -> str | None:
+    """The CPU kernel cap (``--cpu-isa``, else the image's ``cpu_isa``), refused before any run
+    when this CPU lacks its instructions: every run would die of SIGILL. A remote engine's
+    CPU is not this one's, so there the workers' attestation decides."""
+    cpu_isa = pick("cpu_isa", None) or (entry.cpu_isa if entry is not None else None)
+    remote = entry is not None and str(env.get("DOCKER_HOST", "")).startswith(("tcp://", "ssh://"))
+    lacking = None if cpu_isa in (None, "native") or remote else cpu_flags.host_lacks(cpu_isa)
+    if lacking is None:
+        return cpu_isa
+    what, instead = lacking
+    if pick("cpu_isa", None) is None and entry is not None:  # the manifest's setting: this host cannot run it
+        raise InfrastructureError(f"image {entry.name} caps the CPU kernels at cpu_isa {cpu_isa} "
+                                  f"({images.default_manifest()}), but {what}: run it on a host with "
+                                  f"{cpu_isa.upper()}, or pass --cpu-isa {instead}")
+    fix = f"write cpu_isa: {instead}" if pick.from_file("cpu_isa") else f"pass --cpu-isa {instead}"
+    raise UsageError(f"{pick.said('cpu_isa')} {cpu_isa}: {what}; every run would die of an illegal instruction: {fix}")
 
 
 def golden_name(image: str, entry: images.ImageEntry | None) -> str:

@@ -17,6 +17,7 @@ from .errors import GoldenError, UsageError
 from .options import RunOptions
 from .golden import check as golden_check
 from .golden import store as golden_store
+from .golden.folder import require_folder
 from .reports import github, history, webhook
 from .runner import RunContext
 from .stages import registry, throughput
@@ -88,8 +89,7 @@ def _check_goldens_dir(options: RunOptions) -> None:
     """Refuse, before any run, a goldens directory a golden update cannot write; say when the
     directory to compare with does not exist (a typo makes every model NEW)."""
     d = options.goldens_dir
-    if d.exists() and not d.is_dir():
-        raise UsageError(f"--goldens-dir {d} is a file, not a directory; name the directory that holds the goldens")
+    require_folder(d)
     if options.update_golden:
         existing = next(p for p in (d, *d.absolute().parents) if p.exists())
         if not os.access(existing, os.W_OK | os.X_OK):

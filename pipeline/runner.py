@@ -86,13 +86,23 @@ def _death(returncode: int | None) -> str:
     """How a worker process ended: 'was killed (SIGKILL: out of memory, or killed by hand)'."""
     import signal
 
-    if returncode is not None and (returncode < 0 or returncode in (137, 139, 143)):
+    if returncode is not None and (returncode < 0 or returncode in (132, 137, 139, 143)):
         signum = -returncode if returncode < 0 else returncode - 128
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
         why = {"SIGKILL": ": out of memory, or killed by hand", "SIGSEGV": ": a crash in native code",
-               "SIGTERM": ": stopped from outside"}.get(name, "")
+               "SIGTERM": ": stopped from outside",
+               "SIGILL": ": an illegal instruction, likely code built for instructions this CPU lacks: a "
+                         "--cpu-isa or image cpu_isa above this CPU, or a build for another CPU"}.get(name, "")
         return f"was killed ({name}{why})"
     return f"died with exit code {returncode}"
+
+
+def _shown(path: Path) -> str:
+    """A path as a user reads it: relative to the working directory when it is under it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except (ValueError, OSError):  # elsewhere, or the working directory is gone
+        return str(path)
 
 
 def _from(spec: WorkerSpec) -> str:
@@ -147,7 +157,10 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
                                   f"({record.get('message')}); free space and run again")
     if record.get("status") != "ok":
-        raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}", kind=record.get("error_kind", "crash"))
+        kind = record.get("error_kind", "crash")
+        where = f"; traceback in {_shown(Path(record.get('record_file') or out))}" if kind == "crash" and record.get(
+            "traceback") else ""
+        raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}{where}", kind=kind)
     record["wall_s"] = result.seconds
     record["launch"] = result.launch
     record["launched_at"] = launched  # time.monotonic() as the process started (after any wait for a slot)
@@ -169,5 +182,5 @@ def rank_failure(work: Path, spec: WorkerSpec) -> dict[str, Any] | None:
         except (OSError, json.JSONDecodeError):
             continue
         if record.get("status") != "ok":
-            return {**record, "message": f"rank {rank}: {record.get('message', 'failed')}"}
+            return {**record, "message": f"rank {rank}: {record.get('message', 'failed')}", "record_file": str(path)}
     return None

@@ -180,13 +180,27 @@ def cause_text(ev: dict[str, Any] | None) -> str:
     return {"compute": "same batch, different result", "init": "different initial state"}.get(cause or "", "")
 
 
-def magnitude_text(ev: dict[str, Any] | None) -> str:
-    """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured."""
-    ev = ev or {}
-    if ev.get("max_abs") is None:
-        return ""
+UNREPRODUCED = "not reproduced by the replay"  # a magnitude_source: the probe replays left the runs' checksums
+
+
+def _size(ev: dict[str, Any]) -> str:
     ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
-    return f"max |Δ| {ev['max_abs']:.3g}{ulp}"
+    return f"|Δ| {ev['max_abs']:.3g}{ulp}"
+
+
+def magnitude_text(ev: dict[str, Any] | None) -> str:
+    """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured. A magnitude is the
+    runs' own only when the probe replays reproduced them: otherwise it is the replays'
+    ('..., between replays that did not reproduce the runs (...)'), and where the replays
+    agreed there is none: '|Δ| not measured: not reproduced by the replay (...)'."""
+    ev = ev or {}
+    source = str(ev.get("magnitude_source") or "")
+    replayed = source.startswith(UNREPRODUCED)
+    if ev.get("max_abs") is None:
+        return f"|Δ| not measured: {source}" if replayed else ""
+    aside = source.removeprefix(UNREPRODUCED).strip()
+    replays = f", between replays that did not reproduce the runs {aside}".rstrip() if replayed else ""
+    return f"max {_size(ev)}{replays}"
 
 
 def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> str:
@@ -205,7 +219,7 @@ def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> st
         parts.append(code(ev["tensor"]) + (f" (only in {ev['only_in']})" if ev.get("only_in") else "")
                      + (" (outside the checkpoint)" if ev.get("cause") == "census" else ""))
     if ev.get("max_abs") is not None:
-        parts.append(magnitude_text(ev).removeprefix("max "))
+        parts.append(_size(ev) + (" (replays)" if str(ev.get("magnitude_source") or "").startswith(UNREPRODUCED) else ""))
     return ", ".join(parts)
 
 

@@ -42,9 +42,19 @@ def test_stochastic_rounding_under_autocast_is_named(reproci) -> None:
 
 
 def test_a_compiled_path_drawing_from_an_unseeded_source_is_named(reproci) -> None:
+    """The probe replays, compiled afresh, do not reproduce the runs' checksums: the verdict
+    gives no magnitude measured on them as the runs' own (it said "max |Δ| 0 (0 ULP)")."""
     b = _bisected(reproci, "compiled_jitter", "--compile")
     assert b["culprit"] == "compile"
     assert "NONDETERMINISTIC with torch.compile (inductor); equal with eager" in b["message"]
+    entry = model_entry(reproci.latest(), "culprits.compiled_jitter")
+    ev = entry["evidence"]
+    assert ev["magnitude_source"] == "not reproduced by the replay (compiled kernels vary from run to run)", ev
+    assert ev["max_abs"] is None or ev["max_abs"] > 0, ev  # never a zero from replays that agreed
+    assert "|Δ| 0 (" not in entry["message"] and "(compiled kernels vary from run to run)" in entry["message"]
+    said = ("|Δ| not measured: not reproduced by the replay" if ev["max_abs"] is None
+            else "between replays that did not reproduce the runs")
+    assert f"first at {ev['tensor']}, {said}" in entry["message"], entry["message"]
 
 
 def test_noise_from_os_urandom_is_the_models_code(reproci) -> None:
@@ -92,10 +102,27 @@ def test_a_drift_in_the_thread_count_is_bisected_to_it(reproci) -> None:
     assert "with the golden's --threads 1 it matches the golden bit for bit" in b["message"]
 
 
-def test_a_passing_model_is_not_bisected(reproci) -> None:
+def test_a_passing_model_is_not_bisected_and_that_is_said(reproci) -> None:
     r = reproci("bisect", "-m", f"{CULPRITS}:tiny", "--steps", "3")
     assert r.returncode == 0
     assert "bisect" not in model_entry(reproci.latest(), "culprits.tiny") and "Bisection" not in r.stdout
+    assert r.stdout.strip().splitlines()[-1] == "nothing to bisect: every check passed"
+
+
+@pytest.mark.parametrize(("verdicts_", "line"), [
+    ({"conv": "PASS", "m": "NEW"}, "nothing to bisect: every check passed"),
+    ({"conv": "PASS", "m": "ERROR"}, "nothing to bisect: no check failed, but m could not run (ERROR): fix what its "
+                                     "message says first"),
+    ({"ddp": "REPLICAS_DIVERGE"}, "nothing to bisect: ddp REPLICAS_DIVERGE: the bisection compares two runs or a run "
+                                  "and its golden, not ranks"),
+    ({"conv": "NOT_CHECKED"}, "nothing to bisect: no determinism check ran (add --stage determinism)"),
+])
+def test_nothing_to_bisect_says_why(verdicts_, line) -> None:
+    doc = {"options": {"stages": ["determinism", "bisect"]}, "models": [{"model": m, "verdict": v} for m, v in verdicts_.items()]}
+    assert bisect.nothing(doc) == line
+    assert bisect.nothing({**doc, "options": {"stages": ["determinism"]}}) is None  # no bisection asked for
+    doc["models"][0]["bisect"] = {"message": "..."}
+    assert bisect.nothing(doc) is None  # a model was bisected: its row says the rest
 
 
 def test_bisect_needs_a_model(cli) -> None:

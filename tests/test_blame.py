@@ -4,13 +4,17 @@ Docker engine: two images built here from the CPU test image plus tiny wheels bu
 version pins ``knob-extra`` exactly, so the two move as a group), ``noop`` 1.0 → 1.1 (no number
 changes) and ``abi`` 1.0 → 2.0 (imports only beside the new knob, as a compiled package needs
 the torch it was built against). Blame names knob's group, clears noop, reports abi as not
-swappable alone, and leaves no derived image behind."""
+swappable alone, says each build and run as it starts and ends, and leaves no image behind:
+no derived image, no first stage, no intermediate image, neither when it ends nor when SIGTERM
+stops it. Images are counted among those built on the two test images (every image a blame
+builds is), so that another user of the engine cannot change the count."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import io
+import re
+import signal
 import zipfile
 from pathlib import Path
 
@@ -19,8 +23,8 @@ import pytest
 from pipeline import errors, verdicts
 from pipeline.blame import images as blame_images
 
-from .helpers import PLUGINS, model_entry
-from .test_docker_integration import IMAGE, engine  # noqa: F401 - the fixture
+from .helpers import PLUGINS, model_entry, said
+from .test_docker_integration import IMAGE, engine, start  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
 MODEL = f"{PLUGINS / 'upgrade_pkgs.py'}:build"
@@ -67,11 +71,28 @@ def upgrade(engine, tmp_path_factory):  # noqa: F811 - the imported fixture
         engine.images.remove(tag, force=True)
 
 
+def built_on(engine, tags: dict[str, str]) -> set[str]:  # noqa: F811 - the imported fixture
+    """Every local image, untagged and intermediate ones included, built on the two test images."""
+    roots = {engine.images.get(t).id for t in tags.values()}
+    parents = {i.id: i.attrs.get("Parent") or None for i in engine.images.list(all=True)}
+    out = set()
+    for image in parents:
+        at = parents[image]
+        while at is not None and at not in roots:
+            at = parents.get(at)
+        if at is not None:
+            out.add(image)
+    return out
+
+
+COMMON = ("--image-name", "blame-demo", "-m", MODEL, "--steps", "4", "--resume-at", "2")
+
+
 def test_blame_names_the_package_that_moved_the_numbers(upgrade, engine, reproci) -> None:  # noqa: F811
-    common = ("--image-name", "blame-demo", "-m", MODEL, "--steps", "4", "--resume-at", "2")
-    r = reproci("golden", "update", "--image", upgrade["old"], *common)
+    r = reproci("golden", "update", "--image", upgrade["old"], *COMMON)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = reproci("run", "--image", upgrade["new"], *common, "--blame")
+    images_before = built_on(engine, upgrade)
+    r = reproci("run", "--image", upgrade["new"], *COMMON, "--blame")
     assert r.returncode == errors.EXIT_DRIFT, r.stdout + r.stderr
     entry = model_entry(reproci.latest(), "upgrade_pkgs")
     assert entry["verdict"] == verdicts.UPGRADE_CHANGED
@@ -85,7 +106,44 @@ def test_blame_names_the_package_that_moved_the_numbers(upgrade, engine, reproci
     assert blame["cost"]["images_built"] == 3 and blame["cost"]["runs"] == 2
     assert "blame: the change comes from knob" in entry["golden"]["message"]  # the PR body's line
     assert "blame: the change comes from knob" in r.stdout
-    assert not engine.images.list(filters={"label": blame_images.LABEL})  # every derived image removed
+    assert built_on(engine, upgrade) == images_before  # no derived image, no first stage, no intermediate one
+    assert not engine.images.list(all=True, filters={"label": blame_images.LABEL})
+    progress = [re.sub(r"^\[\s*[\d.]+ s\] ", "", line) for line in r.stderr.splitlines() if line not in said(r.stderr)]
+    for n, moves in enumerate(("abi 1.0 → 2.0", "knob 1.0 → 2.0, knob-extra 1.0 → 2.0", "noop 1.0 → 1.1"), 1):
+        assert f"blame: image {n} ({moves}): build started" in progress, progress
+        assert any(re.fullmatch(rf"blame: image {n} \({moves}\): built in \d+\.\d s", p) for p in progress), progress
+    assert any(re.match(r"upgrade_pkgs: run blame1 failed after \d+\.\d s: .*abi 2\.0 was built against knob 2", p)
+               for p in progress), progress  # abi's run, which cannot import beside the old knob
+    for role in ("blame2", "blame3"):
+        assert f"upgrade_pkgs: run {role} started (2 steps)" in progress, progress
+        assert any(re.match(rf"upgrade_pkgs: run {role} done: 2 steps, .*\d s$", p) for p in progress), progress
+
+
+def test_nothing_to_blame_is_said_and_a_stopped_blame_leaves_no_image(upgrade, engine, reproci) -> None:  # noqa: F811
+    """No golden, then no drift: one line each. Then a blame stopped by SIGTERM while it builds
+    its second image (the first built, its first stage beside it): exit 143, and every image it
+    built is gone."""
+    images_before = built_on(engine, upgrade)
+    r = reproci("blame", "--image", upgrade["new"], *COMMON)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("nothing to blame: there is no golden for blame-demo (goldens/blame-demo.yaml) to compare with; record "
+            "one in the old image first: reproci golden update --image OLD --image-name blame-demo") in r.stdout
+    assert reproci("golden", "update", "--image", upgrade["old"], *COMMON).returncode == 0
+    r = reproci("blame", "--image", upgrade["old"], *COMMON)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "nothing to blame: every model matches the golden (the new image changed no result)" in r.stdout
+    proc = start(reproci.cwd, "blame", "--image", upgrade["new"], *COMMON)
+    seen = []
+    for line in proc.stderr:  # the progress lines, as they come
+        seen.append(line)
+        if re.search(r"blame: image 2 \(.*\): build started", line):
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == errors.EXIT_TERMINATED, "".join(seen) + err
+    assert "blame: image 1 (abi 1.0 → 2.0): built in" in "".join(seen)
+    assert built_on(engine, upgrade) == images_before, "".join(seen) + err  # image 1, its stage, image 2's steps
+    assert not engine.images.list(all=True, filters={"label": blame_images.LABEL})
 
 
 def test_groups_follow_exact_pins_transitively() -> None:
@@ -100,3 +158,17 @@ def test_groups_follow_exact_pins_transitively() -> None:
 def test_blame_needs_the_docker_backend(reproci) -> None:
     r = reproci("blame", "-m", "conv")
     assert r.returncode == 2 and "reproci blame compares images: name the new one with --image" in r.stderr
+
+
+def test_nothing_to_blame_names_the_verdicts_that_are_not_an_upgrade() -> None:
+    from pipeline.stages import blame
+
+    doc = {"options": {"stages": ["determinism", "blame"]}, "image": {"name": "img"}, "golden": {"existed": True},
+           "models": [{"model": "conv", "verdict": verdicts.ENV_CHANGED}, {"model": "m", "verdict": verdicts.NEW}]}
+    assert blame.nothing(doc) == (
+        "nothing to blame: no model is UPGRADE_CHANGED (conv ENV_CHANGED; m NEW): blame explains only a change that "
+        "comes with changed packages; ENV_CHANGED is the host or the settings, not a package: reproci bisect puts "
+        "the golden's back")
+    doc["models"][0]["blame"] = {"message": "not blamed: ..."}
+    assert blame.nothing(doc) is None  # a model's own message says why it was not blamed
+    assert blame.nothing({**doc, "options": {"stages": ["determinism"]}}) is None

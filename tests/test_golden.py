@@ -182,3 +182,16 @@ def test_partial_update_with_a_changed_environment_is_refused(tmp_path):
 def test_golden_names_cannot_escape_the_directory(tmp_path):
     with pytest.raises(GoldenError):
         golden.path_for(tmp_path, "../etc")
+
+
+def test_diff_of_goldens_recorded_with_other_settings_names_each_setting(tmp_path):
+    from pipeline.golden.diff import diff_goldens
+
+    golden.write(tmp_path, "eager", *fake_run(1))
+    document, records, states = fake_run(2)
+    document["models"][0].update(steps=30, execution={"compile": {"backend": "inductor", "mode": None}, "amp": "bf16"})
+    golden.write(tmp_path, "compiled", document, records, states)
+    d = diff_goldens(golden.load(tmp_path, "eager"), golden.load(tmp_path, "compiled"))
+    m = d["models"]["m"]
+    assert m["status"] == "not comparable: steps 5 vs 30, eager fp32 vs compiled (inductor, mode default), bf16 autocast"
+    assert "losses_agree_digits" not in m and "step" not in m  # nothing compared

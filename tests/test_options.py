@@ -158,3 +158,47 @@ def test_gpus_without_an_image_is_a_usage_error_that_names_the_alternative():
 def test_a_missing_model_module_says_what_to_do():
     with pytest.raises(errors.ModelError, match="add its folder to PYTHONPATH, or give the file as path/to/file.py"):
         build(cli(models=("nosuchmodule.sub:build",)), env={})
+
+
+def test_a_compile_mode_equal_to_the_default_is_accepted_without_compile(tmp_path, monkeypatch):
+    assert build(cli(compile_mode="default"), env={}).compile_mode is None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("compile_mode: default\n")
+    o = build(cli(), env={})
+    assert o.compiled == () and o.compile_mode is None
+
+
+@pytest.mark.parametrize("text, kw, said", [
+    ("steps: 1\n", {}, "reproci.yaml: steps must be at least 2 (got 1)"),
+    ("steps: 1\n", {"steps": 1}, "--steps must be at least 2 (got 1)"),  # the command line wins, and is named
+    ("stages: [speed]\n", {}, "reproci.yaml: unknown stage 'speed'"),
+    ("threads: 0\n", {}, "reproci.yaml: threads must be at least 1"),
+    ("seed: -3\n", {}, "reproci.yaml: seed -3 is out of range"),
+    ("resume_at: 40\n", {}, "reproci.yaml: resume_at must be between 1 and steps-1 = 29 (got 40)"),
+    ("compile: true\n", {"compile_mode": "max-autotune", "compile_": None}, None),  # the file's compile counts
+    ("compile_mode: max-autotune\n", {},
+     "reproci.yaml: compile_mode sets how torch.compile compiles: add compile: true (or --compile)"),
+    ("", {"compile_mode": "max-autotune"}, "--compile-mode sets how torch.compile compiles: add --compile"),
+])
+def test_an_error_names_the_setting_as_the_user_wrote_it(tmp_path, monkeypatch, text, kw, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text(text)
+    if said is None:
+        assert build(cli(**kw), env={}).compile_mode == "max-autotune"
+        return
+    with pytest.raises(errors.ReprociError) as e:
+        build(cli(**kw), env={})
+    assert str(e.value).startswith(said) and e.value.return_code == errors.EXIT_USAGE
+
+
+def test_an_error_from_a_named_config_file_names_that_file(tmp_path):
+    (tmp_path / "team.yaml").write_text("world_size: 0\n")
+    with pytest.raises(errors.UsageError, match=r"^.*team\.yaml: world_size must be at least 1 \(got 0\)"):
+        build(cli(config=tmp_path / "team.yaml"), env={})
+
+
+def test_stages_on_the_command_line_win_over_a_config_string(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("stages: throughput\n")
+    assert build(cli(), env={}).stages == ("throughput",)
+    assert build(cli(stages=("audit",)), env={}).stages == ("audit",)

@@ -169,6 +169,13 @@ class Engine:
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return []
 
+    def image_ids_labelled(self, label: str) -> list[str]:
+        """IDs of every local image that carries ``label``, untagged and intermediate build images included."""
+        try:
+            return [i.id for i in self.client.images.list(all=True, filters={"label": label})]
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return []
+
     def close(self) -> None:
         self.client.close()
 

@@ -8,8 +8,12 @@ must move together: a distribution whose new version pins another changed one ex
 moves with it, transitively. ``derive`` builds the golden's image with a group's files swapped
 in: a first stage from the new image copies exactly the group's RECORD files into a staging
 tree, and the final stage, from the golden's image, deletes the files of the group's old
-versions and copies the staging tree over ``/``. Nothing is downloaded; the images are
-labelled ``org.reproci.blame`` and removed when the blame ends.
+versions and copies the staging tree over ``/``. Nothing is downloaded. Every stage starts
+with a ``LABEL`` of ``org.reproci.blame`` and of the blame's own run key
+(``org.reproci.blame.run``), so each image the builds make carries them, the first stage's
+and the intermediate ones too; ``remove_built`` removes them all by ID when the blame ends or
+is stopped, and ``docker image prune -a --filter label=org.reproci.blame`` any that a killed
+blame left.
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ import hashlib
 import json
 import re
 import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 LABEL = "org.reproci.blame"
+RUN_LABEL = f"{LABEL}.run"  # the blame that built the image (``run_key``)
 STAGE = "/reproci-swap"
+PASSES = 5  # of remove_built
 
 # Runs in an image (stdlib only): the Python, and each named distribution's files and requirements.
 _INVENTORY = r"""
@@ -97,28 +105,59 @@ def unswappable(group: list[str], old: dict[str, Any], new: dict[str, Any]) -> s
     return None
 
 
-def tag_for(old_id: str, new_id: str, group: list[str]) -> str:
-    key = hashlib.sha256(f"{old_id} {new_id} {' '.join(group)}".encode()).hexdigest()[:12]
+def tag_for(old_id: str, new_id: str, group: list[str], run: str) -> str:
+    """'reproci-blame/<hash>:<packages>', of this blame's own (two blames never share a tag)."""
+    key = hashlib.sha256(f"{old_id} {new_id} {' '.join(group)} {run}".encode()).hexdigest()[:12]
     return f"reproci-blame/{key}:{'-'.join(group)[:100]}"
 
 
-def derive(engine: Any, old_id: str, new_id: str, group: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
+def run_key() -> str:
+    """A key of one blame's own, the value of ``RUN_LABEL`` on every image it builds."""
+    return uuid.uuid4().hex[:16]
+
+
+def dockerfile(old_id: str, new_id: str, run: str) -> str:
+    """The two stages; each starts with the labels, so every image either builds carries them."""
+    stamp = f'LABEL {LABEL}="1" {RUN_LABEL}="{run}"\n'
+    return (f"FROM {new_id} AS new\n{stamp}COPY take.txt copy_in.py /tmp/reproci/\n"
+            f"RUN python3 /tmp/reproci/copy_in.py /tmp/reproci/take.txt {STAGE}\n"
+            f"FROM {old_id}\n{stamp}COPY drop.txt remove.py /tmp/reproci/\n"
+            f"RUN python3 /tmp/reproci/remove.py /tmp/reproci/drop.txt && rm -rf /tmp/reproci\n"
+            f"COPY --from=new {STAGE}/ /\n")
+
+
+def derive(engine: Any, old_id: str, new_id: str, group: list[str], old: dict[str, Any], new: dict[str, Any], *,
+           run: str) -> str:
     """Build the golden's image with ``group``'s files from the new image; its tag."""
     take = [f for n in group for f in (new["dists"].get(n) or {}).get("files", [])]
     drop = [f for n in group for f in (old["dists"].get(n) or {}).get("files", [])]
-    tag = tag_for(old_id, new_id, group)
+    tag = tag_for(old_id, new_id, group, run)
     with tempfile.TemporaryDirectory(prefix="reproci-blame-") as tmp:
         ctx = Path(tmp)
         (ctx / "take.txt").write_text("".join(f"{f}\n" for f in take))
         (ctx / "drop.txt").write_text("".join(f"{f}\n" for f in drop))
         (ctx / "copy_in.py").write_text(_COPY_IN)
         (ctx / "remove.py").write_text(_REMOVE)
-        (ctx / "Dockerfile").write_text(
-            f"FROM {new_id} AS new\nCOPY take.txt copy_in.py /tmp/reproci/\n"
-            f"RUN python3 /tmp/reproci/copy_in.py /tmp/reproci/take.txt {STAGE}\n"
-            f"FROM {old_id}\nCOPY drop.txt remove.py /tmp/reproci/\n"
-            f"RUN python3 /tmp/reproci/remove.py /tmp/reproci/drop.txt && rm -rf /tmp/reproci\n"
-            f"COPY --from=new {STAGE}/ /\n")
-        labels = {LABEL: "1", f"{LABEL}.base": old_id, f"{LABEL}.from": new_id, f"{LABEL}.swap": " ".join(group)}
+        (ctx / "Dockerfile").write_text(dockerfile(old_id, new_id, run))
+        labels = {LABEL: "1", RUN_LABEL: run, f"{LABEL}.base": old_id, f"{LABEL}.from": new_id,
+                  f"{LABEL}.swap": " ".join(group)}
         engine.build(str(ctx), tag, labels)
     return tag
+
+
+def remove_built(engine: Any, run: str, *, stopped: bool = False) -> list[str]:
+    """Remove every container and image of blame ``run``, each image by ID: the derived images,
+    their first stages and the intermediate images of every step, a stopped build's too; the IDs
+    the engine kept. An image goes once its children have, so it can take a second pass; after
+    a stop the engine may still commit the step it was cancelling, so it looks once more."""
+    label = f"{RUN_LABEL}={run}"
+    for n in range(PASSES):
+        if n:
+            time.sleep(0.5)
+        engine.remove_labelled(label)  # a build step's container carries its image's labels
+        ids = engine.image_ids_labelled(label)
+        if not ids and (n or not stopped):
+            return []
+        for image_id in ids:
+            engine.remove_image(image_id)
+    return engine.image_ids_labelled(label)

@@ -11,6 +11,7 @@ from .. import console
 from ..errors import UsageError
 from ..golden import store
 from ..golden.diff import diff_goldens
+from ..golden.folder import require_folder
 from ..reports.goldens import print_diff, print_golden
 from .run import run_and_report, run_options
 
@@ -35,6 +36,7 @@ def update_cmd(**kwargs: Any) -> None:
 
 
 def _require(goldens_dir: Path, name: str) -> store.Golden:
+    require_folder(goldens_dir)
     g = store.load(goldens_dir, name)
     if g is None:
         known = sorted(p.stem for p in goldens_dir.glob("*.yaml")) if goldens_dir.is_dir() else []

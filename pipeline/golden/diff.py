@@ -1,5 +1,6 @@
 """What differs between the goldens of two images (``reproci golden diff``): environment,
-packages, and per model the first differing step and tensor with its magnitude."""
+packages, and per model the first differing step and tensor with its magnitude; or, where
+the two recorded other runs (other steps, seed, code, ...), which settings differ."""
 
 from __future__ import annotations
 
@@ -26,12 +27,15 @@ def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
         if ma is None or mb is None:
             out["models"][name] = {"status": f"only in {a.path.stem if mb is None else b.path.stem}"}
             continue
-        same_identity = all(ma.entry.get(k) == mb.entry.get(k) for k in IDENTITY_KEYS)
         if ma.entry.get("final_sha256") == mb.entry.get("final_sha256"):
             out["models"][name] = {"status": "identical"}
             continue
-        entry: dict[str, Any] = {"status": "differs" if same_identity else "not comparable (model or settings differ)"}
-        div = first_divergence(ma.as_record(), mb.as_record()) if same_identity else None
+        unlike = {k: [ma.entry.get(k), mb.entry.get(k)] for k in IDENTITY_KEYS if ma.entry.get(k) != mb.entry.get(k)}
+        if unlike:  # other runs: nothing to compare, step by step or by loss
+            out["models"][name] = {"status": f"not comparable: {settings_text(unlike)}", "identity_diff": unlike}
+            continue
+        entry: dict[str, Any] = {"status": "differs"}
+        div = first_divergence(ma.as_record(), mb.as_record())
         if div is not None:
             entry.update(step=div.step, tensor=div.tensor, losses_equal=div.losses_equal)
             if div.only_in:  # a gradient one golden has at that step and the other has not
@@ -44,3 +48,18 @@ def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
         entry["losses_agree_digits"] = drift.agreeing_digits(la[-1], lb[-1])
         out["models"][name] = entry
     return out
+
+
+def settings_text(unlike: dict[str, list[Any]]) -> str:
+    """'steps 30 vs 4, seed 0 vs 1, the model's code': what makes two goldens' runs of a model
+    different runs, each setting with both values."""
+    said = []
+    for key, (x, y) in unlike.items():
+        if key in ("code_sha256", "config_sha256"):
+            said.append(f"the model's {'code' if key == 'code_sha256' else 'config'} "
+                        f"({str(x)[:12] if x else '-'} vs {str(y)[:12] if y else '-'})")
+        elif key == "execution":
+            said.append(f"{drift.execution_text(x)} vs {drift.execution_text(y)}")
+        else:
+            said.append(f"{key} {x} vs {y}")
+    return ", ".join(said)

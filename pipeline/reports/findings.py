@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..stages import audit, bisect, probes
+from ..stages import audit, bisect, blame, probes
 
 PROBE_STYLE = {probes.DEPENDS: "bold yellow", probes.INDEPENDENT: "green", probes.NOT_APPLICABLE: "dim",
                probes.FAILED: "bold red"}
@@ -66,13 +66,16 @@ def bisect_table(document: dict[str, Any]) -> Table | None:
 
 
 def print_findings(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
-    """The audit and probe tables, where those stages ran; the results path when no other
-    table printed it."""
+    """The audit, probe and bisection tables, where those stages ran (the one line of a bisect or
+    blame that had nothing to do); the results path when no other table printed it."""
     printed = False
     for table in (audit_table(document), probes_table(document), bisect_table(document)):
         if table is not None:
             console.print(table)
             printed = True
+    for line in (bisect.nothing(document), blame.nothing(document)):  # a bisect or blame with nothing to do
+        if line:
+            console.print(line, highlight=False, markup=False)
     if printed and (document.get("options") or {}).get("probes_fail") and any(
             (m.get("probes") or {}).get("depends") for m in document.get("models") or []):
         console.print("portability dependencies found and --probes-fail is set: this run fails (exit 1)", highlight=False)

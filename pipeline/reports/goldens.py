@@ -92,10 +92,17 @@ def print_diff(name_a: str, name_b: str, d: dict[str, Any], console: Console) ->
         console.print(f"  {len(other)} other package(s) changed (none of them computes results): {names}", markup=False)
     if not d["env_diff"] and not d["package_diff"]:
         console.print("  same environment and packages")
+    compared = {m: e for m, e in d["models"].items() if "identity_diff" not in e}
+    for m, e in d["models"].items():
+        if m not in compared:  # other runs (steps, seed, code, ...): a line, no comparison
+            console.print(f"{m}: {e['status']}: re-record one with the other's settings to compare them",
+                          highlight=False, markup=False)
+    if not compared:
+        return
     t = Table()
     for col in ("model", "status", "first difference", "max |Δ| (final)", "ULP", "final loss digits"):
         t.add_column(col, overflow="fold")
-    for m, e in d["models"].items():
+    for m, e in compared.items():
         where = verdicts.first_difference({"step": e.get("step"), "tensor": e["tensor"]}) if e.get("tensor") else "-"
         t.add_row(m, e["status"], where, f"{e['max_abs']:.3g}" if e.get("max_abs") is not None else "-",
                   str(e.get("max_ulp", "-")), str(e.get("losses_agree_digits", "-")))

@@ -282,3 +282,24 @@ def stages_text(row: dict[str, Any]) -> str:
             parts.append(f"{s['factor']}: {to}{'equal' if s.get('equal') else 'still differs'}")
     return " · ".join(parts) + (f" ({row['runs']} runs to step {row['steps']}, {row.get('seconds', 0):.0f} s)"
                                 if row.get("steps") else "")
+
+
+def nothing(document: dict[str, Any]) -> str | None:
+    """The one line when the bisection ran and had nothing to bisect ('nothing to bisect: every
+    check passed'), saying why; None when it bisected a model or did not run."""
+    if "bisect" not in ((document.get("options") or {}).get("stages") or ()) or rows(document):
+        return None
+    models = document.get("models") or []
+    by: dict[str, list[str]] = {}
+    for m in models:
+        by.setdefault(str(m.get("verdict")), []).append(m["model"])
+    if by and set(by) == {verdicts.NOT_CHECKED}:
+        return "nothing to bisect: no determinism check ran (add --stage determinism)"
+    if by.get(verdicts.ERROR):
+        return (f"nothing to bisect: no check failed, but {_and(by[verdicts.ERROR])} could not run (ERROR): "
+                "fix what its message says first")
+    other = {v: names for v, names in by.items() if v in verdicts.FAILING or v in DRIFT}
+    if other:  # failures the bisection does not take apart (the ranks of one run)
+        said = "; ".join(f"{_and(names)} {v}" for v, names in other.items())
+        return f"nothing to bisect: {said}: the bisection compares two runs or a run and its golden, not ranks"
+    return "nothing to bisect: every check passed"

@@ -8,8 +8,10 @@ image's run: equal to the new run, the group alone reproduces the change; equal 
 it alone does not. When no single group reproduces a model's change, pairs of groups are tried,
 at most ``MAX_PAIRS``. A group that cannot be swapped (another Python, or a run that fails in
 the derived image, as a compiled package built against the new torch does) is said to be, and
-the blame goes on. Images are built once and shared by the models; all are removed at the end.
-Docker backend only: the environments are images.
+the blame goes on. Images are built once and shared by the models; every image the blame
+built (first stages and intermediate images included) is removed by ID when it ends or is
+stopped. Each build, like each run, says on the progress line when it starts and how it ended,
+with its seconds. Docker backend only: the environments are images.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class Blame:
         self.diff = package_diff(golden.data.get("packages"), document.get("packages"))
         self.tags: dict[tuple[str, ...], str | None] = {}
         self.cannot: dict[tuple[str, ...], str] = {}
-        self.runs, self.seq, self.t0 = 0, 0, time.monotonic()
+        self.runs, self.seq, self.builds, self.t0 = 0, 0, 0, time.monotonic()
+        self.key = blame_images.run_key()  # labels every image this blame builds
 
     def run(self, targets: list[tuple[Any, dict[str, Any]]]) -> None:
         changed = sorted(self.diff)
@@ -96,6 +99,9 @@ class Blame:
         self.new = blame_images.inventory(self.engine, self.new_id, changed)
         groups = [tuple(g) for g in blame_images.groups(changed, self.new)]
         groups.sort(key=lambda g: (not any(affects_results(n) for n in g), g))  # the numerics first
+        self.ctx.progress(f"blame: {len(changed)} changed package{'s' if len(changed) != 1 else ''} in {len(groups)} "
+                          f"group{'s' if len(groups) != 1 else ''}: the golden's image with each group of the new one")
+        stopped = True
         try:
             for model, entry in targets:
                 result = self.model(model, entry, groups)
@@ -104,11 +110,13 @@ class Blame:
                 result["message"] += (f" (cost so far: {result['cost']['images_built']} images built, "
                                       f"{self.runs} runs, {result['cost']['seconds']:.0f} s)")
                 _attach(entry, result)
+            stopped = False
         finally:
-            for tag in self.tags.values():
-                if tag and not self.engine.remove_image(tag):
-                    print(f"warning: could not remove the blame image {tag}; "
-                          f"docker image prune --filter label={blame_images.LABEL}", file=sys.stderr)
+            left = blame_images.remove_built(self.engine, self.key, stopped=stopped)
+            if left:
+                print(f"warning: could not remove {len(left)} image{'s' if len(left) != 1 else ''} the blame built "
+                      f"({', '.join(i.removeprefix('sha256:')[:12] for i in left)}); remove them with "
+                      f"docker image prune -a --filter label={blame_images.LABEL}", file=sys.stderr)
 
     def model(self, model: Any, entry: dict[str, Any], groups: list[tuple[str, ...]]) -> dict[str, Any]:
         section = entry.get("golden") or {}
@@ -138,9 +146,12 @@ class Blame:
         self.seq += 1
         spec = dataclasses.replace(base_spec(self.options, model, f"blame{self.seq}", **self.kw), steps=steps)
         spec = dataclasses.replace(spec, output=f"record-{spec.role}.json")
+        t0 = time.monotonic()
         try:
             record = self._run_in(tag, spec)
         except WorkerFailed as e:
+            said = str(e).removeprefix(f"run {spec.role}: ")
+            self.ctx.progress(f"{model.name}: run {spec.role} failed after {time.monotonic() - t0:.1f} s: {said}")
             return {**out, "outcome": "cannot swap", "why": f"the model does not run with it alone: {e}"}
         self.runs += 1
         if _same_rows(record, new_record, steps):
@@ -154,15 +165,27 @@ class Blame:
     def _image(self, group: tuple[str, ...]) -> str | None:
         if group not in self.tags:
             why = blame_images.unswappable(list(group), self.old, self.new)
-            try:
-                self.tags[group] = None if why else blame_images.derive(self.engine, self.old_id, self.new_id,
-                                                                        list(group), self.old, self.new)
-            except InfrastructureError as e:
-                why = str(e)
-                self.tags[group] = None
+            self.tags[group] = None if why else self._build(group)
             if why:
                 self.cannot[group] = why
         return self.tags[group]
+
+    def _build(self, group: tuple[str, ...]) -> str | None:
+        """The derived image for ``group`` (None when it cannot be built: why in ``cannot``), its
+        start and end said on the progress line with the seconds it took."""
+        self.builds += 1
+        said = f"blame: image {self.builds} ({', '.join(move(n, self.diff[n]) for n in group)})"
+        self.ctx.progress(f"{said}: build started")
+        t0 = time.monotonic()
+        try:
+            tag = blame_images.derive(self.engine, self.old_id, self.new_id, list(group), self.old, self.new,
+                                      run=self.key)
+        except InfrastructureError as e:
+            self.ctx.progress(f"{said}: build failed after {time.monotonic() - t0:.1f} s: {e}")
+            self.cannot[group] = str(e)
+            return None
+        self.ctx.progress(f"{said}: built in {time.monotonic() - t0:.1f} s")
+        return tag
 
     def _run_in(self, tag: str, spec: Any) -> dict[str, Any]:
         opts = dataclasses.replace(self.options, image=tag, image_reference=tag, image_entry=None, fork_server=False)
@@ -190,3 +213,27 @@ class Blame:
 def _same_rows(record: dict[str, Any], other: dict[str, Any], steps: int) -> bool:
     ours, theirs = step_rows(record), step_rows(other)
     return bool(ours) and all(theirs.get(s) == row for s, row in ours.items() if s <= steps)
+
+
+def nothing(document: dict[str, Any]) -> str | None:
+    """The one line when the blame ran and had nothing to blame ('nothing to blame: ...'), saying
+    why; None when it blamed (or refused to blame) a model, or did not run."""
+    if "blame" not in ((document.get("options") or {}).get("stages") or ()):
+        return None
+    models = document.get("models") or []
+    if any(m.get("blame") for m in models):
+        return None
+    g, name = document.get("golden") or {}, (document.get("image") or {}).get("name")
+    if not g.get("existed"):
+        return (f"nothing to blame: there is no golden for {name} ({g.get('file')}) to compare with; record one in "
+                f"the old image first: reproci golden update --image OLD --image-name {name}")
+    by: dict[str, list[str]] = {}
+    for m in models:
+        by.setdefault(str(m.get("verdict")), []).append(m["model"])
+    if set(by) <= {verdicts.PASS}:
+        return "nothing to blame: every model matches the golden (the new image changed no result)"
+    said = "; ".join(f"{', '.join(names)} {v}" for v, names in by.items())
+    hint = ("; ENV_CHANGED is the host or the settings, not a package: reproci bisect puts the golden's back"
+            if verdicts.ENV_CHANGED in by else "")
+    return (f"nothing to blame: no model is UPGRADE_CHANGED ({said}): blame explains only a change that comes "
+            f"with changed packages{hint}")

@@ -135,12 +135,13 @@ def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: s
     tx = torch.load(dump_x, map_location="cpu", weights_only=True)
     ty = torch.load(dump_y, map_location="cpu", weights_only=True)
     name = div.tensor
-    if name in tx and name in ty:
-        m = tensor_magnitude(tx[name], ty[name])
-        div.max_abs, div.max_ulp, div.elements_differing = m["max_abs"], m["max_ulp"], m["elements_differing"]
     faithful = (step_rows(rec_x).get(div.step) == step_rows(records[x]).get(div.step)
                 and step_rows(rec_y).get(div.step) == step_rows(records[y]).get(div.step))
-    div.magnitude_source = "probe" if faithful else "probe (re-run did not reproduce the original checksums)"
+    m = tensor_magnitude(tx[name], ty[name]) if name in tx and name in ty else None
+    if m is not None and (faithful or m["max_abs"]):  # never a zero from replays that did not differ there
+        div.max_abs, div.max_ulp, div.elements_differing = m["max_abs"], m["max_ulp"], m["elements_differing"]
+    div.magnitude_source = "probe" if faithful else verdicts.UNREPRODUCED + (
+        " (compiled kernels vary from run to run)" if compiled(records[x]) else " (the runs vary from one to the next)")
     if ops_x.is_file() and ops_y.is_file():
         div.op = ops.first_op_difference(ops.load(ops_x), ops.load(ops_y))
         if div.op is not None and compiled(records[x]):

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from .. import verdicts
+from .. import cpu_flags, verdicts
 from ..errors import WorkerFailed
 from ..golden.compare import step_rows
 from ..golden.environment import host_text
@@ -45,10 +45,11 @@ def settings(env_diff: dict[str, list[Any]]) -> tuple[dict[str, Any], list[str]]
         elif key == "world_size" and isinstance(old, int):
             change["world_size"] = old
         elif key == "cpu_capability":
-            if old in _LEVELS:  # a lower level is a cap; a higher one, if this CPU has it, lifts a cap
+            lacking = cpu_flags.host_lacks(_LEVELS[old]) if old in _LEVELS else None  # a run there dies of SIGILL
+            if old in _LEVELS and lacking is None:  # a lower level is a cap; a higher one, if this CPU has it, lifts a cap
                 change["cpu_isa"] = _LEVELS[old]
             else:
-                unsettable.append(host_text(key, old, new))
+                unsettable.append(host_text(key, old, new) + (f": {lacking[0]}" if lacking else ""))
         elif key.startswith(("gpu.", "cpu_id.", "cpu", "machine")) and key != "cpu_id.isa":
             unsettable.append(host_text(key, old, new))
     if "cpu_isa" in change:  # the cap sets these itself; the golden's own values of them are the same thing

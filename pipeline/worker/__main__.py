@@ -10,6 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from .process.failure import compiler_failure, own_frames
 from .process.exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
                         EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_NON_FINITE, EXIT_OK,
                         EXIT_USAGE)
@@ -39,6 +40,9 @@ def _classify(e: BaseException) -> tuple[str, int]:
     """(error_kind, exit code) of a failure. By class name: when torch is missing, the
     modules that define these classes cannot be imported."""
     name = type(e).__name__
+    compiler = compiler_failure(e)
+    if compiler is not None:
+        return compiler[0], EXIT_NO_DEVICE if compiler[0] == "no-device" else EXIT_CRASH
     if no_deterministic_kernel(e) is not None:
         return "no-deterministic-kernel", EXIT_NO_DETERMINISTIC_KERNEL
     if name == "ContractError":
@@ -95,16 +99,24 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     except BaseException as e:  # noqa: BLE001 - every failure becomes an error record
         kind, code = _classify(e)
-        message = (f"breaks the plugin contract: {e}" if kind == "contract"
-                   else no_deterministic_kernel(e) or "" if kind == "no-deterministic-kernel"
-                   else str(e) if kind in ("attestation", "no-device", "non-finite") else f"{type(e).__name__}: {e}").strip()
+        message = _message(e, kind)
         _write(out, {
-            "schema": "reproci.run", "version": 1, "status": "error", "error_kind": kind,
-            "message": message.splitlines()[0][:500] if message else type(e).__name__,
+            "schema": "reproci.run", "version": 1, "status": "error", "error_kind": kind, "message": message,
             "traceback": traceback.format_exc()[-4000:], "model": spec.model_name, "role": spec.role,
         })
         print(f"reproci worker: {message}", file=sys.stderr)
         return code
+
+
+def _message(e: BaseException, kind: str) -> str:
+    """The error record's one line: a crash's ends with where in the plugin's own code it was raised."""
+    compiler = compiler_failure(e)
+    message = (compiler[1] if compiler is not None
+               else f"breaks the plugin contract: {e}" if kind == "contract"
+               else no_deterministic_kernel(e) or "" if kind == "no-deterministic-kernel"
+               else str(e) if kind in ("attestation", "no-device", "non-finite") else f"{type(e).__name__}: {e}").strip()
+    line = message.splitlines()[0][:500] if message else type(e).__name__
+    return line + own_frames(e.__traceback__) if kind == "crash" and compiler is None else line
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Any, Callable, ContextManager
 import torch
 
 from .contract import TrainSetup
+from .process.failure import FIX_CXX, broken_compiler, compiler_named
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # inductor options that change the numbers a compiled step computes (recorded, in the identity)
@@ -30,17 +31,25 @@ CACHE_OPTIONS = ("fx_graph_cache", "autotune_local_cache", "force_disable_caches
 
 
 class CompilerMissing(Exception):
-    """A compiled run on the CPU where no C++ compiler is: inductor builds C++ (an infrastructure fault)."""
+    """A compiled run on the CPU where no working C++ compiler is: inductor builds C++ (an infrastructure fault)."""
 
 
 def _check_compiler(device: torch.device) -> None:
+    """Before anything is traced: the C++ compiler inductor will build with exists and answers
+    ``--version`` (inductor's own test of it), else one line naming it and how to pick another."""
     if device.type != "cpu":
         return
     names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
-    if not any(shutil.which(n) for n in names):
+    found = [n for n in names if shutil.which(n)]
+    if not found:
         raise CompilerMissing(f"torch.compile on the CPU needs a C++ compiler (inductor builds C++ kernels) and this "
                               f"environment has none ({', '.join(names)} not found): install one (g++) where the "
                               "runs execute, or drop --compile")
+    broken = broken_compiler(found[0])
+    if broken is not None:
+        named = compiler_named() if os.environ.get("CXX") else found[0]
+        raise CompilerMissing(f"torch.compile on the CPU builds inductor's C++ kernels with {named}, and that compiler "
+                              f"does not work ({broken}): {FIX_CXX}")
 
 
 def _optimized_module() -> type | None:
@@ -69,12 +78,31 @@ def _inductor_config() -> Any:
 
 
 def _set_caches(cache_dir: Path) -> dict[str, Any]:
-    """Inductor's and Triton's caches in ``cache_dir`` (read by them at each use); whether it was warm."""
+    """Inductor's and Triton's caches in ``cache_dir`` (read by them at each use), and inductor's
+    precompiled headers too; whether it was warm."""
     warm = cache_dir.is_dir() and any(cache_dir.iterdir())
     cache_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
     os.environ["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
-    return {"dir": cache_dir.name, "warm": warm}
+    headers = _move_headers(cache_dir / "precompiled_headers")
+    return {"dir": cache_dir.name, "warm": warm, "precompiled_headers": headers}
+
+
+def _move_headers(target: Path) -> bool:
+    """Point inductor's precompiled C++ headers at ``target``: torch (2.13) puts them in
+    ``default_cache_dir()/precompiled_headers`` (``/tmp/torchinductor_<user>``), fixed as its
+    ``codecache`` module is imported, whatever TORCHINDUCTOR_CACHE_DIR says, and keeps them
+    there across processes. Whether the running torch has them (False: nothing to move)."""
+    try:
+        from torch._inductor import codecache
+    except ImportError:  # pragma: no cover - a torch without inductor
+        return False
+    if not hasattr(codecache, "_HEADER_DIR"):
+        return False
+    codecache._HEADER_DIR = str(target)
+    if hasattr(codecache, "_HEADER_LOCK_DIR"):
+        codecache._HEADER_LOCK_DIR = str(target / "locks")
+    return True
 
 
 def prepare(compile_spec: dict[str, Any] | None, cache_dir: Path | None, strict: bool, setup: TrainSetup,

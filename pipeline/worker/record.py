@@ -57,10 +57,12 @@ class Trace:
         self.opaque: list[str] = []  # batch leaves the checksums cannot see into, named once
         self.epochs: list[int] = []  # the epoch of each step's batch
         self._workspace: dict[Any, torch.Tensor] = {}  # reused buffers for the batch checksum
+        self.last_batch: Any = None  # where an fp16 overflow is looked for (finite.check_finite)
 
     def batch(self, batch: Any, epoch: int) -> None:
         """The batch this step trains on, from epoch ``epoch``."""
         self.epochs.append(epoch)
+        self.last_batch = batch
         if self.fps is not None:
             bs = batch_checksum(batch, self._workspace)
             self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))

@@ -6,6 +6,8 @@ without importing torch.
 
 from __future__ import annotations
 
+import os
+
 CUBLAS_WORKSPACE = ":4096:8"  # what the launcher sets
 # The values cuBLAS documents as deterministic (NVIDIA's cuBLAS docs, "Results reproducibility";
 # torch's reproducibility notes): either is strict. HF's enable_full_determinism sets ":16:8".
@@ -55,14 +57,22 @@ def overridden(env: dict[str, str], overrides: dict[str, str | None]) -> dict[st
     return out
 
 
+def torchrun_dir(spec_file: str) -> str:
+    """torchrun's own files for a run (its ``--log-dir``: a folder per launch, and each rank's
+    error file): ``torchrun/`` beside the spec, in the run directory, so they leave with it.
+    Without it torchrun makes a ``torchelastic_*`` folder under the system's temporary
+    directory for every launch and never removes it."""
+    return os.path.join(os.path.dirname(spec_file), "torchrun")
+
+
 def worker_command(python: str, spec_file: str, *, world_size: int = 1) -> list[str]:
     """The command line of one worker run: ``python -m pipeline.worker SPEC``, or, above one
     rank, the same module under torchrun (``torch.distributed.run``: one node, ``world_size``
-    processes, a free rendezvous port), so it works alike on the host and in a container. The
-    rendezvous is on the loopback address: a container without a network cannot resolve its
-    own host name, which torchrun would otherwise advertise to the ranks."""
+    processes, a free rendezvous port, its files in ``torchrun_dir``), so it works alike on the
+    host and in a container. The rendezvous is on the loopback address: a container without a
+    network cannot resolve its own host name, which torchrun would otherwise advertise to the ranks."""
     worker = ["-m", "pipeline.worker", spec_file]
     if world_size <= 1:
         return [python, *worker]
     return [python, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
-            f"--nproc-per-node={world_size}", *worker]
+            f"--nproc-per-node={world_size}", f"--log-dir={torchrun_dir(spec_file)}", *worker]
