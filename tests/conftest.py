@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,51 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("docker") or item.get_closest_marker("cuda_image"):
+            # One engine, one test image, images counted before and after: the Docker tests run
+            # one at a time, on one xdist worker (--dist loadgroup), beside the others.
+            item.add_marker(pytest.mark.xdist_group("docker"))
+
+
+# A skip whose reason names one of the project's own modules: `No module named 'pipeline.x'`,
+# `could not import 'reference_models.conv'` (an import of the project that failed, made a skip).
+OWN_MODULE = re.compile(r"(?<![\w./-])(?:pipeline|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:pipeline|reference_models)['\"]")
+
+
+def skipped(reporter: pytest.TerminalReporter) -> list[tuple[str, str]]:
+    """(node id, reason) of every skipped test (or module) the run reported."""
+    out = []
+    for report in reporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, (tuple, list)) else str(longrepr)  # (path, line, reason)
+        out.append((report.nodeid, reason.removeprefix("Skipped: ")))
+    return out
+
+
+def _own_skips(config: pytest.Config) -> list[tuple[str, str]]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    return [(n, r) for n, r in skipped(reporter) if OWN_MODULE.search(r)] if reporter is not None else []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A skip that names the project's own modules fails the session: an ImportError in
+    pipeline/ or reference_models/ is a bug, never a missing optional tool."""
+    if not hasattr(session.config, "workerinput") and _own_skips(session.config) and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config):
+    """Every skipped test with its reason, after pytest's own summaries, just above its last
+    line: what the run did not check."""
+    yield
+    listed = skipped(terminalreporter)
+    if not listed:
+        return
+    terminalreporter.write_line("skipped:")
+    for nodeid, reason in sorted(listed):
+        terminalreporter.write_line(f"  {nodeid}: {reason}")
+    own = _own_skips(config)
+    if own:
+        terminalreporter.write_line(f"error: {len(own)} skipped for a module of the project itself (an import of "
+                                    "pipeline or reference_models failed): that is a failure", red=True, bold=True)

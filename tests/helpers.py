@@ -1,15 +1,18 @@
-"""What several test modules share: the real CLI in a subprocess, real results files made
+"""What several test modules share: the real CLI in a subprocess, the optional libraries a
+module needs, every process a run started (and what it left running), real results files made
 once per session, and the workflow files with a runner for their steps."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +28,42 @@ FILES = {name: WORKFLOWS / f"{name}.yml" for name in ("reproci", "golden-update"
 
 
 class Cli:
-    """Drives the real ``reproci`` command in a subprocess, in a scratch directory."""
+    """Drives the real ``reproci`` command in a subprocess, in a scratch directory; ``pid`` is
+    the last one's process id (what its workers and containers are labelled with)."""
 
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
+        self.pid: int | None = None
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
         full_env.update({"CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})})
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=self.cwd, env=full_env,
-                              capture_output=True, text=True, timeout=timeout)
+        with subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=self.cwd, env=full_env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            self.pid = proc.pid
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def latest(self) -> dict:
         return json.loads((self.cwd / "results" / "latest.json").read_text())
+
+
+def installed(*names: str) -> list[Any]:
+    """The optional libraries a test module needs, imported. A library that is not installed at
+    all skips the module (the test extra installs it: CI lists the skip); any other ImportError,
+    in the library or in the project's code around it, is raised: a failure, never a skip."""
+    import importlib
+    import importlib.util
+
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (`pip install -e '.[test]'` installs it)", allow_module_level=True)
+    return [importlib.import_module(n) for n in names]
 
 
 def said(stderr: str) -> list[str]:
@@ -56,6 +82,99 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# --- what a run started, and what it left running ---
+
+@dataclass(frozen=True)
+class Proc:
+    """A live process as /proc shows it; ``why`` says how it was found to belong to a run."""
+
+    pid: int
+    ppid: int
+    sid: int
+    cwd: str
+    cmdline: str
+    label: str | None  # REPROCI_PARENT_PID in its environment: the reproci process that launched it
+    why: str = ""
+
+    def works_in(self, path: Path) -> bool:
+        return self.cwd == str(path) or self.cwd.startswith(f"{path}{os.sep}")
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.why}; {self.cmdline[:160]!r} in {self.cwd})"
+
+
+def _proc(pid: int) -> Proc | None:
+    """The process ``pid``, or None where it is gone, a zombie (dead, not yet reaped) or unreadable."""
+    base = Path("/proc") / str(pid)
+    try:
+        stat = (base / "stat").read_text()
+        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
+        if fields[0] in ("Z", "X"):
+            return None
+        cmdline = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        cwd = os.readlink(base / "cwd")
+        environ = (base / "environ").read_bytes().split(b"\0")
+    except (OSError, IndexError):
+        return None
+    label = next((e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"REPROCI_PARENT_PID=")), None)
+    return Proc(pid, int(fields[1]), int(fields[3]), cwd, cmdline, label)
+
+
+def started_by(where: Path | None = None, *, pid: int | None = None) -> list[Proc]:
+    """Every live process a run started: workers (fresh or forked from a fork server), fork
+    servers, torchrun and its ranks, loader workers, and whatever those started.
+
+    Found by working directory (a run works in its spec's directory under ``where``; a fresh
+    one names its spec there on its command line too), by label (the reproci process ``pid``
+    puts its own pid in every launch environment as REPROCI_PARENT_PID: fork servers work in
+    the code's root, not under ``where``), then by session and parentage (torchrun starts each
+    rank in a session of its own; a run's own children stay in its session even once
+    reparented). This process, its ancestors, ``pid`` itself and this process's session are
+    never counted: the test and the reproci under test are not what a run started."""
+    mine = os.getsid(0)
+    own = {os.getpid(), *([pid] if pid else [])}
+    ancestor = os.getppid()
+    while ancestor > 1 and ancestor not in own:
+        own.add(ancestor)
+        parent = _proc(ancestor)
+        ancestor = parent.ppid if parent else 0
+    procs = [p for p in map(_proc, (int(d) for d in os.listdir("/proc") if d.isdigit())) if p and p.pid not in own]
+    found: dict[int, Proc] = {}
+    for p in procs:
+        if where is not None and p.works_in(where):
+            found[p.pid] = dataclasses.replace(p, why=f"works in {where}")
+        elif where is not None and re.search(re.escape(str(where)) + r"(?=[/\s]|$)", p.cmdline):
+            found[p.pid] = dataclasses.replace(p, why=f"names {where}")
+        elif pid is not None and p.label == str(pid):
+            found[p.pid] = dataclasses.replace(p, why=f"labelled REPROCI_PARENT_PID={pid}")
+    grew = True
+    while grew:
+        sessions = {p.sid for p in found.values()} - {mine}
+        more = {p.pid: dataclasses.replace(p, why=f"in session {p.sid}" if p.sid in sessions else f"child of {p.ppid}")
+                for p in procs if p.pid not in found and (p.sid in sessions or p.ppid in found)}
+        found.update(more)
+        grew = bool(more)
+    return sorted(found.values(), key=lambda p: p.pid)
+
+
+def left_behind(where: Path | None = None, *, pid: int | None = None, engine: Any = None,
+                within: float = 10.0) -> list[str]:
+    """What a finished or stopped run left running (``started_by``), and with ``engine`` (a
+    Docker client) the containers labelled ``reproci.pid=PID``, in any state; waits up to
+    ``within`` seconds for processes that are being killed to go. Empty when nothing is left."""
+    import time
+
+    deadline = time.monotonic() + within
+    while True:
+        left = [str(p) for p in started_by(where, pid=pid)]
+        if engine is not None and pid is not None:
+            left += [f"container {c.id[:12]} ({c.labels.get('reproci', '?')}, {c.status})"
+                     for c in engine.containers.list(all=True, filters={"label": f"reproci.pid={pid}"})]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 # --- real results files ---

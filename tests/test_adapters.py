@@ -18,11 +18,11 @@ from pipeline.stages.determinism import config_sha256
 from pipeline.worker.contract import ContractError, ModelContext
 from pipeline.worker.steppers import EveryEpoch
 
-from .helpers import PLUGINS, ROOT, Cli, model_entry
+from .helpers import PLUGINS, ROOT, Cli, installed, model_entry
 
-pl = pytest.importorskip("pytorch_lightning")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")  # TrainingArguments needs it: the hf extra installs both
+# TrainingArguments needs accelerate: the hf extra installs both. Skipped only where one is not
+# installed at all; an ImportError in an adapter, or in a library it imports, fails.
+pl, transformers, _ = installed("pytorch_lightning", "transformers", "accelerate")
 
 from pipeline.adapters import hf, lightning  # noqa: E402  (with their libraries there, they must import)
 

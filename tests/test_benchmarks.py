@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -38,6 +39,7 @@ def test_the_in_process_benchmarks_measure_a_few_steps():
     """The benchmarks that call the worker's functions directly still match their signatures
     (a `--help` does not reach them, and the GPU check runs one of them on CUDA)."""
     direct, difference = _load("determinism_overhead").fingerprint_overhead("embedding", steps=10)
-    assert 0 < direct < 5 and difference > -1
+    # Ratios of times: what they are is the benchmark's to print; here, that both were measured.
+    assert direct > 0 and all(isinstance(x, float) and math.isfinite(x) for x in (direct, difference))
     plain, recorded, ops = _load("op_record_cost").step_cost("embedding", repeats=1)
     assert plain > 0 and recorded > 0 and ops > 10

@@ -21,7 +21,7 @@ from pipeline.worker.contract import ModelContext
 from pipeline.worker.process.launch import worker_command
 from pipeline.worker.process.spec import WorkerSpec, for_rank, rank_path
 
-from .helpers import PLUGINS, Cli, load, model_entry, run_step, step_named
+from .helpers import PLUGINS, Cli, left_behind, load, model_entry, run_step, step_named
 from .test_golden import fake_run
 from .test_options import cli
 from .test_workflows import stub_reproci  # noqa: F401 - a fixture
@@ -31,8 +31,9 @@ DDP = PLUGINS / "ddp.py"
 
 def test_two_ranks_run_under_torchrun_and_one_runs_alone():
     assert worker_command("python3", "spec-A.json") == ["python3", "-m", "pipeline.worker", "spec-A.json"]
-    assert worker_command("py", "s.json", world_size=2) == [
-        "py", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=2", "-m", "pipeline.worker", "s.json"]
+    assert worker_command("py", "w/s.json", world_size=2) == [
+        "py", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=2",
+        "--log-dir=w/torchrun", "-m", "pipeline.worker", "w/s.json"]
     spec = WorkerSpec(model_ref="conv", model_name="conv", role="A", steps=4, world_size=4)
     assert docker_spec.worker_command(spec, PurePosixPath("/reproci/run/conv/spec-A.json"))[:6] == [
         "python3", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=4"]
@@ -148,20 +149,6 @@ def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
 
 # -- world size 2 on the CPU, gloo ------------------------------------------------------------
 
-def _launch(tmp_path, factory: str, timeout: float = 120):
-    spec = WorkerSpec(model_ref=f"{DDP}:{factory}", model_name=factory, role="A", steps=6, output="record-A.json",
-                      world_size=2)
-    spec.write(tmp_path / "spec.json")
-    return LocalBackend(build(cli(), env={})).launch(spec, tmp_path / "spec.json", timeout=timeout)
-
-
-def _rank_run(tmp_path, factory: str) -> dict[int, dict]:
-    """Run A of ``factory`` at world size 2 through torchrun; each rank's record."""
-    result = _launch(tmp_path, factory)
-    assert result.returncode == 0, result.log_tail
-    return {r: json.loads((tmp_path / rank_path("record-A.json", r)).read_text()) for r in (0, 1)}
-
-
 @pytest.mark.slow
 def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_path):
     out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "6", "--resume-at", "3",
@@ -212,14 +199,31 @@ def test_ranks_that_all_train_on_the_same_batches_are_a_warning(tmp_path):
 
 
 @pytest.mark.slow
-def test_rank_local_batchnorm_statistics_and_a_sampler_hidden_from_set_epoch_are_caught(tmp_path):
-    """One run of the twin of ``sharded`` (which passes both checks above) with both mistakes."""
-    ranks = _rank_run(tmp_path, "careless")
-    div = replicas.replica_divergence(ranks[0], ranks[1])
-    assert (div.step, div.tensor) == (1, "buffer:1.running_mean")
+def test_replicas_that_part_are_replicas_diverge_exit_1_and_a_sampler_hidden_from_set_epoch_a_warning(tmp_path):
+    """A real ``reproci run --world-size 2`` of the twin of ``sharded`` (which passes both checks
+    above) with both mistakes: each rank reproduces itself, A = B = C, but with
+    ``broadcast_buffers=False`` rank 1's BatchNorm statistics leave rank 0's at step 1. Never a golden."""
+    cli = Cli(tmp_path)
+    out = cli("run", "-m", f"{DDP}:careless", "--world-size", "2", "--steps", "6", "--resume-at", "3",
+              "--update-golden", "--goldens-dir", "g")
+    assert out.returncode == errors.EXIT_REPRO_FAILURE, out.stdout + out.stderr
+    doc = cli.latest()
+    entry = model_entry(doc, "ddp.careless")
+    assert entry["verdict"] == verdicts.REPLICAS_DIVERGE and entry["world_size"] == 2, entry["message"]
+    assert entry["message"].startswith("rank 1's replica ≠ rank 0's in run A from step 1, first at buffer:1.running_mean")
+    assert "broadcast_buffers=False" in entry["message"]
+    assert entry["evidence"]["comparison"] == "run A: rank 0 vs rank 1" and entry["evidence"]["rank"] == 1
+    assert verdicts.first_difference(entry["evidence"]) == "step 1, buffer:1.running_mean"
+    assert entry["epoch_order"].startswith("epoch 2 visits the samples in the same order as epoch 1")
+    assert "; warning: " + entry["epoch_order"] in entry["message"]
+    assert f"ddp.careless: REPLICAS_DIVERGE: {entry['message']}" in " ".join(out.stdout.split())
+    work = tmp_path / "results" / doc["run_id"] / "ddp.careless"
+    ranks = {r: json.loads((work / rank_path("record-A.json", r)).read_text()) for r in (0, 1)}
     assert ranks[0]["final_sha256"] != ranks[1]["final_sha256"]
+    assert {r["final_sha256"] for r in entry["runs"].values()} == {ranks[0]["final_sha256"]}  # rank 0: A = B = C
     assert ranks[0]["batch_epochs"] == [0, 0, 0, 0, 1, 1] and ranks[0]["loader"]["shuffles"] is True
-    assert epochs.repeated_order(ranks[0]).startswith("epoch 2 visits the samples in the same order as epoch 1")
+    assert not (tmp_path / "g").exists() or not any((tmp_path / "g").iterdir())
+    assert "golden not updated: ddp.careless is REPLICAS_DIVERGE" in out.stderr
 
 
 @pytest.mark.slow
@@ -267,36 +271,7 @@ def test_a_stopped_run_leaves_no_rank_behind(tmp_path):
     backend.close()
     launcher.join(timeout=30)
     assert not launcher.is_alive() and results[0].returncode != 0
-    spec_file = str(tmp_path / "spec.json").encode()
-    left = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and spec_file in (proc / "cmdline").read_bytes():
-                left.append(proc.name)
-        except OSError:
-            pass
-    assert not left
-
-def test_the_stage_gives_the_verdict_of_a_diverging_replica_with_its_rank(tmp_path, monkeypatch):
-    from pipeline.runner import RunContext
-    from pipeline.stages import determinism
-
-    rank0 = _record([[1, 2, 3, 4], [5, 6, 7, 8]], broadcast_buffers=False, epochs_=[0, 1], batches=[3, 3])
-    rank1 = _record([[1, 2, 3, 4], [5, 6, 9, 8]], broadcast_buffers=False, epochs_=[0, 1], batches=[4, 4])
-    options = build(cli(models=(f"{DDP}:careless",), world_size=2, steps=2, resume_at=1), env={})
-    model = options.models[0]
-    work = tmp_path / model.name
-    work.mkdir()
-    for role in "ABC":
-        (work / f"record-{role}.rank1.json").write_text(json.dumps({**rank1, "status": "ok"}))
-    monkeypatch.setattr(determinism, "_run_all", lambda o, c, s, records: records.update(A=rank0, B=rank0, C=rank0))
-    entry = determinism.run_model(options, RunContext(backend=None, run_dir=tmp_path, timeout=1), model,  # type: ignore[arg-type]
-                                  project_commit=None, image={})
-    assert entry["verdict"] == verdicts.REPLICAS_DIVERGE and entry["world_size"] == 2
-    assert entry["message"].startswith("rank 1's replica ≠ rank 0's in run A from step 2, first at buffer:bn.running_mean")
-    assert "; warning: " + entry["epoch_order"] in entry["message"]
-    assert entry["evidence"]["comparison"] == "run A: rank 0 vs rank 1" and entry["evidence"]["rank"] == 1
-    assert verdicts.first_difference(entry["evidence"]) == "step 2, buffer:bn.running_mean"
+    assert left_behind(tmp_path) == []  # torchrun, both ranks, and what each started
 
 
 def test_more_ranks_than_gpus_is_named_before_any_rank_starts(monkeypatch):
@@ -376,3 +351,22 @@ def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
     record["distributed"].update(world_size=2, ddp={"wrapped_by": "plugin"})
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
+
+
+@pytest.mark.slow
+def test_torchrun_keeps_its_files_in_the_run_directory(tmp_path):
+    """Each torchrun launch made a ``torchelastic_*`` folder in the system's temporary directory
+    and left it there (three per model). With its ``--log-dir`` in the run directory, a real run
+    of two ranks adds none, and torchrun's folders are the run's own."""
+    import tempfile
+
+    def leftovers() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
+
+    before = leftovers()
+    out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "4", "--resume-at", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert leftovers() - before == set()
+    doc = Cli(tmp_path).latest()
+    launches = list((tmp_path / "results" / doc["run_id"] / "ddp.sharded" / "torchrun").iterdir())
+    assert len(launches) == 3  # A, B and C: a folder per launch, each under the run directory

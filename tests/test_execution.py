@@ -61,6 +61,7 @@ def test_a_compiled_golden_refuses_an_eager_run_and_matches_a_compiled_one(repro
     tiny = f"{CULPRITS}:tiny"
     assert reproci("golden", "update", "-m", tiny, "--compile", "--steps", "4").returncode == 0
     r = reproci("run", "-m", tiny, "--steps", "4")
+    assert r.returncode == 0, r.stdout + r.stderr  # MODEL_CHANGED: re-record, not an alert
     entry = model_entry(reproci.latest(), "culprits.tiny")
     assert entry["verdict"] == verdicts.MODEL_CHANGED, entry["message"]
     assert ("the golden was recorded compiled (inductor, mode default), this run is eager fp32: compare compiled runs "
@@ -113,3 +114,57 @@ def test_a_compiled_cpu_run_without_a_cxx_compiler_is_an_infrastructure_error(re
     assert ("error: torch.compile on the CPU needs a C++ compiler (inductor builds C++ kernels) and this environment "
             "has none (no-such-c++ not found): install one (g++) where the runs execute, or drop --compile") in r.stderr
     assert not list((reproci.cwd / "results").glob("2*"))  # nothing half-written
+
+
+FP16_RANGE = f"{PLUGINS / 'fp16_range.py'}:overflowing"
+
+
+def test_an_fp16_overflow_names_the_first_tensor_past_float16s_range_and_bf16_runs(reproci) -> None:
+    """A model finite in float32 whose activations pass 65504: under fp16 the message names the
+    tensor and float16's range, not a divergence; its twin run, under bf16, is reproducible."""
+    r = reproci("run", "-m", FP16_RANGE, "--amp", "fp16", "--steps", "4")
+    assert r.returncode == 4, r.stdout + r.stderr
+    entry = model_entry(reproci.latest(), "fp16_range.overflowing")
+    assert entry["error"]["kind"] == "non-finite" and "diverged" not in entry["message"]
+    assert entry["message"].startswith("run A: the loss is nan from step 1: under --amp fp16 the output of `1` "
+                                       "(Scale) is the first tensor that is not finite (-inf in float16, at most ")
+    assert ("in float32): it overflowed float16's range (max 65504); use --amp bf16 (float32's range in 16 bits), or "
+            "keep that module in float32") in entry["message"]
+    r = reproci("run", "-m", FP16_RANGE, "--amp", "bf16", "--steps", "4")
+    assert r.returncode == 0 and model_entry(reproci.latest(), "fp16_range.overflowing")["verdict"] == verdicts.NEW
+
+
+def test_a_non_finite_run_under_fp16_points_at_float16s_range_when_no_tensor_is_found() -> None:
+    """The message's other branches, on a model made non-finite by hand (in-process)."""
+    import pytest
+    import torch
+
+    from pipeline.worker.contract import TrainSetup
+    from pipeline.worker.finite import NonFiniteError, check_finite
+
+    model = torch.nn.Linear(2, 1)
+    setup = TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=[(torch.ones(1, 2),)],
+                       loss_fn=lambda m, b: m(b[0]).sum())
+    losses = [torch.tensor(1.0), torch.tensor(float("inf"))]
+    with pytest.raises(NonFiniteError, match=r"^the loss is inf from step 2: the training diverged \(a learning rate"):
+        check_finite(setup, losses, 0)
+    with pytest.raises(NonFiniteError) as fp16:
+        check_finite(setup, losses, 0, "fp16")
+    assert ("the loss is inf from step 2: under --amp fp16 this is most often a value that overflowed float16's range "
+            "(max 65504); if the model is finite without --amp, use --amp bf16; a run") in str(fp16.value)
+    setup.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    with pytest.raises(NonFiniteError, match=r"use --amp bf16, or enable the plugin's GradScaler \(it is disabled\)"):
+        check_finite(setup, losses, 0, "fp16")
+
+
+def test_a_compiled_run_keeps_every_compile_cache_in_its_own_directory(reproci, tmp_path) -> None:
+    """torch puts inductor's precompiled headers in /tmp/torchinductor_<user> whatever
+    TORCHINDUCTOR_CACHE_DIR says; a run moves them into its own cache, deleted with it."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    r = reproci("run", "-m", f"{CULPRITS}:tiny", "--compile", "--steps", "2", env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    entry = model_entry(reproci.latest(), "culprits.tiny")
+    assert _record(reproci, entry, "A")["compile_cache"]["precompiled_headers"] is True
+    assert not [p for p in tmp.rglob("*") if p.is_file()], sorted(tmp.rglob("*"))  # nothing left in the temp dir
+    assert not list((reproci.cwd / "results").glob("*/*/inductor-cache-*"))

@@ -4,7 +4,7 @@ from pipeline.worker.data.batchsum import batch_checksum
 from pipeline.worker.state.bits import flat_int
 from pipeline.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
                                          segment_sums)
-from pipeline.worker.state.state import final_hash, state_tensors
+from pipeline.worker.state.state import final_hash, state_tensors, tensor_bytes
 
 
 def test_checksum_is_exact_and_order_independent():
@@ -245,8 +245,15 @@ def test_sparse_gradients_are_fingerprinted_and_hashed_exactly():
     opt.step()
     row = dict(zip(fps.names, fps.to_lists()[0]))
     assert row["grad:weight"] == bit_checksum(dense_grad).item() != 0
+    # Hashed and dumped as its dense form: index 1 twice (uncoalesced) sums as the dense gradient does.
+    assert tensor_bytes(emb.weight.grad) == tensor_bytes(emb.weight.grad.coalesce()) == dense_grad.numpy().tobytes()
     names, first = initial_row(emb, opt)
-    assert final_hash(emb, opt)[0]  # no error on sparse state
+    assert first[names.index("param:weight")].item() == bit_checksum(emb.weight).item()
+    digest, per = final_hash(emb, opt)
+    exp_avg = opt.state[emb.weight]["exp_avg"]  # the rows the sparse step touched, one ULP moved
+    exp_avg[1, 0] = torch.nextafter(exp_avg[1, 0], torch.tensor(1.0))
+    again, per_again = final_hash(emb, opt)
+    assert again != digest and [n for n in per if per[n] != per_again[n]] == ["optim:weight.exp_avg"]
 
 
 def test_a_state_module_is_part_of_every_row_and_of_the_final_hash():
@@ -261,11 +268,12 @@ def test_a_state_module_is_part_of_every_row_and_of_the_final_hash():
     ema.update_parameters(model)
     fps.record()
     assert "state:ema.module.weight" in fps.names and "state:ema.n_averaged" in fps.names
-    before = final_hash(model, opt, {"ema": ema})[0]
+    before, without = final_hash(model, opt, {"ema": ema})[0], final_hash(model, opt)[0]
+    assert before != without  # declared, the state module is hashed with the rest
     with torch.no_grad():
         ema.module.weight[0, 0] += 1.0
     assert final_hash(model, opt, {"ema": ema})[0] != before
-    assert final_hash(model, opt)[0] == final_hash(model, opt)[0]  # without it: not part of the hash
+    assert final_hash(model, opt)[0] == without  # undeclared, its change is not part of the hash
 
 
 # -- gradients that exist at some steps only ---------------------------------------------------

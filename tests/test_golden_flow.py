@@ -34,13 +34,30 @@ def workspace(recorded, tmp_path):
     return Cli(tmp_path)
 
 
-def test_matching_run_passes(workspace):
+def test_a_matching_run_passes_and_a_golden_edited_to_differ_is_golden_mismatch(workspace):
+    """conv's golden as recorded: PASS. embedding's final hash edited in the golden: its runs
+    agree, and the image, packages and host are the golden's, so nothing recorded explains the
+    difference: GOLDEN_MISMATCH, exit 3, with no re-run (nothing to set back)."""
+    path = workspace.cwd / "goldens" / "local.yaml"
+    header = "".join(line for line in path.read_text().splitlines(True) if line.startswith("#"))
+    data = yaml.safe_load(path.read_text())
+    recorded = data["models"]["embedding"]["final_sha256"]
+    data["models"]["embedding"]["final_sha256"] = "0" * 64
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     p = workspace("run", "-m", "conv", "-m", "embedding", *SHORT)
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == errors.EXIT_DRIFT, p.stdout + p.stderr
     doc = workspace.latest()
-    for m in doc["models"]:
-        assert m["verdict"] == "PASS" and m["golden"]["verdict"] == "PASS"
-        assert m["golden"]["golden_final_sha256"] == m["final_sha256"]
+    conv = model_entry(doc, "conv")
+    assert conv["verdict"] == "PASS" and conv["golden"]["verdict"] == "PASS"
+    assert conv["golden"]["golden_final_sha256"] == conv["final_sha256"]
+    emb = model_entry(doc, "embedding")
+    assert emb["verdict"] == "GOLDEN_MISMATCH" and emb["golden"]["verdict"] == "GOLDEN_MISMATCH", emb["message"]
+    assert emb["final_sha256"] == recorded and {r["final_sha256"] for r in emb["runs"].values()} == {recorded}
+    assert emb["golden"]["golden_final_sha256"] == "0" * 64
+    assert emb["golden"]["env_diff"] == {} and emb["golden"]["package_diff"] == {}
+    assert "same image, packages and host: nothing recorded differs" in emb["message"]
+    assert "confirmation" not in emb["golden"]
+    assert f"embedding: GOLDEN_MISMATCH: {emb['message']}" in " ".join(p.stdout.split())
 
 
 def test_thread_count_change_is_env_changed_with_its_diff(workspace):

@@ -27,6 +27,8 @@ from pipeline.backends.base import CODE_ROOT
 from pipeline.options import build
 from pipeline.worker.process.spec import WorkerSpec
 
+from .helpers import left_behind
+
 HOOK = """\
 import json, os, subprocess, sys, time
 report = os.environ.get("REPROCI_TEST_HOOK")
@@ -45,7 +47,8 @@ if report:
 
 @pytest.fixture
 def backend() -> local.LocalBackend:
-    return local.LocalBackend(build({}, env={}))
+    """Fresh subprocesses only (runs forked from a server: tests/test_forking.py)."""
+    return local.LocalBackend(build({"fork_server": False}, env={}))
 
 
 @pytest.fixture
@@ -145,9 +148,9 @@ def test_a_run_past_its_timeout_is_killed_with_everything_it_started(backend, sp
     report = hook("hang")
     result = backend.launch(s, path, timeout=1.5)
     assert result.timed_out and result.returncode == -signal.SIGKILL
-    assert 1.5 <= result.seconds < 15
-    worker = seen(report)
-    assert gone(worker["pid"]) and gone(worker["child"])  # its own process group: the grandchild too
+    assert result.seconds >= 1.5
+    seen(report)
+    assert left_behind(path.parent) == []  # its own process group: the grandchild too
 
 
 def test_leaving_the_backend_stops_a_running_worker(backend, spec, hook) -> None:
@@ -156,13 +159,12 @@ def test_leaving_the_backend_stops_a_running_worker(backend, spec, hook) -> None
     results = []
     launcher = threading.Thread(target=lambda: results.append(backend.launch(s, path, timeout=120)))
     launcher.start()
-    worker = seen(report)
-    t0 = time.monotonic()
+    seen(report)
     backend.__exit__(None, None, None)  # as on Ctrl-C: the with block is left
-    launcher.join(timeout=20)
-    assert not launcher.is_alive() and time.monotonic() - t0 < 15
+    launcher.join(timeout=60)
+    assert not launcher.is_alive()
     assert results[0].returncode == -signal.SIGKILL and not results[0].timed_out
-    assert gone(worker["pid"]) and gone(worker["child"])
+    assert left_behind(path.parent) == []
 
 
 def test_a_closed_backend_starts_no_new_run(backend, spec, hook) -> None:
@@ -195,8 +197,7 @@ def test_a_run_starting_as_the_backend_is_left_is_stopped_at_once(backend, spec,
     monkeypatch.setattr(local.subprocess, "Popen", popen_then_leave)
     with pytest.raises(errors.WorkerFailed, match="not started: the run was interrupted"):
         backend.launch(s, path, timeout=5)
-    worker = json.loads(report.read_text())
-    assert started and gone(worker["pid"]) and gone(worker["child"])
+    assert started and report.exists() and left_behind(path.parent) == []
 
 
 def test_the_local_backend_records_no_image(backend) -> None:

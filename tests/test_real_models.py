@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
-pytest.importorskip("pytorch_lightning")
+from .helpers import PLUGINS, Cli, installed, model_entry
 
-from .helpers import PLUGINS, Cli, model_entry  # noqa: E402
+installed("transformers", "pytorch_lightning")  # a skip only where one is not installed at all
 
 pytestmark = pytest.mark.slow
 PLUGIN = PLUGINS / "real_libs.py"

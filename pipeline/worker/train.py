@@ -27,6 +27,7 @@ from .faults import Faults
 from .process.progress import StepLine
 from .process.spec import WorkerSpec, resolve
 from .finite import check_finite
+from .overflow import first_overflow
 from .data.loader import resume_point
 from .state.state import dump_state, final_hash
 from .timing import StepClock, steady_allocator, sync
@@ -94,8 +95,9 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     while pos.step < stop:
         in_turn = turns is not None and clock.past_warmup(pos.step)
         if in_turn:
-            turns.wait()  # type: ignore[union-attr]
-            clock.turn_started()
+            stop = _wait_turn(turns, clock, pos.step, stop)  # type: ignore[arg-type]
+            if pos.step >= stop:
+                break
         clock.before_step(pos.step)
         t_fetch = time.perf_counter()
         batch = next_batch(batches, setup.accumulate, device)
@@ -112,14 +114,13 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         _save_checkpoints(spec, spec_file, setup, pos, attestations, extra_hashes)
         clock.step_ended()
         step_line(pos.step)
-        if in_turn:
-            sync(device)
-            turns.done()  # type: ignore[union-attr]
+        if in_turn:  # the step's work is on the device: answer once it is done
+            turns.done(clock.last_time, last=pos.step >= stop, sync=lambda: sync(device))  # type: ignore[union-attr]
     if turns is not None:
         turns.wait()  # released once every paired run has finished its steps
         turns.close()
     clock.stop()
-    check_finite(setup, trace.losses, trace.start_step)
+    check_finite(setup, trace.losses, trace.start_step, spec.amp, lambda: first_overflow(setup, trace.last_batch, device))
 
     _dump_states(spec, spec_file, setup, pos)
     final = final_hash(setup.model, setup.optimizer, setup.state_modules)
@@ -135,6 +136,19 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
     out["distributed"] = distributed.describe(rank, ddp)
     return out
+
+
+def _wait_turn(turns: Turns, clock: StepClock, taken: int, stop: int) -> int:
+    """Wait for the next step's turn; returns the step the run stops at. When the
+    orchestrator has timed enough, only the profiled steps follow (none: the run ends here,
+    and this turn is answered as its last)."""
+    if not turns.wait():
+        stop = clock.end_timing(taken)
+        if taken >= stop:
+            turns.done(None, last=True)
+            return stop
+    clock.turn_started()
+    return stop
 
 
 def _pacing(spec: WorkerSpec, spec_file: Path, device: torch.device,

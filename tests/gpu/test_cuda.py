@@ -10,13 +10,23 @@ import pytest
 
 from tests.helpers import ROOT, Cli, model_entry
 
+from .conftest import DEVICE, SIZE
+
 PLUGINS = ROOT / "tests" / "gpu" / "plugins.py"
-SHORT = ("--steps", "12", "--resume-at", "6")
+SHORT = SIZE
 
 
 @pytest.fixture
 def reproci(tmp_path) -> Cli:
     return Cli(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One run of the three reference models, -j 3: A, B and C of three models overlap on one
+    device; (its CLI process, its results document)."""
+    cli = Cli(tmp_path_factory.mktemp("reference"))
+    return run(cli, DEVICE, "conv", "transformer", "embedding", extra=("-j", "3")), cli.latest()
 
 
 def run(reproci: Cli, device: str, *models: str, extra: tuple[str, ...] = ()):
@@ -26,11 +36,10 @@ def run(reproci: Cli, device: str, *models: str, extra: tuple[str, ...] = ()):
     return reproci(*args, timeout=900)
 
 
-def test_the_reference_models_pass_the_strict_stage_three_runs_at_a_time(reproci, device):
+def test_the_reference_models_pass_the_strict_stage_three_runs_at_a_time(reference, device):
     """-j 3 on one GPU: A, B and C of three models overlap on the same device."""
-    p = run(reproci, device, "conv", "transformer", "embedding", extra=("-j", "3"))
+    p, doc = reference
     assert p.returncode == 0, p.stdout + p.stderr
-    doc = reproci.latest()
     for name in ("conv", "transformer", "embedding"):
         entry = model_entry(doc, name)
         assert entry["verdict"] == "NEW", entry["message"]
@@ -83,8 +92,9 @@ def test_an_op_without_a_deterministic_kernel_is_a_one_line_error(reproci, devic
 
 
 def test_the_throughput_stage_reports_the_allocator_peak(reproci, device):
-    p = reproci("run", "--device", device, "--stage", "throughput", "-m", "embedding", "--steps", "40",
-                "--repetitions", "2", timeout=900)
+    p = reproci("run", "--device", device, "--stage", "throughput", "-m", "embedding",
+                *(("--steps", "40", "--repetitions", "2") if DEVICE == "cuda" else ("--steps", "8", "--repetitions", "1")),
+                timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
     t = model_entry(reproci.latest(), "embedding")["throughput"]
     strict = t["modes"]["strict"]
@@ -123,12 +133,13 @@ def test_two_ranks_over_nccl_pass_with_the_nccl_settings_recorded(reproci, devic
     assert {"NCCL_ALGO", "NCCL_PROTO"} <= set(rank1["distributed"]["nccl"])
 
 
-def test_forked_runs_initialise_cuda_after_the_fork_and_match_fresh_ones(reproci, device):
+def test_forked_runs_initialise_cuda_after_the_fork_and_match_fresh_ones(reproci, reference, device):
     """The fork server never touches the device: each forked run makes its own CUDA context,
-    and its hashes are a fresh interpreter's, bit for bit (conv: cuDNN convolutions)."""
-    forked = run(reproci, device, "conv")
+    and its hashes are a fresh interpreter's, bit for bit (conv: cuDNN convolutions). The
+    forked runs are the reference run's."""
+    forked, doc = reference
     assert forked.returncode == 0, forked.stdout + forked.stderr
-    f = model_entry(reproci.latest(), "conv")
+    f = model_entry(doc, "conv")
     fresh = run(reproci, device, "conv", extra=("--no-fork-server",))
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
     n = model_entry(reproci.latest(), "conv")
