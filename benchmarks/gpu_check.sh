@@ -78,7 +78,8 @@ if ! "$PY" -c "import pytest" 2>/dev/null; then
         || echo "pytest is missing and .cache/gpu-wheels has none: tests/gpu skipped"
 fi
 if "$PY" -c "import pytest" 2>/dev/null; then
-    timeout 420 "$PY" -m pytest -q -p no:cacheprovider tests/gpu -rs || status=1
+    # one process (-o addopts=""): pytest-xdist may be missing there
+    timeout 420 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" tests/gpu -rs || status=1
 fi
 fi
 

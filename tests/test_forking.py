@@ -24,7 +24,7 @@ from pipeline.options import build
 from pipeline.worker import forkserver
 from pipeline.worker.process.spec import WorkerSpec
 
-from .helpers import PLUGINS
+from .helpers import PLUGINS, left_behind, started_by
 from .test_local_backend import gone
 
 FACTS = f"{PLUGINS / 'launch_facts.py'}:facts"
@@ -119,18 +119,24 @@ def test_a_forked_run_writes_the_record_of_a_fresh_one_bit_for_bit(backends, tmp
     assert (tmp_path / "forked" / "ckpt-4.pt").read_bytes() == (tmp_path / "fresh" / "ckpt-4.pt").read_bytes()
 
 
-def test_more_than_one_thread_starts_a_fresh_process_and_says_why(backends, tmp_path) -> None:
-    backend = backends()
-    result, facts = launch(backend, dataclasses.replace(SPEC, threads=2), tmp_path / "t")
-    assert result.returncode == 0 and facts["torch_threads"] == 2
-    assert result.launch["mode"] == "fresh" and result.launch["why"].startswith("2 threads: the BLAS libraries")
-    assert backend.servers._servers == {}  # no server was even started
+def test_a_run_of_two_threads_is_forked_with_the_threads_a_fresh_one_gets(backends, tmp_path) -> None:
+    """numpy's OpenBLAS would start its pool as the server loads numpy; the server holds it
+    at one thread and each run gets its own count back, started after the fork."""
+    spec = dataclasses.replace(SPEC, threads=2)
+    forked, fresh = (launch(backends(fork_server=f), spec, tmp_path / name) for f, name in ((True, "k"), (False, "f")))
+    assert forked[0].returncode == 0 and fresh[0].returncode == 0, forked[0].log_tail + fresh[0].log_tail
+    assert forked[0].launch == {"mode": "forked"} and fresh[0].launch["mode"] == "fresh"
+    for key in ("torch_threads", "numpy_blas_threads"):
+        assert forked[1][key] == fresh[1][key] == 2, key
+    assert forked[1]["env"] == fresh[1]["env"] and forked[1]["env"]["OPENBLAS_NUM_THREADS"] == "2"
 
 
 def test_a_server_with_a_second_thread_refuses_to_fork(tmp_path) -> None:
-    """Checked in the server itself, not only predicted: here OpenBLAS starts its pool as numpy
-    loads, and the server says so instead of forking."""
-    env = {**os.environ, "PYTHONPATH": str(CODE_ROOT), "OPENBLAS_NUM_THREADS": "2", "REPROCI_PARENT_PID": str(os.getpid())}
+    """Checked in the server itself, not only predicted: here a ``sitecustomize`` of the
+    environment starts a thread as the interpreter starts, and the server says so instead of forking."""
+    (tmp_path / "sitecustomize.py").write_text("import threading, time\n"
+                                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{CODE_ROOT}", "REPROCI_PARENT_PID": str(os.getpid())}
     servers = forkpool.ForkServers()
     key, make = servers.local(sys.executable, env, CODE_ROOT)
     try:
@@ -173,7 +179,7 @@ def test_a_dead_server_falls_back_to_a_fresh_process_with_one_warning(backends, 
 def test_a_forked_run_past_its_timeout_is_killed_with_everything_it_started(backends, tmp_path) -> None:
     result, seen = launch(backends(), dataclasses.replace(SPEC, model_ref=HANGS), tmp_path / "h", timeout=4)
     assert result.launch == {"mode": "forked"} and result.timed_out and result.returncode == -signal.SIGKILL
-    assert gone(seen["pid"]) and gone(seen["child"])
+    assert seen is not None and left_behind(tmp_path) == []  # the run and the grandchild it started
 
 
 @pytest.mark.slow
@@ -190,9 +196,10 @@ def test_leaving_the_backend_stops_forked_runs_and_their_servers(backends, tmp_p
     seen = json.loads(facts.read_text())
     (server,) = backend.servers._servers.values()
     backend.__exit__(None, None, None)  # as on Ctrl-C
-    launcher.join(timeout=20)
+    launcher.join(timeout=60)
     assert not launcher.is_alive() and results[0][0].returncode == -signal.SIGKILL
-    assert gone(seen["pid"]) and gone(seen["child"]) and server.proc.poll() is not None
+    assert server.proc.wait(timeout=10) is not None  # the server is gone
+    assert seen["child"] and left_behind(tmp_path) == []  # and so are the run and the grandchild it started
 
 
 ORPHAN = """\
@@ -225,7 +232,9 @@ def test_a_launcher_killed_by_sigkill_takes_its_servers_and_their_runs_with_it(t
         proc.kill()
         proc.wait()
     assert gone(seen["pid"], within=10)  # the server died with the launcher, the run with the server
+    left = [p.pid for p in started_by(work, pid=proc.pid)]
     os.kill(seen["child"], signal.SIGKILL)  # the run's own grandchild is the run's to stop (as without a server)
+    assert left == [seen["child"]]  # and nothing else: no server, no run
 
 
 def test_no_fork_server_starts_every_run_fresh(backends, tmp_path) -> None:

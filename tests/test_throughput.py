@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.models import resolve_all
 from pipeline.options import RunOptions, build
-from pipeline.stages import throughput
+from pipeline.stages import sampling, throughput
 from pipeline.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
 from .helpers import Cli, model_entry
@@ -124,6 +124,8 @@ def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run
         assert m["peak_memory_bytes"] > 50 * 2**20 and m["peak_memory_kind"] == "ru_maxrss"
     sd = t["slowdown"]
     assert sd["ci_low"] <= sd["median"] <= sd["ci_high"] and len(sd["ratios"]) == 2
+    assert sd["pairs"] == sum(sd["pairs_per_repetition"]) >= 2 * sampling.MIN_ROUNDS  # settling takes at most 3 of 12
+    assert f"{sd['pairs']} pairs" in r.stdout and "embedding: 2 repetitions" in r.stdout  # why it stopped, said
     assert t["top_ops"] and all(op["delta_ms"] > 0 for op in t["top_ops"])
 
 
@@ -138,7 +140,11 @@ def test_each_repetition_is_a_fresh_process_with_its_mode_attested(throughput_ru
 
     for rec in records:
         assert rec["attestation"]["ok"] and rec["attestation"]["strict"] == (rec["mode"] == "strict")
-        assert len(rec["step_times_s"]) == len(rec["data_times_s"]) == 12  # warm-up, profiled steps untimed
+        # warm-up and profiled steps untimed; the timing ends once the slowdown is known (at most 12)
+        rep = int(rec["role"].rsplit("-", 1)[1]) - 1
+        sd = model_entry(doc, "embedding")["throughput"]["slowdown"]
+        timed = sd["pairs_per_repetition"][rep] + sd["warmup_rounds_dropped"][rep]
+        assert len(rec["step_times_s"]) == len(rec["data_times_s"]) == timed <= 12
         assert rec["steps_per_s"] > 0
         assert rec["cpus"] == sorted(os.sched_getaffinity(0))[:1]  # a pair takes its turns on one CPU
         assert rec["steady_allocator"] is True

@@ -52,10 +52,6 @@ def fresh_reason(env: dict[str, str], *, world_size: int) -> str | None:
         return "torchrun starts the ranks"
     if not hasattr(socket, "send_fds") or not sys.platform.startswith("linux"):
         return "fork servers need Linux"
-    threads = sorted({env.get(v, "1") for v in THREAD_VARS} - {"1"})
-    if threads:
-        return (f"{threads[0]} threads: the BLAS libraries start their thread pools as they load, "
-                "and a process with threads is not forked")
     return None
 
 

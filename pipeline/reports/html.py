@@ -140,7 +140,7 @@ def _throughput(doc: dict[str, Any]) -> str:
     if measured:
         out.append(_img(charts.slowdown_bars(measured), "slowdown per model",
                         "Strict step time over default step time per model; bars: median over repetitions, "
-                        f"whiskers: 95 % bootstrap interval; amber: noisy (interval wider than {NOISY_WIDTH:.0%})."))
+                        f"whiskers: 95 % bootstrap interval; amber: {_wide_text(measured)}."))
     out.append("<h2>Where the time goes</h2>")
     for r in rows:
         items = "".join(f"<li><code>{escape(op_text(op))}</code></li>" for op in r["top_ops"])
@@ -231,3 +231,12 @@ def _history(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                 for model, pts in sorted(series.items()) for p in pts]
         out.append(_table(["model", "created", "commit", "verdict", "slowdown"], rows))
     return "".join(out) + "</section>"
+
+
+def _wide_text(measured: list[dict[str, Any]]) -> str:
+    """What an amber bar means: an interval wider than the sampling target, or (a fixed
+    count of repetitions) wider than NOISY_WIDTH."""
+    target = next((r.get("target_half_width") for r in measured if r.get("target_half_width") is not None), None)
+    if target is not None:
+        return f"interval wider than the ±{target:.1%} target"
+    return f"noisy (interval wider than {NOISY_WIDTH:.0%})"

@@ -38,6 +38,22 @@ def _fresh(throughput: dict[str, Any]) -> str:
     return f"a fresh {ranked_job(ranks)}" if ranks > 1 else "in a fresh process"
 
 
+def _how_sampled(t0: dict[str, Any]) -> str:
+    """How the slowdowns were measured: sampled until narrow enough, or a fixed count."""
+    order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
+             else f"one after another, {t0.get('order')}")
+    target = (t0.get("slowdown") or {}).get("target_half_width")
+    if target is not None:
+        return (f"the median of paired step ratios, sampled until its 95 % interval is within ±{target:.1%} "
+                f"(at most {t0.get('timed_steps')} timed steps a repetition, at most {t0.get('max_repetitions')} "
+                f"repetitions; the pairs each model needed are beside its figure), each mode {_fresh(t0)} "
+                f"({order}), after {t0.get('warmup_steps')} warm-up steps and until step times settle; the "
+                "interval is a bootstrap over the repetitions and the pairs within them")
+    return (f"median of {t0.get('repetitions')} repetitions, each mode {_fresh(t0)} ({order}), "
+            f"{t0.get('timed_steps')} timed steps after {t0.get('warmup_steps')} warm-up steps; the interval "
+            f"is a bootstrap over repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} of the median")
+
+
 def _run(doc: dict[str, Any]) -> list[str]:
     image = doc.get("image") or {}
     opts = doc.get("options") or {}
@@ -59,12 +75,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
           r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in rows])
     lines.append("")
     t0 = next((m.get("throughput") for m in doc.get("models", []) if m.get("throughput")), {}) or {}
-    order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
-             else f"one after another, {t0.get('order')}")
-    lines.append(f"Slowdown = strict step time / default step time, median of {t0.get('repetitions')} "
-                 f"repetitions, each mode {_fresh(t0)} ({order}), {t0.get('timed_steps')} timed "
-                 f"steps after {t0.get('warmup_steps')} warm-up steps; the interval is a bootstrap over "
-                 f"repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} of the median. Added time per op: "
+    lines.append(f"Slowdown = strict step time / default step time: {_how_sampled(t0)}. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "
                  f"{rows[0]['memory_kind'] or 'not reported'}.")
     lines.append("")

@@ -11,11 +11,27 @@ def ranked_job(world_size: int) -> str:
 
 
 def slowdown_text(sd: dict[str, Any] | None) -> str:
-    """'1.23× [1.20, 1.26]', with '(noisy)' when the interval is wide; '-' when not measured."""
+    """'1.23× [1.20, 1.26]', with how many paired steps it took when sampled sequentially,
+    and '(wider than the ±2.0 % target)' or, for a fixed count of repetitions, '(noisy)'
+    when the interval is wide; '-' when not measured."""
     if not sd or sd.get("median") is None:
         return "-"
     text = f"{sd['median']:.3f}× [{sd['ci_low']:.3f}, {sd['ci_high']:.3f}]"
+    if sd.get("pairs") is not None:
+        text += f", {sd['pairs']} pairs"
+    if sd.get("target_half_width") is not None:
+        return text if sd.get("within_target") else text + f" (wider than the ±{sd['target_half_width']:.1%} target)"
     return text + " (noisy)" if sd.get("noisy") else text
+
+
+def sampling_text(model: str, t: dict[str, Any]) -> str | None:
+    """How a sequentially sampled slowdown was measured and why it stopped; None otherwise."""
+    sd = t.get("slowdown") or {}
+    if sd.get("stopped") is None:
+        return None
+    per = " + ".join(str(n) for n in sd.get("pairs_per_repetition", []))
+    return (f"{model}: {t.get('repetitions')} repetitions, {per} pairs "
+            f"(after {sum(sd.get('warmup_rounds_dropped', []))} unsettled rounds dropped): {sd['stopped']}")
 
 
 def rate_text(mode: dict[str, Any] | None) -> str:

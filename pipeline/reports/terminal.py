@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import verdicts
-from .rows import op_text, ranked_job, throughput_rows
+from .rows import op_text, ranked_job, sampling_text, throughput_rows
 
 
 def _where(m: dict[str, Any]) -> str:
@@ -100,6 +100,10 @@ def print_throughput(document: dict[str, Any], console: Console, results_path: s
     t = throughput_table(document)
     if t is not None:
         console.print(t)
+    for m in document.get("models", []):
+        line = sampling_text(m.get("model", "?"), m.get("throughput") or {})
+        if line:
+            console.print(line, highlight=False)
     for r in throughput_rows(document):
         if r["error"]:
             console.print(f"[bold]{r['model']}[/]: throughput failed: {escape(str(r['error']))}", highlight=False)

@@ -30,7 +30,7 @@ from ..options import RunOptions
 from ..errors import WorkerFailed
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import PROFILE_STEPS, WorkerSpec
-from . import lockstep
+from . import lockstep, sampling
 from .entry import add_result
 
 SUMMARY_VERSION = 1
@@ -145,6 +145,29 @@ def _mode_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], sampler: sampling.Sampler | None,
+             modes: tuple[str, ...]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Run the repetitions (paired: as many as the sampler wants; else every one); each
+    mode's record per repetition."""
+    by_mode: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
+    for rep, group in enumerate(groups, start=1):
+        if sampler is not None and not sampler.more_reps():
+            break
+        ctx.progress(f"{model.name}: throughput, repetition {rep}" + (
+            f" (at most {len(groups)})" if sampler is not None else f"/{len(groups)}"))
+        if sampler is not None:
+            sampler.start_rep(tuple(s.mode for s in group))
+            records = lockstep.run_together(ctx, group, sampler.on_round)
+            sampler.end_rep()
+        else:
+            records = [run_worker(ctx, spec) for spec in group]
+        for spec, record in zip(group, records):
+            if not record.get("steps_per_s"):
+                raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
+            by_mode[spec.mode][rep] = record
+    return by_mode
+
+
 def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
               image: dict[str, Any], modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """Measure every mode of one model; the result goes under the model entry's "throughput"."""
@@ -156,33 +179,29 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     result: dict[str, Any] = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
         "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": options.steps,
-        "repetitions": options.repetitions,
+        "repetitions": options.repetitions, "max_repetitions": options.repetitions,
         "order": "step-by-step turns" if paired else "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {},
         "slowdowns": {}, "top_ops": [], "records": [f"{model.name}/{s.output}" for g in groups for s in g],
         "error": None,
     }
-    by_mode: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
+    sampler = sampling.Sampler(modes, BASELINE, target=sampling.TARGETS.get(options.profile, sampling.TARGETS["quick"]),
+                               max_rounds=options.steps, max_reps=options.repetitions) if paired else None
     try:
-        for rep, group in enumerate(groups, start=1):
-            ctx.progress(f"{model.name}: throughput, repetition {rep}/{options.repetitions}")
-            if paired:
-                records = lockstep.run_together(ctx, group, rounds=group[0].steps - group[0].warmup_steps)
-            else:
-                records = [run_worker(ctx, spec) for spec in group]
-            for spec, record in zip(group, records):
-                if not record.get("steps_per_s"):
-                    raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
-                by_mode[spec.mode][rep] = record
+        by_mode = _measure(ctx, model, groups, sampler, modes)
     except WorkerFailed as e:
         result.update(error={"kind": e.kind, "message": str(e)}, seconds=round(time.monotonic() - t0, 3))
         return result
-    reps = range(1, options.repetitions + 1)
+    result["repetitions"] = len(by_mode[BASELINE])
+    result["records"] = [f"{model.name}/{s.output}" for g in groups[:result["repetitions"]] for s in g]
+    reps = range(1, result["repetitions"] + 1)
     result["modes"] = {m: _mode_summary([by_mode[m][r] for r in reps]) for m in modes}
-    # slowdown of a repetition: baseline steps/s over the mode's (> 1: the mode is slower)
-    result["slowdowns"] = {
-        m: slowdown([by_mode[BASELINE][r]["steps_per_s"] / by_mode[m][r]["steps_per_s"] for r in reps])
-        for m in modes if m != BASELINE
-    }
+    if sampler is not None:  # from the paired step times, as sampled
+        result["slowdowns"] = {m: sampler.summary(m) for m in modes if m != BASELINE}
+    else:  # slowdown of a repetition: baseline steps/s over the mode's (> 1: the mode is slower)
+        result["slowdowns"] = {
+            m: slowdown([by_mode[BASELINE][r]["steps_per_s"] / by_mode[m][r]["steps_per_s"] for r in reps])
+            for m in modes if m != BASELINE
+        }
     result["slowdown"] = result["slowdowns"].get("strict", {})
     ops = {m: [by_mode[m][r]["ops"] for r in reps if by_mode[m][r].get("ops")] for m in modes}
     result["top_ops"] = attribute_ops(ops, device=options.device)

@@ -40,7 +40,9 @@ import sys
 import threading
 from typing import Any
 
-PRELOAD = ("torch", "numpy", "torch.optim", "torch._dynamo", "torch.utils.data", "torch.distributed",
+# torch._inductor.config: torch.use_deterministic_algorithms imports it (seconds, on a CPU)
+PRELOAD = ("torch", "numpy", "torch.optim", "torch._dynamo", "torch._inductor.config", "torch.utils.data",
+           "torch.distributed",
            "pipeline.worker.train", "pipeline.worker.audit.audit", "pipeline.worker.audit.oprecord")
 EXIT_SETUP = 70  # the child could not be set up (no run started): the launcher starts a fresh process
 
@@ -67,10 +69,15 @@ def unsafe() -> str | None:
 
 
 def preload() -> None:
+    """Import what every run imports, and read what cannot change while the server lives
+    (the installed packages)."""
     import importlib
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from .process import envinfo
+
+    envinfo.packages()
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -196,6 +203,10 @@ def run_child(request: dict[str, Any]) -> int:
         sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
         random.seed()  # as a fresh interpreter does, from the OS
         sys.modules["numpy"].random.seed()
+        if request.get("blas_threads"):  # the run's BLAS threads, started here, after the fork
+            from .process import blaspool
+
+            blaspool.give(request["blas_threads"])
         sys.argv = ["-m", request["spec"]]
         sys.modules.pop("pipeline.worker.__main__", None)  # `-m` runs it as __main__ only, never imported
     except Exception as e:  # noqa: BLE001 - no run started: the launcher starts a fresh process
@@ -236,6 +247,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m pipeline.worker.forkserver (--fd FD | --listen PATH)", file=sys.stderr)
         return 2
     os.environ["REPROCI_PARENT_PID"] = str(os.getpid())
+    from .process import blaspool
+
+    blas_threads = blaspool.hold()  # before numpy loads
     try:
         preload()
     except BaseException as e:  # noqa: BLE001 - the launcher falls back to fresh processes
@@ -243,14 +257,14 @@ def main(argv: list[str]) -> int:
         return 0
     gc.collect()
     gc.freeze()  # the imported modules' objects stay out of the children's collections: fewer copied pages
-    why = unsafe()
+    why = unsafe() or (blaspool.check() if blas_threads else None)
     _send(control, {"ready": why is None, "reason": why, "pid": os.getpid()})
     if why is not None:
         return 0
     request = Server(control).serve()
     if request is None:
         return 0
-    return run_child(request)
+    return run_child({**request, "blas_threads": blas_threads})
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class StepClock:
         self.timed_from: float | None = None
         self.timed_end: float | None = None
         self.timed_steps = 0
+        self.last_time: float | None = None  # the step just taken, when it was timed
         self.step_times: list[float] = []
         self.data_times: list[float] = []  # the part of each timed step spent waiting for its batch
         self.ended = since  # set by stop()
@@ -70,8 +71,15 @@ class StepClock:
             self.peak = peak_memory(self.device)
             self._profiler = _start_profiler(self.device, self.profile_steps)
 
+    def end_timing(self, taken: int) -> int:
+        """No more timed steps after ``taken`` (the orchestrator has measured enough): the
+        profiled steps, if any, follow at once. Returns the step the run now stops at."""
+        self.timed_stop = taken
+        return taken + self.profile_steps
+
     def step_taken(self, step: int, fetch_s: float) -> None:
         """After the optimizer update of ``step``: start the clock, or clock a timed step."""
+        self.last_time = None
         if step - self.start_step == self.warmup_steps:
             sync(self.device)
             self.timed_from = self._last = time.perf_counter()
@@ -80,6 +88,7 @@ class StepClock:
             sync(self.device)
             now = time.perf_counter()
             self.step_times.append(now - self._last)
+            self.last_time = now - self._last
             self.data_times.append(fetch_s)
             self._last = self.timed_end = now
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from .process.spec import WorkerSpec, resolve
+from .process.turnwire import DONE, END_TIMING, GO
 
 
 class Turns:
@@ -34,17 +36,25 @@ class Turns:
         self.cpus: list[int] | None = None
         self.allowed: set[int] | None = None
 
-    def wait(self) -> None:
+    def wait(self) -> bool:
+        """Wait for a turn; False when the orchestrator has timed enough steps (this turn
+        then starts the profiled steps, or ends the loop when there are none)."""
         if self.pin and self.cpus is None:
             allowed = self.allowed = os.sched_getaffinity(0)
             self.cpus = sorted(allowed)[:self.pin]
             os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, allowed))
             os.sched_setaffinity(0, self.cpus)
-        if os.read(self.go, 1) != b"g":
+        turn = os.read(self.go, 1)
+        if turn not in (GO, END_TIMING):
             raise RuntimeError("lockstep: the orchestrator stopped handing out turns")
+        return turn == GO
 
-    def done(self) -> None:
-        os.write(self.finished, b"d")
+    def done(self, seconds: float | None, last: bool, sync: Callable[[], None] | None = None) -> None:
+        """The turn is used (after ``sync``, which waits for the device): how long its step
+        took (None: not timed), and whether it was the last."""
+        if sync is not None:
+            sync()
+        os.write(self.finished, DONE.pack(b"d", -1.0 if seconds is None else seconds, last))
 
     def close(self) -> None:
         """After the last turn: the pair finishes (hashes, record, exit) side by side again."""

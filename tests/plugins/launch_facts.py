@@ -35,6 +35,14 @@ def _write(facts: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
+def _numpy_blas_threads() -> int | None:
+    """The thread count numpy's OpenBLAS runs with (read from the library itself)."""
+    from pipeline.worker.process import blaspool
+
+    functions = blaspool._library_functions()
+    return int(functions[1]()) if functions else None
+
+
 def _handler(sig: int) -> str:
     h = signal.getsignal(sig)
     return getattr(h, "__name__", str(h))
@@ -57,6 +65,8 @@ def facts(ctx: ModelContext) -> TrainSetup:
         "hashes": [hash("x"), hash(("reproci", 1)), hash(b"bytes")],
         "flags": repr(sys.flags),
         "torch_threads": torch.get_num_threads(),
+        "numpy_blas_threads": _numpy_blas_threads(),
+        "threads_before_first_op": len(os.listdir("/proc/self/task")),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cuda_initialized": torch.cuda.is_initialized(),
         "env": {k: os.environ.get(k) for k in ENV},

@@ -150,14 +150,23 @@ def _nccl() -> str | None:
     return None
 
 
+_PACKAGES: dict[str, str] | None = None  # read once per process: a fork server's children inherit it
+
+
 def packages() -> dict[str, str]:
-    """Installed distributions, name -> version, as the golden's package section."""
-    out: dict[str, str] = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name")
-        if name:
-            out[name.lower().replace("_", "-")] = dist.version
-    return dict(sorted(out.items()))
+    """Installed distributions, name -> version, as the golden's package section. Reading
+    every distribution's metadata takes about a second; it is read once per process, and a
+    fork server reads it before forking (it lives for one ``reproci run``, in which the
+    image's packages cannot change), so its runs only copy it."""
+    global _PACKAGES
+    if _PACKAGES is None:
+        out: dict[str, str] = {}
+        for dist in importlib.metadata.distributions():
+            name = dist.metadata.get("Name")
+            if name:
+                out[name.lower().replace("_", "-")] = dist.version
+        _PACKAGES = dict(sorted(out.items()))
+    return dict(_PACKAGES)
 
 
 def environment(*, seed: int, device: str, project_commit: str | None) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def np_bits(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor's raw bits as a flat numpy integer array (sharing its memory when it is
     contiguous), with the same integer reading as ``flat_int``: floats as signed integers
     of their width, bool as uint8, integer types as themselves."""
+    if t.dtype == torch.float32 and t.layout == torch.strided and t.is_contiguous():  # most state: fewest calls
+        return t.detach().numpy().reshape(-1).view(np.int32)
     t = stored_values(t.detach())
     if t.is_complex():
         t = torch.view_as_real(t)

@@ -20,14 +20,17 @@ other, and distinct from an all-zero tensor, whose checksum is 0.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
 import torch
 
 from .bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
-from .state import Modules, sort_key, state_tensors
+from .state import Modules, sort_key, state_identity, state_tensors
+from .sums import array_sums, grouped_sums, segment_sums
+
+__all__ = ["ABSENT", "FINGERPRINT_SCHEME", "StepFingerprints", "bit_checksum", "grouped_sums", "initial_row",
+           "segment_sums"]
 
 # What a row holds for a tensor the state does not have at that step. Outside the range of
 # every checksum of elements of up to 32 bits; for 64-bit elements one value in 2**64.
@@ -37,8 +40,6 @@ ABSENT = -(2**63)
 FINGERPRINT_SCHEME = "bitsum-every-grad-v2"
 
 _EMPTY = np.zeros(0, dtype=np.int32)
-_INDEX_CACHE_MAX = 1024  # layouts kept; a gradient present at some steps only makes one per pattern
-_INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
 def bit_checksum(t: torch.Tensor) -> torch.Tensor:
@@ -84,7 +85,7 @@ class StepFingerprints:
         # per step: (binding, one tensor per device group, the columns of the gradients it lacked)
         self.rows: list[tuple[int, list[torch.Tensor], tuple[int, ...]]] = []
         self._bindings: list[list[_DeviceGroup]] = []
-        self._identity: list[tuple[int, int]] = []
+        self._identity: list[int] = []
 
     def _current(self) -> dict[str, torch.Tensor]:
         return state_tensors(self.model, self.optimizer, with_grads=False, modules=self.modules)
@@ -109,12 +110,15 @@ class StepFingerprints:
         for group in by_device.values():
             group.bind()
         self._bindings.append(list(by_device.values()))
-        self._identity = _identity(tensors)
 
     def record(self) -> None:
-        tensors = self._current()
-        if self.names is None or _identity(tensors) != self._identity:
-            self._bind(tensors)
+        # The state is named only when it changed: a buffer reassigned instead of updated in
+        # place, state that appeared, a parameter whose ``.data`` was swapped (the bound
+        # tensors are held, so an id cannot be reused by another tensor while it is compared).
+        identity = state_identity(self.model, self.optimizer, self.modules)
+        if self.names is None or identity != self._identity:
+            self._bind(self._current())
+            self._identity = identity
         absent: list[int] = []
         with no_fill():
             sums = [g.sums(absent) for g in self._bindings[-1]]
@@ -139,14 +143,6 @@ class StepFingerprints:
         return out.tolist()
 
 
-def _identity(tensors: dict[str, torch.Tensor]) -> list[tuple[int, int]]:
-    """Which tensor objects hold the state, and where their data is: any change means a rebind.
-    (Gradients are read afresh every step and are left out.) The bound tensors are held, so
-    an identity cannot be reused by another tensor while it is compared."""
-    return [(id(t), t.data_ptr() if t.layout == torch.strided else 0)
-            for n, t in tensors.items() if not n.startswith("grad:")]
-
-
 class _DeviceGroup:
     """The state tensors of one device and where their checksums go in a row."""
 
@@ -154,7 +150,7 @@ class _DeviceGroup:
         self.device = device
         self.persistent: list[tuple[int, torch.Tensor]] = []
         self.grads: list[tuple[int, torch.nn.Parameter]] = []
-        self._workspace: dict[Any, torch.Tensor] = {}
+        self._workspace: dict[Any, Any] = {}  # reused sum buffers (torch tensors, numpy arrays)
 
     def bind(self) -> None:
         self.views = [flat_int(t) for _, t in self.persistent]
@@ -186,9 +182,8 @@ class _DeviceGroup:
         return segment_sums(views, self._workspace)
 
     def _cpu_sums(self, absent: list[int]) -> torch.Tensor:
-        """The same wrapping sums on the CPU, one numpy reduction per tensor: no
-        concatenation, no running sum, and numpy's small call overhead instead of torch's
-        (about three times cheaper than ``segment_sums`` there; both give identical values)."""
+        """The same wrapping sums on the CPU in numpy (``sums.array_sums``: one copy and one
+        segmented reduction per width instead of a call per tensor; identical values)."""
         arrays = list(self.arrays)
         for k in self.stale:
             arrays[k] = np_bits(self.persistent[k][1])
@@ -199,10 +194,7 @@ class _DeviceGroup:
                 arrays.append(_EMPTY)
             else:
                 arrays.append(np_bits(g))
-        out = np.empty(len(arrays), dtype=np.int64)
-        for i, a in enumerate(arrays):
-            out[i] = np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)  # wraps like int32 adds
-        return torch.from_numpy(out)
+        return torch.from_numpy(array_sums(arrays, self._workspace))
 
 
 def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -215,73 +207,3 @@ def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     with no_fill():
         sums = grouped_sums([flat_int(tensors[n]) for n in names])
     return names, sums
-
-
-def grouped_sums(views: list[torch.Tensor]) -> torch.Tensor:
-    """``segment_sums`` over tensors on any mix of devices, as one CPU row in input order
-    (one host copy per device: for one-off rows, not per step)."""
-    out = torch.zeros(len(views), dtype=torch.int64)
-    by_device: dict[str, list[int]] = {}
-    for i, v in enumerate(views):
-        by_device.setdefault(str(v.device), []).append(i)
-    for idxs in by_device.values():
-        out[idxs] = segment_sums([views[i] for i in idxs]).cpu()
-    return out
-
-
-def segment_sums(views: list[torch.Tensor], workspace: dict[Any, torch.Tensor] | None = None) -> torch.Tensor:
-    """Wrapping sum of each flat integer tensor, in input order, in few kernels.
-
-    ``workspace`` keeps the concatenation and running-sum buffers between calls: large
-    fresh CPU buffers cost page faults on every step, reused ones do not. (A gradient that
-    exists at some steps only changes the total; the buffers are kept at the largest.)
-    """
-    if not views:
-        return torch.zeros(0, dtype=torch.int64)
-    device = views[0].device
-    groups: dict[torch.dtype, list[int]] = {}
-    for i, v in enumerate(views):
-        groups.setdefault(v.dtype, []).append(i)
-    out = torch.zeros(len(views), dtype=torch.int64, device=device)
-    for dtype, idxs in groups.items():
-        members = [views[i] for i in idxs]
-        lengths = tuple(m.numel() for m in members)
-        total = sum(lengths)
-        if total == 0:
-            continue
-        ends, leading, where = _segment_index(lengths, tuple(idxs), device)
-        # Exact: integer adds wrap modulo 2**w, and so do the differences of the running
-        # sums. Elements of up to 32 bits accumulate in int32 (half the memory traffic of
-        # widening to int64), 64-bit elements in int64.
-        acc = torch.int64 if members[0].element_size() == 8 else torch.int32
-        if workspace is None:
-            running = torch.cat(members).cumsum(0, dtype=acc)
-        else:  # one pair of buffers per width, grown to the largest total seen, used as a prefix
-            key = (dtype, str(device))
-            if key not in workspace or workspace[key].numel() < total:
-                workspace[key] = torch.empty(total, dtype=dtype, device=device)
-                workspace[(key, "sum")] = torch.empty(total, dtype=acc, device=device)
-            flat = torch.cat(members, out=workspace[key][:total])
-            running = torch.cumsum(flat, 0, dtype=acc, out=workspace[(key, "sum")][:total])
-        # A segment's total is the running sum at its last element; an empty one repeats the
-        # total before it (its sum is 0), and before the first element that total is 0.
-        totals = running[ends].masked_fill(leading, 0)
-        sums = torch.diff(totals, prepend=totals.new_zeros(1))
-        out[where] = sums.to(torch.int64)
-    return out
-
-
-def _segment_index(lengths: tuple[int, ...], idxs: tuple[int, ...], device: torch.device):
-    """(segment end positions, mask of the empty segments before the first element, output
-    positions), made once per layout."""
-    key = (lengths, idxs, str(device))
-    hit = _INDEX_CACHE.get(key)
-    if hit is None:
-        if len(_INDEX_CACHE) >= _INDEX_CACHE_MAX:
-            _INDEX_CACHE.clear()
-        cumulative = list(itertools.accumulate(lengths))
-        hit = (torch.tensor([max(e - 1, 0) for e in cumulative], dtype=torch.long, device=device),
-               torch.tensor([e == 0 for e in cumulative], dtype=torch.bool, device=device),
-               torch.tensor(idxs, dtype=torch.long, device=device))
-        _INDEX_CACHE[key] = hit
-    return hit

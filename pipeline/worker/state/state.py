@@ -64,6 +64,44 @@ def state_tensors(
     return out
 
 
+def state_identity(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                   modules: Modules | None = None) -> list[int]:
+    """Which tensor objects hold the state and where their data is (id and data pointer of
+    every tensor ``state_tensors`` returns without gradients, in a fixed walk order), with
+    no names made: one walk of the module tree reading each module's own parameter and
+    buffer slots, several times cheaper per step than naming them. Equal lists: the same
+    tensors in the same places. A state module's tensors are taken as its ``state_dict``
+    has them (a module may add tensors there that are not in its slots)."""
+    out: list[int] = []
+
+    def add(t: torch.Tensor | None) -> None:
+        if isinstance(t, torch.Tensor):
+            out.append(id(t))
+            out.append(t.data_ptr() if t.layout == torch.strided else 0)
+
+    seen: set[int] = set()
+    stack: list[torch.nn.Module] = [model]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        for t in m._parameters.values():
+            add(t)
+        for t in m._buffers.values():
+            add(t)
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for value in (optimizer.state.get(p) or {}).values():
+                add(value)
+    for module in (modules or {}).values():
+        out.append(-1)
+        for t in module.state_dict(keep_vars=True).values():
+            add(t)
+    return out
+
+
 def sort_key(name: str) -> int:
     """Group by kind; the stable sort keeps registration (forward) order within a kind."""
     kind = name.partition(":")[0]

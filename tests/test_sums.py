@@ -1,0 +1,43 @@
+"""The many-tensor sums behind the fingerprints give exactly one reduction per tensor."""
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.worker.state.bits import np_bits
+from pipeline.worker.state.fingerprint import bit_checksum
+from pipeline.worker.state.sums import array_sums
+
+
+def _mixed(seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1000, generator=g), torch.empty(0), torch.randn(3, 5, generator=g).to(torch.bfloat16),
+            torch.randn(7, generator=g, dtype=torch.float64), torch.rand(9, generator=g) > 0.5,
+            torch.randint(-2**62, 2**62, (11,), generator=g), torch.randint(0, 255, (5,), generator=g).to(torch.uint8),
+            torch.randn(2, generator=g).half(), torch.empty(0, dtype=torch.float64), torch.tensor(3.0)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_array_sums_equal_one_reduction_per_tensor_for_every_width(seed):
+    ts = _mixed(seed)
+    arrays = [np_bits(t) for t in ts]
+    one_each = [int(np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)) for a in arrays]
+    assert array_sums(arrays).tolist() == one_each == [bit_checksum(t).item() for t in ts]
+
+
+def test_array_sums_with_a_workspace_follow_a_changing_layout():
+    """The buffers are reused at the largest size seen; a smaller, larger or empty layout
+    afterwards still sums each array alone (a stale tail of the buffer never leaks in)."""
+    workspace: dict = {}
+    g = torch.Generator().manual_seed(0)
+    big, small = torch.randn(500, generator=g), torch.randn(7, generator=g)
+    for ts in ([big, small], [small], [big, big, small], [torch.empty(0), small], [torch.empty(0)], []):
+        assert array_sums([np_bits(t) for t in ts], workspace).tolist() == [bit_checksum(t).item() for t in ts]
+
+
+def test_one_ulp_in_any_array_changes_only_its_sum():
+    ts = _mixed(5)
+    before = array_sums([np_bits(t) for t in ts]).tolist()
+    ts[0][123] = torch.nextafter(ts[0][123], torch.tensor(float("inf")))
+    after = array_sums([np_bits(t) for t in ts]).tolist()
+    assert after[0] != before[0] and after[1:] == before[1:]
