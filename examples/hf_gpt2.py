@@ -16,8 +16,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (DataCollatorForLanguageModeling, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast,
                           TrainingArguments)
 
-from pipeline.adapters.hf import hf_setup
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup, hf_setup
 
 WORDS = [f"w{i}" for i in range(60)]
 

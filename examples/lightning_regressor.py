@@ -17,8 +17,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from pipeline.adapters.lightning import lightning_setup
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup, lightning_setup
 
 
 class Regressor(pl.LightningModule):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 
 def build(ctx: ModelContext) -> TrainSetup:

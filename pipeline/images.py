@@ -6,6 +6,10 @@ An image NAME (a key of the manifest's ``images:``) stands for its local tag whe
 this module only picks them and reports. The click commands are in ``commands/images.py``
 and ``commands/matrix.py``.
 
+The recipes travel with the package: ``pipeline/_recipes/docker`` links to the checkout's
+``docker/``, and the wheel carries its files there (package data in pyproject.toml), so an
+installed reproci lists and builds its images from any directory.
+
 This module needs only PyYAML (the engine only for ``listing``), so the CI planning job
 that runs ``reproci matrix`` needs no torch.
 """
@@ -22,10 +26,12 @@ from typing import Any
 
 import yaml
 
+from . import __version__
 from .backends.base import CODE_ROOT
 from .errors import ConfigError, InfrastructureError, UsageError
 
 MANIFEST = Path("docker", "manifest.yaml")  # in a project checkout: under the working directory, else the code root
+SHIPPED = Path(__file__).resolve().parent / "_recipes" / MANIFEST  # the copy the package carries (a wheel install)
 MANIFEST_VERSION = 1
 # Packages whose versions identify a toolchain, with their short names in listings.
 KEY_PACKAGES = {"torch": "torch", "numpy": "numpy", "nvidia-cudnn-cu12": "cudnn", "nvidia-nccl-cu12": "nccl"}
@@ -60,11 +66,25 @@ class ImageEntry:
 
 def default_manifest() -> Path:
     """The manifest read when none is named: ``docker/manifest.yaml`` under the working
-    directory (CI runs from the checkout), else the one beside this code."""
-    for candidate in (Path.cwd() / MANIFEST, CODE_ROOT / MANIFEST):
+    directory (CI runs from the checkout), else the one beside this code, else the one the
+    installed package carries."""
+    for candidate in (Path.cwd() / MANIFEST, CODE_ROOT / MANIFEST, SHIPPED):
         if candidate.is_file():
             return candidate
     return MANIFEST  # names itself in the "does not exist" message
+
+
+def shipped(manifest: Path) -> bool:
+    """Whether ``manifest`` is the one reproci ships (in a checkout, its ``docker/manifest.yaml``)."""
+    return manifest.is_file() and SHIPPED.is_file() and manifest.resolve() == SHIPPED.resolve()
+
+
+def base_recipe(manifest: Path, recipe: str) -> Path:
+    """A base recipe of the manifest (``docker/make-base.sh``): relative to the folder that holds
+    the manifest's folder, else to reproci's code or its shipped recipes (where a manifest of
+    one's own names reproci's recipe)."""
+    candidates = [manifest.parent.parent / recipe, CODE_ROOT / recipe, SHIPPED.parent.parent / recipe]
+    return next((c for c in candidates if c.is_file()), candidates[0])
 
 
 def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
@@ -150,7 +170,7 @@ def build(names: tuple[str, ...], *, manifest: Path | None = None, force: bool =
     for name in names or tuple(known):
         e = known[name]
         if e.base_digest is None and e.base_recipe:
-            _script(CODE_ROOT / e.base_recipe, [], env, f"making the base image {e.base_image} for {name}")
+            _script(base_recipe(manifest, e.base_recipe), [], env, f"making the base image {e.base_image} for {name}")
         _script(scripts / "build-image.sh", [name] + (["--force"] if force else []), env, f"building {name}")
         tags.append(e.tag)
     return tags
@@ -158,7 +178,8 @@ def build(names: tuple[str, ...], *, manifest: Path | None = None, force: bool =
 
 def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None:
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist; `reproci images build` runs from a reproci checkout with docker/")
+        raise ConfigError(f"{path} does not exist; `reproci images build` runs the scripts beside the manifest: "
+                          "put them there, or omit --manifest to build the images reproci ships")
     code = subprocess.run(["bash", str(path), *args], check=False, env={**os.environ, **env}).returncode
     if code != 0:
         raise InfrastructureError(f"{what} failed ({path.name} exited {code}; its output is above)")
@@ -168,8 +189,10 @@ def listing(manifest: Path | None = None) -> tuple[list[dict[str, Any]], str | N
     """One row per manifest image, with its local digest when the engine has it, and a note if the engine is down."""
     from .backends.docker_engine import Engine, image_digest
 
+    manifest = manifest or default_manifest()
+    source = f"{manifest} (shipped with reproci {__version__})" if shipped(manifest) else str(manifest)
     rows: list[dict[str, Any]] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python,
-                                   "packages": e.key_packages(), "digest": None, "built": None}
+                                   "packages": e.key_packages(), "digest": None, "built": None, "source": source}
                                   for e in entries(manifest).values()]
     try:
         engine = Engine.connect()
@@ -196,4 +219,9 @@ def listing_lines(rows: list[dict[str, Any]], *, engine_down: bool) -> list[str]
                      + ("  (GPU)" if r["gpu"] else ""))
         packages = ", ".join([f"python {r['python']}"] + [f"{k} {v}" for k, v in r["packages"].items()])
         lines.append(f"{'':{wide['name']}}  {packages}")
+    sources: dict[str, list[str]] = {}
+    for r in rows:
+        if r.get("source"):
+            sources.setdefault(r["source"], []).append(r["name"])
+    lines += [f"from {where}: {', '.join(names)}" for where, names in sources.items()]
     return lines

@@ -4,7 +4,8 @@ Pure translations, no engine needed. The image brings python3, torch and numpy (
 digest identifies the toolchain alone); reproci brings the worker code, mounted
 read-only at run time. Inside a container:
 
-    /reproci/code/pipeline, /reproci/code/reference_models   read-only, on PYTHONPATH
+    /reproci/code/pipeline, /reproci/code/reference_models,
+    /reproci/code/reproci (the public API plugins import)      read-only, on PYTHONPATH
     /reproci/plugins/<id>                                      read-only: a plugin model's directory
     /reproci/run                                               read-write: results/<run_id>
     /tmp                                                       tmpfs, also HOME
@@ -26,7 +27,7 @@ from .base import CODE_ROOT
 CODE = PurePosixPath("/reproci/code")
 RUN = PurePosixPath("/reproci/run")
 PLUGINS = PurePosixPath("/reproci/plugins")
-CODE_PACKAGES = ("pipeline", "reference_models")  # what the worker imports from the project
+CODE_PACKAGES = ("pipeline", "reference_models", "reproci")  # what the worker and plugins import from the project
 PATH_FIELDS = ("output", "resume_from")  # spec fields holding paths besides *_path (relative: to the spec's directory)
 
 

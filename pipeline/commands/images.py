@@ -11,7 +11,7 @@ from .. import images
 manifest_option = click.option(  # also `reproci matrix --manifest`
     "--manifest", type=click.Path(path_type=Path), default=images.default_manifest,
     help=f"Image manifest to read (default: {images.MANIFEST} under the working directory, "
-         "else the one beside reproci's code).")
+         "else the one reproci ships).")
 
 
 @click.group("images")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 FEATURES, BATCH, SAMPLES = 8, 4, 16  # 4 batches an epoch
 

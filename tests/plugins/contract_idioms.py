@@ -18,8 +18,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from transformers import GPT2Config, GPT2LMHeadModel, get_linear_schedule_with_warmup
 
-from pipeline.worker.contract import ModelContext, TrainSetup
-from pipeline.worker.steppers import EveryEpoch
+from reproci import EveryEpoch, ModelContext, TrainSetup
 
 FEATURES, BATCH, SAMPLES, VOCAB, SEQ = 8, 4, 16, 48, 10
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 
 class Noisy(torch.utils.data.Dataset):

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 FEATURES, BATCH, SAMPLES = 8, 4, 32
 

@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 FEATURES, BATCH, SAMPLES = 6, 4, 12  # 3 batches an epoch
 CALLS: list[str] = []
@@ -100,7 +100,7 @@ class LazyRegressor(pl.LightningModule):
 
 def build(ctx: ModelContext) -> TrainSetup:
     """The module and its datamodule through the adapter, no glue."""
-    from pipeline.adapters.lightning import lightning_setup
+    from reproci import lightning_setup
 
     CALLS.clear()  # no seed_everything: the data and the layers draw from the generator the harness seeded
     setup = lightning_setup(ctx, LazyRegressor(), datamodule=Data())

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 FEATURES, BATCH, SAMPLES = 8, 4, 16  # 4 batches an epoch
 
@@ -71,7 +71,7 @@ class IndexedRegressor(Regressor):
 
 def adapted(ctx: ModelContext) -> TrainSetup:
     """The same kind of module through the adapter, no glue, with the Trainer's deterministic=True."""
-    from pipeline.adapters.lightning import lightning_setup
+    from reproci import lightning_setup
 
     pl.seed_everything(ctx.seed)
     return lightning_setup(ctx, IndexedRegressor(), accumulate=2, deterministic=True)

@@ -9,7 +9,7 @@ import os
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 FEATURES, SAMPLES, BATCH = 8, 256, 32
 

@@ -19,7 +19,7 @@ import tempfile
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 WORDS = [f"w{i}" for i in range(40)]
 

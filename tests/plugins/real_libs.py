@@ -24,7 +24,7 @@ from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageMo
                           T5ForConditionalGeneration, get_linear_schedule_with_warmup)
 from transformers.optimization import Adafactor
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0-4; synthetic text never uses them
 VOCAB, SEQ, BATCH, SAMPLES = 64, 12, 4, 16  # 4 batches an epoch
@@ -183,7 +183,7 @@ def gpt2_adapted_full_determinism(ctx: ModelContext) -> TrainSetup:
     switch (enable_full_determinism), applied as Trainer applies it."""
     from transformers import TrainingArguments
 
-    from pipeline.adapters.hf import hf_setup
+    from reproci import hf_setup
 
     args = TrainingArguments(output_dir="unused", learning_rate=1e-3, warmup_steps=2, full_determinism=True,
                              per_device_train_batch_size=BATCH, report_to=[])
@@ -205,7 +205,7 @@ def wav2vec2_ctc(ctx: ModelContext) -> TrainSetup:
     ``torch.backends.cudnn.flags(enabled=False)``, which reads the legacy TF32 getter."""
     from transformers import TrainingArguments, Wav2Vec2Config, Wav2Vec2ForCTC
 
-    from pipeline.adapters.hf import hf_setup
+    from reproci import hf_setup
 
     torch.manual_seed(ctx.seed)
     config = Wav2Vec2Config(vocab_size=12, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 FEATURES, BATCH, SAMPLES = 8, 4, 16  # 4 batches per epoch
 

@@ -12,7 +12,7 @@ import timm
 import torch
 from timm.utils import ModelEmaV3
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import ModelContext, TrainSetup
 
 IMAGE, CLASSES, BATCH, SAMPLES = 16, 4, 4, 16
 

@@ -1,0 +1,81 @@
+"""The installed tool is the whole tool: the wheel carries the public API and the image recipes,
+and ``reproci images list`` reads the shipped manifest from any directory."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pipeline import __version__, images
+
+from .helpers import ROOT
+
+SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "reproci", "docker")
+RECIPES = "pipeline/_recipes/docker"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """The wheel pip builds from a copy of the sources (the checkout is left as it is)."""
+    src = tmp_path_factory.mktemp("src")
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".cache"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    out = src / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(src)], check=True, capture_output=True, text=True, timeout=600)
+    (built,) = out.glob("reproci-*.whl")
+    return zipfile.ZipFile(built)
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_image_recipes_and_the_typed_api(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    recipes = {p.relative_to(ROOT / "docker").as_posix() for p in (ROOT / "docker").rglob("*") if p.is_file()}
+    assert {"manifest.yaml", "Dockerfile.cpu", "make-base.sh", "build-image.sh",
+            "requirements/cpu-torch2.13.txt"} <= recipes
+    assert {f"{RECIPES}/{r}" for r in recipes} <= names, sorted(recipes - {n[len(RECIPES) + 1:] for n in names})
+    assert wheel.read(f"{RECIPES}/manifest.yaml") == (ROOT / "docker" / "manifest.yaml").read_bytes()
+    assert {"reproci/__init__.py", "reproci/py.typed", "pipeline/py.typed", "pipeline/cli.py",
+            "reference_models/__init__.py"} <= names  # typed: the classes reproci re-exports live in pipeline
+    assert not [n for n in names if n.startswith("docker/")]  # never a top-level `docker` (the engine SDK's name)
+
+
+@pytest.mark.slow
+def test_installed_from_the_wheel_images_list_reads_the_shipped_manifest_from_any_directory(
+        wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    """The wheel installed alone (no checkout beside it), run from a directory without docker/."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(site),
+                    wheel.filename], check=True, capture_output=True, text=True, timeout=300)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "DOCKER_HOST": "unix:///nonexistent.sock"}
+    out = subprocess.run([sys.executable, "-c", "from pipeline.cli import main; main()", "images", "list"], cwd=work,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    known = list(images.entries(ROOT / "docker" / "manifest.yaml"))
+    assert all(any(line.startswith(f"{n} ") for line in out.stdout.splitlines()) for n in known), out.stdout
+    shipped = site / "pipeline" / "_recipes" / "docker" / "manifest.yaml"
+    assert out.stdout.splitlines()[-1] == f"from {shipped} (shipped with reproci {__version__}): {', '.join(known)}"
+
+
+def test_a_manifest_of_ones_own_is_listed_as_such_and_finds_the_shipped_base_recipe(tmp_path: Path) -> None:
+    own = tmp_path / "docker" / "manifest.yaml"
+    own.parent.mkdir()
+    own.write_text((ROOT / "docker" / "manifest.yaml").read_text())
+    assert not images.shipped(own) and images.shipped(images.SHIPPED)
+    lines = images.listing_lines([{"name": "a", "reference": "r/a:1", "gpu": False, "python": "3.11", "packages": {},
+                                   "digest": None, "source": str(own)}], engine_down=False)
+    assert lines[-1] == f"from {own}: a"
+    assert images.base_recipe(own, "docker/make-base.sh").resolve() == ROOT / "docker" / "make-base.sh"
+    (tmp_path / "docker" / "make-base.sh").write_text("true\n")
+    assert images.base_recipe(own, "docker/make-base.sh") == tmp_path / "docker" / "make-base.sh"
