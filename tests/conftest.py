@@ -45,10 +45,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("docker") or item.get_closest_marker("cuda_image"):
-            # One engine, one test image, images counted before and after: the Docker tests run
-            # one at a time, on one xdist worker (--dist loadgroup), beside the others.
-            item.add_marker(pytest.mark.xdist_group("docker"))
 
 
 # A skip whose reason names one of the project's own modules: `No module named 'pipeline.x'`,
