@@ -77,6 +77,7 @@ class Sampler:
         self.max_rounds = max_rounds
         self.max_reps = max_reps
         self.reps: dict[str, list[list[float]]] = {m: [] for m in self.others}
+        self.order: tuple[str, ...] = modes  # the current repetition's specs' modes, in order
         self.unsettled: list[int] = []  # rounds dropped as warm-up, per repetition
         self.times: dict[str, list[float]] = {}
         self.stopped: list[str] = []  # why each repetition ended
@@ -136,7 +137,7 @@ class Sampler:
         width = (high - low) / med if med else float("inf")
         pairs = sum(len(r) for r in reps)
         within = half_width(med, low, high) <= self.target
-        reason = (f"interval within ±{self.target:.1%} after {pairs} pairs" if within and self.narrow()
+        reason = (f"interval within ±{self.target:.1%} after {pairs} pairs" if within
                   else f"cap reached ({len(reps)} repetitions of at most {self.max_rounds} steps): "
                        f"interval ±{half_width(med, low, high):.1%}, wider than the ±{self.target:.1%} target")
         return {"median": med, "ci_low": low, "ci_high": high, "confidence": CONFIDENCE, "relative_width": width,

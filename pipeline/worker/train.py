@@ -114,8 +114,8 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         _save_checkpoints(spec, spec_file, setup, pos, attestations, extra_hashes)
         clock.step_ended()
         step_line(pos.step)
-        if in_turn:  # the step's work is on the device: answer once it is done
-            turns.done(clock.last_time, last=pos.step >= stop, sync=lambda: sync(device))  # type: ignore[union-attr]
+        if in_turn:
+            turns.done(clock.last_time, last=pos.step >= stop)  # type: ignore[union-attr]
     if turns is not None:
         turns.wait()  # released once every paired run has finished its steps
         turns.close()

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from .process.spec import WorkerSpec, resolve
 from .process.turnwire import DONE, END_TIMING, GO
+from .timing import sync
 
 
 class Turns:
@@ -32,6 +32,7 @@ class Turns:
             self.finished = os.open(base + ".done", os.O_WRONLY)
         except FileNotFoundError:  # the orchestrator ended the pair (its partner failed) before this run got here
             raise RuntimeError("lockstep: the orchestrator stopped handing out turns") from None
+        self.device = device
         self.pin = spec.threads if device.type == "cpu" and hasattr(os, "sched_setaffinity") else 0
         self.cpus: list[int] | None = None
         self.allowed: set[int] | None = None
@@ -49,11 +50,10 @@ class Turns:
             raise RuntimeError("lockstep: the orchestrator stopped handing out turns")
         return turn == GO
 
-    def done(self, seconds: float | None, last: bool, sync: Callable[[], None] | None = None) -> None:
-        """The turn is used (after ``sync``, which waits for the device): how long its step
+    def done(self, seconds: float | None, last: bool) -> None:
+        """The turn is used, once the step's work on the device is done: how long its step
         took (None: not timed), and whether it was the last."""
-        if sync is not None:
-            sync()
+        sync(self.device)
         os.write(self.finished, DONE.pack(b"d", -1.0 if seconds is None else seconds, last))
 
     def close(self) -> None:
