@@ -21,6 +21,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return real_results(tmp_path_factory)
 
 
+@pytest.fixture(autouse=True)
+def not_ci_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run outside CI mode unless they say ``--ci`` or set ``CI`` themselves: a CI runner
+    sets ``CI=true``, and a missing golden would fail every run that expects to record one."""
+    monkeypatch.delenv("CI", raising=False)
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """The CLI entry point in-process (exit codes and output as a user sees them)."""
