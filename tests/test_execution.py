@@ -1,6 +1,6 @@
 """torch.compile and autocast as checked configurations (``pipeline/worker/execution.py``):
-the reference models PASS compiled and under autocast, the settings are recorded, a compiled
-golden is compared only with compiled runs, and a warm-cache run is compared with a cold one.
+the transformer and a plugin compiled, the reference models under autocast, the settings
+recorded, a compiled golden compared only with compiled runs, a warm-cache run with a cold one.
 Inductor compiles with the host's C++ compiler here (CPU)."""
 
 from __future__ import annotations
@@ -21,11 +21,21 @@ def _record(reproci, entry: dict, role: str) -> dict:
     return json.loads((run_dir / entry["records"][role]).read_text())
 
 
-def test_the_reference_models_and_a_plugin_pass_compiled_with_the_settings_recorded(reproci) -> None:
-    models = ("conv", "transformer", "embedding", f"{CULPRITS}:tiny")
-    r = reproci("run", *[a for m in models for a in ("-m", m)], "--compile", "--steps", "4", "--resume-at", "2")
+def test_a_compiled_golden_records_its_settings_and_caches_and_is_compared_only_with_compiled_runs(reproci, tmp_path):
+    """One compiled golden update of the transformer (the reference model with the most kinds of
+    ops; conv and embedding compile through the same harness path) and a plugin. Each records
+    inductor's settings, W (A again, on A's warm caches) equals A (compiled cold: coldness is
+    the point, so A and B compile cold), and every cache stays in the run's own directory:
+    torch puts inductor's precompiled headers in /tmp/torchinductor_<user> whatever
+    TORCHINDUCTOR_CACHE_DIR says, and a run moves them into its own cache, deleted with it. The
+    golden then refuses an eager run (re-record, not an alert) and matches a compiled one."""
+    tiny, short = f"{CULPRITS}:tiny", ("--steps", "4", "--resume-at", "2")
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    r = reproci("golden", "update", "-m", "transformer", "-m", tiny, "--compile", *short, env={"TMPDIR": str(tmp)})
     assert r.returncode == 0, r.stdout + r.stderr
     doc = reproci.latest()
+    assert [m["model"] for m in doc["models"]] == ["transformer", "culprits.tiny"]
     for entry in doc["models"]:
         assert entry["verdict"] == verdicts.NEW and set(entry["runs"]) == {"A", "B", "C", "W"}, entry["message"]
         compiled = entry["execution"]["compile"]
@@ -34,10 +44,21 @@ def test_the_reference_models_and_a_plugin_pass_compiled_with_the_settings_recor
         assert "W, on A's warm inductor caches, = A, compiled cold" in entry["message"]
         a, w = _record(reproci, entry, "A"), _record(reproci, entry, "W")
         assert a["compile_cache"]["warm"] is False and w["compile_cache"] == {**a["compile_cache"], "warm": True}
+        assert a["compile_cache"]["precompiled_headers"] is True
         assert a["compile_attestation"] == {"deterministic": True, "ok": True}
         assert not any("_orig_mod" in n for n in a["tensor_names"])  # the model's own names
-    assert "--compile" in r.stderr  # the golden update it advises compiles too
+    assert doc["golden"]["updated"] is True and "--compile" in doc["golden"]["update_command"]
+    assert not [p for p in tmp.rglob("*") if p.is_file()], sorted(tmp.rglob("*"))  # nothing left in the temp dir
     assert not list((reproci.cwd / "results").glob("*/*/inductor-cache-*"))  # compiled code is not kept
+
+    r = reproci("run", "-m", tiny, *short)
+    assert r.returncode == 0, r.stdout + r.stderr  # MODEL_CHANGED: re-record, not an alert
+    entry = model_entry(reproci.latest(), "culprits.tiny")
+    assert entry["verdict"] == verdicts.MODEL_CHANGED, entry["message"]
+    assert ("the golden was recorded compiled (inductor, mode default), this run is eager fp32: compare compiled runs "
+            "only with compiled runs") in entry["message"]
+    r = reproci("run", "-m", tiny, *short, "--compile")
+    assert r.returncode == 0 and model_entry(reproci.latest(), "culprits.tiny")["verdict"] == verdicts.PASS
 
 
 def test_the_reference_models_and_a_plugin_pass_under_bf16_autocast(reproci) -> None:
@@ -55,19 +76,6 @@ def test_fp16_steps_carry_a_grad_scaler_whose_state_is_checkpointed_and_compared
     a, c = _record(reproci, entry, "A"), _record(reproci, entry, "C")
     assert a["scaler_state"] is not None and a["scaler_state"] == c["scaler_state"]
     assert "scale" in a["scaler_state"]
-
-
-def test_a_compiled_golden_refuses_an_eager_run_and_matches_a_compiled_one(reproci) -> None:
-    tiny = f"{CULPRITS}:tiny"
-    assert reproci("golden", "update", "-m", tiny, "--compile", "--steps", "4").returncode == 0
-    r = reproci("run", "-m", tiny, "--steps", "4")
-    assert r.returncode == 0, r.stdout + r.stderr  # MODEL_CHANGED: re-record, not an alert
-    entry = model_entry(reproci.latest(), "culprits.tiny")
-    assert entry["verdict"] == verdicts.MODEL_CHANGED, entry["message"]
-    assert ("the golden was recorded compiled (inductor, mode default), this run is eager fp32: compare compiled runs "
-            "only with compiled runs") in entry["message"]
-    r = reproci("run", "-m", tiny, "--steps", "4", "--compile")
-    assert r.returncode == 0 and model_entry(reproci.latest(), "culprits.tiny")["verdict"] == verdicts.PASS
 
 
 def test_a_plugin_that_compiles_its_own_model_is_recognised(reproci) -> None:
@@ -155,16 +163,3 @@ def test_a_non_finite_run_under_fp16_points_at_float16s_range_when_no_tensor_is_
     setup.scaler = torch.amp.GradScaler("cpu", enabled=False)
     with pytest.raises(NonFiniteError, match=r"use --amp bf16, or enable the plugin's GradScaler \(it is disabled\)"):
         check_finite(setup, losses, 0, "fp16")
-
-
-def test_a_compiled_run_keeps_every_compile_cache_in_its_own_directory(reproci, tmp_path) -> None:
-    """torch puts inductor's precompiled headers in /tmp/torchinductor_<user> whatever
-    TORCHINDUCTOR_CACHE_DIR says; a run moves them into its own cache, deleted with it."""
-    tmp = tmp_path / "tmpdir"
-    tmp.mkdir()
-    r = reproci("run", "-m", f"{CULPRITS}:tiny", "--compile", "--steps", "2", env={"TMPDIR": str(tmp)})
-    assert r.returncode == 0, r.stdout + r.stderr
-    entry = model_entry(reproci.latest(), "culprits.tiny")
-    assert _record(reproci, entry, "A")["compile_cache"]["precompiled_headers"] is True
-    assert not [p for p in tmp.rglob("*") if p.is_file()], sorted(tmp.rglob("*"))  # nothing left in the temp dir
-    assert not list((reproci.cwd / "results").glob("*/*/inductor-cache-*"))
