@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
 import signal
 import zipfile
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 from pipeline import errors, verdicts
 from pipeline.blame import images as blame_images
 
-from .helpers import PLUGINS, model_entry, said
+from .helpers import PLUGINS, Cli, model_entry, said
 from .test_docker_integration import IMAGE, engine, start  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.docker
@@ -88,9 +89,17 @@ def built_on(engine, tags: dict[str, str]) -> set[str]:  # noqa: F811 - the impo
 COMMON = ("--image-name", "blame-demo", "-m", MODEL, "--steps", "4", "--resume-at", "2")
 
 
-def test_blame_names_the_package_that_moved_the_numbers(upgrade, engine, reproci) -> None:  # noqa: F811
-    r = reproci("golden", "update", "--image", upgrade["old"], *COMMON)
+@pytest.fixture(scope="module")
+def old_golden(upgrade, tmp_path_factory) -> Path:
+    """The golden recorded in the old image, once for the module: its goldens directory."""
+    cli = Cli(tmp_path_factory.mktemp("blame-golden"))
+    r = cli("golden", "update", "--image", upgrade["old"], *COMMON)
     assert r.returncode == 0, r.stdout + r.stderr
+    return cli.cwd / "goldens"
+
+
+def test_blame_names_the_package_that_moved_the_numbers(upgrade, old_golden, engine, reproci) -> None:  # noqa: F811
+    shutil.copytree(old_golden, reproci.cwd / "goldens")
     images_before = built_on(engine, upgrade)
     r = reproci("run", "--image", upgrade["new"], *COMMON, "--blame")
     assert r.returncode == errors.EXIT_DRIFT, r.stdout + r.stderr
@@ -119,7 +128,7 @@ def test_blame_names_the_package_that_moved_the_numbers(upgrade, engine, reproci
         assert any(re.match(rf"upgrade_pkgs: run {role} done: 2 steps, .*\d s$", p) for p in progress), progress
 
 
-def test_nothing_to_blame_is_said_and_a_stopped_blame_leaves_no_image(upgrade, engine, reproci) -> None:  # noqa: F811
+def test_nothing_to_blame_is_said_and_a_stopped_blame_leaves_no_image(upgrade, old_golden, engine, reproci) -> None:  # noqa: F811
     """No golden, then no drift: one line each. Then a blame stopped by SIGTERM while it builds
     its second image (the first built, its first stage beside it): exit 143, and every image it
     built is gone."""
@@ -128,7 +137,7 @@ def test_nothing_to_blame_is_said_and_a_stopped_blame_leaves_no_image(upgrade, e
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("nothing to blame: there is no golden for blame-demo (goldens/blame-demo.yaml) to compare with; record "
             "one in the old image first: reproci golden update --image OLD --image-name blame-demo") in r.stdout
-    assert reproci("golden", "update", "--image", upgrade["old"], *COMMON).returncode == 0
+    shutil.copytree(old_golden, reproci.cwd / "goldens")
     r = reproci("blame", "--image", upgrade["old"], *COMMON)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "nothing to blame: every model matches the golden (the new image changed no result)" in r.stdout
