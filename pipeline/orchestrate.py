@@ -90,7 +90,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         raise
     finally:
         if torch_import is not None:
-            torch_import.join()  # never an interpreter that exits halfway through torch's import
+            torch_import.join()  # the interpreter does not exit halfway through torch's import (a second Ctrl-C aside)
 
 
 def _import_torch_beside() -> threading.Thread | None:
