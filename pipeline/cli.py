@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 
 from . import __version__, console, errors
-from .commands import audit, bisect, blame, compare, golden, images, matrix, merge, models, pr_body, report, run
+from .commands import audit, bisect, blame, compare, golden, images, init, matrix, merge, models, pr_body, report, run
 from .errors import ReprociError
 
 err_console = console.stderr()
@@ -28,7 +28,7 @@ def cli() -> None:
 
 
 for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd, golden.golden_group, images.images_group, matrix.matrix_cmd, merge.merge_cmd,
-                pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, compare.compare_cmd):
+                pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, compare.compare_cmd, init.init_cmd):
     cli.add_command(command)
 
 

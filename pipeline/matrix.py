@@ -7,6 +7,10 @@ and feeds its output to ``strategy.matrix``, one job per image of ``docker/manif
                   "gpu": true, "device": "cuda", "gpus": "all", "profile": "full", "world_size": 1,
                   "runs_on": ["self-hosted", "linux", "x64", "gpu"]}, ...]}
 
+The name ``local`` is the local backend (no container: the runner's own Python), as
+everywhere in reproci: ``--image local`` adds its row, with no tag, device, profile or world
+size of its own, so that reproci.yaml decides those.
+
 This module needs only PyYAML (through ``pipeline.images``), so the planning job can run
 on a small hosted runner without torch. The click command is in ``commands/matrix.py``.
 """
@@ -21,6 +25,7 @@ from .errors import ConfigError, UsageError
 from .images import load_manifest
 
 DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
+LOCAL = "local"  # the local backend's name in results and goldens: a row without a container
 
 
 def on_gpu(image: dict[str, Any]) -> bool:
@@ -47,17 +52,27 @@ def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> d
     }
 
 
+def local_entry(runner_labels: tuple[str, ...]) -> dict[str, Any]:
+    """The local backend's row: the job runs ``reproci run --image local`` on the runner itself;
+    empty fields leave the device, profile and world size to reproci.yaml."""
+    return {"image": LOCAL, "tag": None, "gpu": False, "device": "", "gpus": "", "profile": "", "world_size": None,
+            "runs_on": list(runner_labels)}
+
+
 def build(manifest: Path, *, gpu_only: bool = False, names: tuple[str, ...] = (),
           runner_labels: tuple[str, ...] = DEFAULT_RUNNER_LABELS) -> dict[str, list[dict[str, Any]]]:
-    """The matrix for the manifest's images (all, the GPU ones, or the named ones, in manifest order)."""
+    """The matrix for the manifest's images (all, the GPU ones, or the named ones, in manifest
+    order), after the local backend's row when ``local`` is named."""
     images = load_manifest(manifest)
-    unknown = [n for n in names if n not in images]
+    unknown = [n for n in names if n not in images and n != LOCAL]
     if unknown:
-        raise UsageError(f"image(s) {', '.join(unknown)} not in {manifest}; known: {', '.join(images) or '(none)'}")
+        raise UsageError(f"image(s) {', '.join(unknown)} not in {manifest}; known: {', '.join(images) or '(none)'}, "
+                         f"and {LOCAL} (the local backend)")
     if not runner_labels:
         raise UsageError("--runner-labels is empty; give at least one label, e.g. self-hosted,linux,x64,gpu")
-    rows = [entry(name, image, runner_labels) for name, image in images.items()
-            if (not names or name in names) and (not gpu_only or on_gpu(image))]
+    rows = [local_entry(runner_labels)] if LOCAL in names else []
+    rows += [entry(name, image, runner_labels) for name, image in images.items()
+             if (not names or name in names) and (not gpu_only or on_gpu(image))]
     if not rows:
         what = "GPU images" if gpu_only else "images"
         raise UsageError(f"no {what} selected from {manifest}: GitHub refuses an empty matrix; "
@@ -66,7 +81,17 @@ def build(manifest: Path, *, gpu_only: bool = False, names: tuple[str, ...] = ()
 
 
 def parse_labels(text: str) -> tuple[str, ...]:
-    """Comma-separated runner labels, blanks dropped."""
+    """Runner labels, comma-separated or as a JSON array (what a workflow's ``runs-on`` takes
+    through ``fromJSON``), blanks dropped."""
+    if text.lstrip().startswith("["):
+        try:
+            labels = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--runner-labels {text!r} is not a JSON array of labels ({e.msg}); "
+                             'write ["self-hosted", "gpu"] or self-hosted,gpu') from e
+        if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+            raise UsageError(f"--runner-labels {text!r} must be an array of strings, such as " '["self-hosted", "gpu"]')
+        return tuple(label.strip() for label in labels if label.strip())
     return tuple(label.strip() for label in text.split(",") if label.strip())
 
 

@@ -48,3 +48,20 @@ def test_a_missing_golden_lists_the_known_ones(cli, tmp_path):
     (goldens / "cpu-a.yaml").write_text("version: 1\nmodels: {}\n")
     code, _, err = cli("golden", "show", "nosuch", "--goldens-dir", str(goldens))
     assert code == errors.EXIT_USAGE and "known: cpu-a" in err
+
+
+def test_a_plugin_file_under_the_working_directory_is_named_by_its_path_from_there(tmp_path):
+    """The command is run where it was printed: `-m model.py:build`, not a path of the machine."""
+    from pathlib import Path
+
+    from pipeline.golden.advice import update_command
+    from pipeline.models import resolve
+    from pipeline.options import RunOptions
+
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "net.py").write_text("def build(ctx):\n    pass\n")
+    model = resolve(f"{tmp_path / 'models' / 'net.py'}:build")
+    inside = RunOptions(models=(model,), project_root=tmp_path)
+    assert update_command(inside) == "reproci golden update --image local -m models/net.py:build"
+    elsewhere = RunOptions(models=(model,), project_root=Path("/nonexistent"))
+    assert update_command(elsewhere) == f"reproci golden update --image local -m {tmp_path / 'models' / 'net.py'}:build"

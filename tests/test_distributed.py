@@ -21,10 +21,10 @@ from pipeline.worker.contract import ModelContext
 from pipeline.worker.process.launch import worker_command
 from pipeline.worker.process.spec import WorkerSpec, for_rank, rank_path
 
-from .helpers import PLUGINS, Cli, left_behind, load, model_entry, run_step, step_named
+from .helpers import PLUGINS, Cli, left_behind, model_entry, run_step
 from .test_golden import fake_run
 from .test_options import cli
-from .test_workflows import stub_reproci  # noqa: F401 - a fixture
+from .test_workflows import load, step_named, stub_reproci  # noqa: F401 - a fixture
 
 DDP = PLUGINS / "ddp.py"
 
@@ -311,8 +311,8 @@ def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():
 
 
 @pytest.mark.parametrize("workflow, job, name", [
-    ("reproci", "image", "Run the reference models in the image"),
-    ("golden-update", "record", "Run the strict stage (and its cost) and record the golden"),
+    ("reproci-check", "image", "Run the models in the image"),
+    ("reproci-golden-update", "record", "Run the strict stage (and its cost) and record the golden"),
 ])
 def test_the_workflows_pass_the_matrix_world_size_on(stub_reproci, tmp_path, workflow, job, name):
     step = step_named(load(workflow), job, name)

@@ -95,6 +95,20 @@ def test_runner_labels_are_configurable(cli, manifest: Path) -> None:
     assert {tuple(r["runs_on"]) for r in rows} == {("self-hosted", "linux", "h100")}
 
 
+def test_runner_labels_as_a_json_array_as_a_workflow_passes_them(cli, manifest: Path) -> None:
+    rows = matrix_of(cli, "--manifest", str(manifest), "--runner-labels", '["self-hosted", "linux", "h100"]')["include"]
+    assert {tuple(r["runs_on"]) for r in rows} == {("self-hosted", "linux", "h100")}
+    out = cli("matrix", "--manifest", str(manifest), "--runner-labels", '["self-hosted", "gpu"')
+    assert out.returncode == 2 and "not a JSON array of labels" in out.stderr
+
+
+def test_local_is_the_local_backend_with_its_settings_left_to_reproci_yaml(cli, manifest: Path) -> None:
+    rows = matrix_of(cli, "--manifest", str(manifest), "--image", "local", "--image", "gpu-b")["include"]
+    assert [r["image"] for r in rows] == ["local", "gpu-b"]
+    assert rows[0] == {"image": "local", "tag": None, "gpu": False, "device": "", "gpus": "", "profile": "",
+                       "world_size": None, "runs_on": ["self-hosted", "linux", "x64", "gpu"]}
+
+
 def test_default_manifest_is_docker_manifest_yaml_under_the_working_directory(
         cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "docker").mkdir()

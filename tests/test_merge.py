@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import errors, merge, results, verdicts
-from tests.helpers import artifact_layout, run_step, step_named, write_shard
-from tests.helpers import load as load_workflow
+from tests.helpers import artifact_layout, run_step, write_shard
+from tests.test_workflows import load as load_workflow
+from tests.test_workflows import step_named
 
 def test_the_fixture_runs_are_real_and_compared_to_a_real_golden(files: dict[str, Path]) -> None:
     recorded, compared = (results.load(files[k]) for k in ("recorded", "compared"))
@@ -143,8 +144,9 @@ def test_most_serious_code(codes: list[int], worst: int) -> None:
 
 
 def test_the_workflow_merge_step_runs_on_downloaded_artifacts(files, tmp_path: Path) -> None:
-    """The reproci workflow's merge step, run as GitHub's bash runs it, with the real CLI on PATH
-    and the environment the runner gives it ($GITHUB_STEP_SUMMARY, $GITHUB_ACTIONS)."""
+    """The merge step of reproci-check.yml (which reproci.yml calls), run as GitHub's bash runs
+    it, with the real CLI on PATH and the environment the runner gives it ($GITHUB_STEP_SUMMARY,
+    $GITHUB_ACTIONS)."""
     artifact_layout(tmp_path / "shards", files, "compared", "drifted")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -152,7 +154,7 @@ def test_the_workflow_merge_step_runs_on_downloaded_artifacts(files, tmp_path: P
     (bin_dir / "reproci").chmod(0o755)
     matrix = json.dumps({"include": [{"image": "cpu-torch2.13", "tag": "reproci/cpu-torch2.13:1"},
                                      {"image": "cuda12.6-torch2.7", "tag": "reproci/cuda12.6-torch2.7:1"}]})
-    step = step_named(load_workflow("reproci"), "merge", "Merge into one verdict (summary, annotations, exit code)")
+    step = step_named(load_workflow("reproci-check"), "merge", "Merge into one verdict (summary, annotations, exit code)")
     summary = tmp_path / "step-summary.md"
     out, _ = run_step(step, {"MATRIX": matrix, "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_ACTIONS": "true"},
                       tmp_path, bin_dir, tmp_path)

@@ -158,8 +158,8 @@ def test_a_failed_seed_run_makes_the_model_an_error() -> None:
 
 
 @pytest.mark.parametrize("workflow, step, job, variance, stages", [
-    ("reproci", "Run the reference models in the image", "image", "", []),  # push, pull request, nightly
-    ("reproci", "Run the reference models in the image", "image", "true", ["determinism", "variance"]),
+    ("reproci", "Run the models in the image", "image", "false", []),  # push, pull request, nightly
+    ("reproci", "Run the models in the image", "image", "true", ["determinism", "variance"]),
     ("golden-update", "Run the strict stage (and its cost) and record the golden", "record", "false",
      ["determinism", "throughput"]),
     ("golden-update", "Run the strict stage (and its cost) and record the golden", "record", "true",
@@ -167,19 +167,26 @@ def test_a_failed_seed_run_makes_the_model_an_error() -> None:
 ])
 def test_the_workflows_run_the_variance_stage_only_on_request(tmp_path: Path, workflow: str, step: str, job: str,
                                                               variance: str, stages: list[str]) -> None:
-    from tests.helpers import load, run_step, step_named, triggers
+    """A manual run's boolean input, passed to the called workflow as it is (false on any other
+    event), which gives the run step its stages."""
+    from tests.helpers import run_step, triggers
+    from tests.test_workflows import CALLS, load, step_named
 
     doc = load(workflow)
     assert triggers(doc)["workflow_dispatch"]["inputs"]["variance"] == {
         "description": triggers(doc)["workflow_dispatch"]["inputs"]["variance"]["description"],
         "required": False, "default": False, "type": "boolean"}
+    (call,) = doc["jobs"].values()
+    assert call["with"]["variance"] == "${{ inputs.variance == true }}"  # no inputs on a push: false
+    called = load(CALLS[workflow])
+    assert triggers(called)["workflow_call"]["inputs"]["variance"]["default"] is False
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "reproci").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$STUB_ARGS"\n')
     (bin_dir / "reproci").chmod(0o755)
     env = {"IMAGE": "cuda12.6-torch2.7", "DEVICE": "cuda", "GPUS": "", "PROFILE": "full", "REPROCI_WEBHOOK": "",
            "VARIANCE": variance, "STUB_ARGS": str(tmp_path / "args")}
-    out, _ = run_step(step_named(doc, job, step), env, tmp_path, bin_dir, tmp_path)
+    out, _ = run_step(step_named(called, job, step), env, tmp_path, bin_dir, tmp_path)
     assert out.returncode == 0, out.stderr
     args = (tmp_path / "args").read_text().split("\n")
     assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == stages

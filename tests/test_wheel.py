@@ -46,6 +46,8 @@ def test_the_wheel_carries_the_image_recipes_and_the_typed_api(wheel: zipfile.Zi
     assert wheel.read(f"{RECIPES}/manifest.yaml") == (ROOT / "docker" / "manifest.yaml").read_bytes()
     assert {"reproci/__init__.py", "reproci/py.typed", "pipeline/py.typed", "pipeline/cli.py",
             "reference_models/__init__.py"} <= names  # typed: the classes reproci re-exports live in pipeline
+    templates = {f"pipeline/templates/{p.name}" for p in (ROOT / "pipeline" / "templates").iterdir()}
+    assert templates and templates <= names  # what `reproci init` writes from
     assert not [n for n in names if n.startswith("docker/")]  # never a top-level `docker` (the engine SDK's name)
 
 

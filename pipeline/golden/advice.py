@@ -8,6 +8,7 @@ from pathlib import Path
 
 from reference_models import REGISTRY
 
+from ..models import ModelRef
 from ..options import PROFILES, RunOptions, golden_name
 
 
@@ -19,7 +20,7 @@ def update_command(options: RunOptions) -> str:
     if options.image_name != (golden_name(options.image, options.image_entry) if options.image else "local"):
         args += ["--image-name", options.image_name]
     if [m.name for m in options.models] != list(REGISTRY):
-        args += [a for m in options.models for a in ("-m", m.ref)]
+        args += [a for m in options.models for a in ("-m", _shown(m, options.project_root))]
     if options.profile != "quick":
         args += ["--profile", options.profile]
     if options.steps != PROFILES[options.profile]:
@@ -40,3 +41,12 @@ def update_command(options: RunOptions) -> str:
     if options.goldens_dir != Path("goldens"):
         args += ["--goldens-dir", str(options.goldens_dir)]
     return shlex.join(args)
+
+
+def _shown(model: ModelRef, root: Path) -> str:
+    """A model as ``-m`` names it: a plugin file inside the working directory by its path from
+    there (where the command is run), any other by its reference."""
+    path, _, factory = model.ref.rpartition(":")
+    if model.plugin and path.endswith(".py") and Path(path).is_relative_to(root.resolve()):
+        return f"{Path(path).relative_to(root.resolve())}:{factory}"
+    return model.ref

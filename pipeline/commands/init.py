@@ -1,0 +1,46 @@
+"""``reproci init``: set a git repository up for reproci (reproci.yaml, a plugin, goldens/, two workflows)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .. import matrix, scaffold
+
+
+@click.command("init")
+@click.option("--adapter", type=click.Choice(list(scaffold.ADAPTERS)), default="plain", show_default=True,
+              help="The plugin's template: plain (a torch model of your own), hf (a Hugging Face model as Trainer "
+                   "trains it) or lightning (a LightningModule).")
+@click.option("--image", metavar="NAME", help="A manifest image every run trains in (default: the local backend, "
+                                              "no container).")
+@click.option("--runner-labels", default=",".join(matrix.DEFAULT_RUNNER_LABELS), show_default=True,
+              help="Labels of your self-hosted runner, comma-separated: the workflows run there.")
+@click.option("--model-name", help="The model's name, an identifier (default: the repository folder's name); "
+                                   "the plugin is reproci_NAME.py.")
+@click.option("--force", is_flag=True, help="Overwrite the files init writes where they exist.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The repository to set up (default: the top level of the git repository around the "
+                   "working directory).")
+def init_cmd(adapter: str, image: str | None, runner_labels: str, model_name: str | None, force: bool,
+             directory: Path | None) -> None:
+    """Set this git repository up for reproci: reproci.yaml, a plugin for your model, goldens/
+    and two GitHub workflows that call reproci's reusable ones, pinned to this release.
+
+    Never overwrites a file unless --force; then prints the next three commands to run.
+    """
+    top = scaffold.repository(directory)
+    options = scaffold.InitOptions(directory=top, adapter=adapter, image=None if image == matrix.LOCAL else image,
+                                   runner_labels=matrix.parse_labels(runner_labels),
+                                   model_name=model_name or scaffold.identifier(top.name), force=force)
+    scaffold.check(options)
+    planned = scaffold.files(options, scaffold.default_branch(top))
+    replaced = set(scaffold.existing(options, list(planned)))
+    for path in scaffold.write(options, planned):
+        click.echo(f"{'overwrote' if path in replaced else 'wrote'} {path}")
+    here = "" if Path.cwd().resolve() == top else f", from {os.path.relpath(top)}"
+    click.echo(f"\nNext{here} ({options.plugin} trains a stand-in model until you answer its TODO(reproci) questions):")
+    for command, why in zip(scaffold.next_commands(options), scaffold.NEXT_WHY):
+        click.echo(f"  # {why}\n  {command}")
