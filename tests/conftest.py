@@ -46,12 +46,19 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
 SLOW_FIXTURES = {"files", "reproci", "workspace", "real_reproci"}  # each starts real training runs
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (`-n auto --dist loadgroup`)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses a fixture making real training runs is slow, marked or not, so that
-    ``pytest -m "not slow and not docker"`` stays a quick check."""
+    ``pytest -m "not slow and not docker"`` stays a quick check.
+
+    Under pytest-xdist each module's tests form a group that one worker runs (its module
+    fixtures, real training runs, are made once), and the Docker tests of every module form one
+    more: they share one engine, its images and the containers they count."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        group = "docker" if item.get_closest_marker("docker") is not None else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 # A skip whose reason names one of the project's own modules: `No module named 'pipeline.x'`,

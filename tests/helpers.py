@@ -275,6 +275,28 @@ def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
     return dest
 
 
+# --- the wheel ---
+
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "reproci", "docker")
+
+
+def build_wheel(dest: Path) -> Path:
+    """The wheel pip builds from a copy of the sources in ``dest`` (the checkout is left as it is)."""
+    src = dest / "src"
+    src.mkdir()
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".cache"))
+        elif (ROOT / name).exists():
+            shutil.copy2(ROOT / name, src / name)
+    out = dest / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(src)], check=True, capture_output=True, text=True, timeout=600)
+    (built,) = out.glob("reproci-*.whl")
+    return built
+
+
 # --- workflows ---
 
 def load(name: str) -> dict[str, Any]:

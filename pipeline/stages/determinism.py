@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -244,9 +243,12 @@ STAGGER_S = 1.5
 
 def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
              records: dict[str, dict[str, Any]]) -> None:
-    """Runs A, B and C into ``records``: in turn at one job; with ``--jobs`` ≥ 2, B beside A and
-    C once A is done (a failure waits for the partner run in flight). A and B start ``STAGGER_S``
-    apart. A compiled A is followed by W, A again on A's warm caches (``warm_spec``)."""
+    """Runs A, B and C into ``records``: in turn at one job; with ``--jobs`` ≥ 2, A first, B
+    beside it ``STAGGER_S`` after A started, and C once A is done (a failure waits for the runs
+    in flight). A compiled A is followed by W, A again on A's warm caches (``warm_spec``).
+
+    A leads because C waits for A's checkpoint: the stagger is then spent while A trains, off
+    the path to the last record (A, then C), where B's turn ahead of A would have put it."""
     if options.jobs < 2:
         records["A"] = run_worker(ctx, specs["A"])
         time.sleep(max(0.0, STAGGER_S - (time.monotonic() - records["A"].get("launched_at", 0.0))))
@@ -256,15 +258,20 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
             specs["W"] = warm_spec(specs)
             records["W"] = run_worker(ctx, specs["W"])
         return
-    launched = threading.Event()
-    fb = background(run_worker, ctx, specs["B"], on_launch=launched.set)
+    launched: list[float] = []
+    fa = background(run_worker, ctx, specs["A"], on_launch=lambda: launched.append(time.monotonic()))
+    while not launched and not fa.done():
+        time.sleep(0.05)  # A waits for a job slot (and any fork server or container it needs)
+    fb = None
     try:
-        while not launched.wait(0.05) and not fb.done():
-            pass  # B waits for a job slot
-        time.sleep(STAGGER_S)
-        records["A"] = run_worker(ctx, specs["A"])
+        if not launched:  # A ended without saying it started: its failure, or its own start time
+            records["A"] = fa.result()
+            launched.append(records["A"].get("launched_at", 0.0))
+        time.sleep(max(0.0, STAGGER_S - (time.monotonic() - launched[0])))
+        fb = background(run_worker, ctx, specs["B"])
+        records["A"] = fa.result()
     except Exception:
-        settle(fb)
+        settle(*[f for f in (fa, fb) if f is not None])
         raise
     fc = background(run_worker, ctx, specs["C"])
     if compiled(records["A"]):
