@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build one toolchain image of docker/manifest.yaml.
+# Build one toolchain image of docker/manifest.yaml (or of the manifest
+# REPROCI_MANIFEST names).
 #
 #   docker/build-image.sh NAME [--force] [--no-cache]
 #   docker/build-image.sh NAME --print-tag    (prints the image's tag only)
@@ -12,12 +13,19 @@
 # 3. runs `docker build` with BuildKit, the wheelhouse as build context and
 #    BASE_IMAGE=image@digest (or the local base image).
 #
+# The entry's dockerfile and requirements are relative to the manifest's folder;
+# a dockerfile not there is the one of that name beside this script (a manifest
+# of one's own reuses reproci's Dockerfile.cpu without a copy). The wheelhouse
+# and the image's VCS labels belong to the folder above the manifest's.
+#
 # The image is labelled with a hash of everything it is made from (Dockerfile,
 # requirements, base image, build args). When an image with that tag and that
 # hash exists, nothing is done, unless --force. --no-cache also bypasses the
 # engine's build cache.
 #
-# Environment: PYTHON (host interpreter, default python3), REPROCI_DOCKER (the
+# Environment: PYTHON (host interpreter, default python3), REPROCI_MANIFEST
+# (the manifest to read; default: manifest.yaml beside this script; `reproci
+# images build` sets it to the image's own manifest), REPROCI_DOCKER (the
 # docker client to build with; default: the first of docker, /usr/bin/docker
 # that has BuildKit).
 set -euo pipefail
@@ -43,10 +51,12 @@ while [ $# -gt 0 ]; do
 done
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-manifest=$here/manifest.yaml
+manifest=${REPROCI_MANIFEST:-$here/manifest.yaml}
 PYTHON=${PYTHON:-python3}
-[ -n "$NAME" ] || die "usage: docker/build-image.sh NAME; images: $("$PYTHON" -c 'import sys, yaml; print(" ".join(yaml.safe_load(open(sys.argv[1]))["images"]))' "$manifest" 2>/dev/null || echo '(see docker/manifest.yaml)')"
+[ -n "$NAME" ] || die "usage: docker/build-image.sh NAME; images: $("$PYTHON" -c 'import sys, yaml; print(" ".join(yaml.safe_load(open(sys.argv[1]))["images"]))' "$manifest" 2>/dev/null || echo "(see $manifest)")"
+[ -f "$manifest" ] || die "$manifest does not exist (REPROCI_MANIFEST names the manifest to read)"
+recipes=$(cd "$(dirname "$manifest")" && pwd)  # the entry's paths are relative to the manifest's folder
+root=$(cd "$recipes/.." && pwd)  # holds .cache/wheelhouse; its git commit labels the image
 
 start=$(now)
 
@@ -88,9 +98,10 @@ eval "$entry"
 if [ "$PRINT_TAG" = 1 ]; then echo "$TAG"; exit 0; fi
 
 # shellcheck disable=SC2153  # DOCKERFILE and REQUIREMENTS come from the eval above
-dockerfile=$here/$DOCKERFILE
+dockerfile=$recipes/$DOCKERFILE
+if [ ! -f "$dockerfile" ] && [ -f "$here/$DOCKERFILE" ]; then dockerfile=$here/$DOCKERFILE; fi  # reproci's own
 # shellcheck disable=SC2153
-requirements=$here/$REQUIREMENTS
+requirements=$recipes/$REQUIREMENTS
 [ -f "$dockerfile" ] || die "$dockerfile does not exist"
 [ -f "$requirements" ] || die "$requirements does not exist"
 

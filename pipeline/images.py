@@ -10,6 +10,12 @@ The recipes travel with the package: ``pipeline/_recipes/docker`` links to the c
 ``docker/``, and the wheel carries its files there (package data in pyproject.toml), so an
 installed reproci lists and builds its images from any directory.
 
+A manifest of one's own (``--manifest``, or ``docker/manifest.yaml`` of a user's repository)
+is laid over the shipped one: the shipped images stay, an entry of the same NAME replaces
+the shipped entry whole, new NAMEs follow the shipped ones; ``shipped: false`` at its top
+level reads it alone. Each entry remembers the file it came from (``ImageEntry.source``):
+its paths are relative to that file's folder, and that file is what builds it.
+
 This module needs only PyYAML (the engine only for ``listing``), so the CI planning job
 that runs ``reproci matrix`` needs no torch.
 """
@@ -49,6 +55,7 @@ class ImageEntry:
     python: str
     requirements: Path
     gpu: bool
+    source: Path  # the manifest file the entry came from: its relative paths start from that file's folder
     cpu_isa: str | None = None  # cap the CPU kernels at this level (--cpu-isa), for goldens portable across hosts
 
     def pins(self) -> dict[str, str]:
@@ -87,8 +94,9 @@ def base_recipe(manifest: Path, recipe: str) -> Path:
     return next((c for c in candidates if c.is_file()), candidates[0])
 
 
-def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The ``images`` mapping of a manifest (NAME -> entry), checked for its format version."""
+def _read(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
+    """One manifest file: its ``images`` mapping (NAME -> entry), checked for its format version,
+    and its ``shipped`` key (whether its images are laid over the shipped manifest's)."""
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError as e:
@@ -104,12 +112,35 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
     if data.get("version") != MANIFEST_VERSION:
         raise ConfigError(f"{path}: manifest format version {data.get('version')!r}, this reproci reads "
                           f"{MANIFEST_VERSION}; upgrade reproci or fix `version:`")
+    over = data.get("shipped", True)
+    if not isinstance(over, bool):
+        raise ConfigError(f"{path}: `shipped:` must be true (add these images to the ones reproci ships, the default) "
+                          f"or false (these images alone), not {over!r}; fix the manifest")
     images: dict[str, dict[str, Any]] = {}
     for name, entry in data["images"].items():
         if not isinstance(entry, dict):
             raise ConfigError(f"{path}: image {name!r} must be a mapping (dockerfile, base, tag, gpu, ...)")
         images[str(name)] = entry
-    return images
+    return images, over
+
+
+def sourced(path: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """NAME -> (the manifest file it comes from, its entry) for the manifest ``path``: its images
+    laid over the shipped manifest's unless it is the shipped one or says ``shipped: false``.
+    An entry of a shipped NAME replaces that entry whole, in its place; new NAMEs come after."""
+    own, over = _read(path)
+    layered: dict[str, tuple[Path, dict[str, Any]]] = {}
+    if over and not shipped(path) and SHIPPED.is_file():
+        origin = SHIPPED.resolve()  # in a checkout, docker/manifest.yaml
+        layered = {name: (origin, raw) for name, raw in _read(origin)[0].items()}
+    layered.update((name, (path, raw)) for name, raw in own.items())
+    return layered
+
+
+def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """The ``images`` mapping (NAME -> entry) the manifest ``path`` stands for, the shipped images
+    included (see ``sourced``)."""
+    return {name: raw for name, (_, raw) in sourced(path).items()}
 
 
 def _cpu_isa(manifest: Path, name: str, value: Any) -> str | None:
@@ -121,22 +152,22 @@ def _cpu_isa(manifest: Path, name: str, value: Any) -> str | None:
 
 
 def entries(manifest: Path | None = None) -> dict[str, ImageEntry]:
-    """Every image of the manifest, in its order."""
+    """Every image of the manifest (the shipped ones first, see ``sourced``), in its order."""
     manifest = manifest or default_manifest()
     out: dict[str, ImageEntry] = {}
-    for name, raw in load_manifest(manifest).items():
+    for name, (source, raw) in sourced(manifest).items():
         try:
             base: dict[str, Any] = raw["base"]
             out[name] = ImageEntry(
                 name=name, tag=str(raw["tag"]), description=" ".join(str(raw.get("description", "")).split()),
                 base_image=str(base["image"]), base_digest=base.get("digest") or None,
                 base_recipe=base.get("recipe") or None, python=str(raw.get("python", "")),
-                requirements=manifest.parent / str(raw["requirements"]), gpu=bool(raw.get("gpu", False)),
-                cpu_isa=_cpu_isa(manifest, name, raw.get("cpu_isa")))
+                requirements=source.parent / str(raw["requirements"]), gpu=bool(raw.get("gpu", False)),
+                source=source, cpu_isa=_cpu_isa(source, name, raw.get("cpu_isa")))
         except KeyError as e:
-            raise ConfigError(f"{manifest}: image {name!r} lacks the field {e}; see the comments at the top") from e
+            raise ConfigError(f"{source}: image {name!r} lacks the field {e}; see the comments at the top") from e
         except TypeError as e:
-            raise ConfigError(f"{manifest}: image {name!r}: `base:` must be a mapping with `image:` "
+            raise ConfigError(f"{source}: image {name!r}: `base:` must be a mapping with `image:` "
                               f"(and `digest:`); see the comments at the top") from e
     return out
 
@@ -157,43 +188,52 @@ def resolve(image: str, manifest: Path | None = None) -> tuple[str, ImageEntry |
     return image, next((e for e in known.values() if e.tag == image), None)
 
 
+def build_script(entry: ImageEntry) -> Path:
+    """The script that builds ``entry``: the ``build-image.sh`` beside its manifest, else the one
+    reproci ships (told the manifest through REPROCI_MANIFEST either way)."""
+    own = entry.source.parent / "build-image.sh"
+    return own if own.is_file() else SHIPPED.resolve().parent / "build-image.sh"
+
+
 def build(names: tuple[str, ...], *, manifest: Path | None = None, force: bool = False) -> list[str]:
-    """Build the named images (all when none are named) with the scripts in docker/; return their tags."""
+    """Build the named images (when none are named, every image the manifest itself names: a
+    manifest of one's own builds its own images, not the shipped ones it is laid over) with the
+    scripts of each image's own manifest (``build_script``, ``base_recipe``); return their tags."""
     manifest = manifest or default_manifest()
     known = entries(manifest)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"no image {', '.join(unknown)} in {manifest}; images: {', '.join(known)}")
-    scripts = manifest.parent
-    env = {"PYTHON": sys.executable}  # build-image.sh reads the manifest with PyYAML and fills the wheelhouse with pip
     tags = []
-    for name in names or tuple(known):
+    own = tuple(n for n, e in known.items() if e.source.resolve() == manifest.resolve())
+    for name in names or own:
         e = known[name]
+        # build-image.sh reads the manifest with PyYAML and fills the wheelhouse with pip
+        env = {"PYTHON": sys.executable, "REPROCI_MANIFEST": str(e.source.absolute())}
         if e.base_digest is None and e.base_recipe:
-            _script(base_recipe(manifest, e.base_recipe), [], env, f"making the base image {e.base_image} for {name}")
-        _script(scripts / "build-image.sh", [name] + (["--force"] if force else []), env, f"building {name}")
+            _script(base_recipe(e.source, e.base_recipe), [], env, f"making the base image {e.base_image} for {name}")
+        _script(build_script(e), [name] + (["--force"] if force else []), env, f"building {name}")
         tags.append(e.tag)
     return tags
 
 
 def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None:
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist; `reproci images build` runs the scripts beside the manifest: "
-                          "put them there, or omit --manifest to build the images reproci ships")
+        raise ConfigError(f"{path} does not exist; `reproci images build` runs the scripts beside the image's "
+                          "manifest, else the ones reproci ships: put it there, or fix the manifest")
     code = subprocess.run(["bash", str(path), *args], check=False, env={**os.environ, **env}).returncode
     if code != 0:
         raise InfrastructureError(f"{what} failed ({path.name} exited {code}; its output is above)")
 
 
 def listing(manifest: Path | None = None) -> tuple[list[dict[str, Any]], str | None]:
-    """One row per manifest image, with its local digest when the engine has it, and a note if the engine is down."""
+    """One row per manifest image, with the manifest it came from, its local digest when the
+    engine has it, and a note if the engine is down."""
     from .backends.docker_engine import Engine, image_digest
 
-    manifest = manifest or default_manifest()
-    source = f"{manifest} (shipped with reproci {__version__})" if shipped(manifest) else str(manifest)
     rows: list[dict[str, Any]] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python,
-                                   "packages": e.key_packages(), "digest": None, "built": None, "source": source}
-                                  for e in entries(manifest).values()]
+                                   "packages": e.key_packages(), "digest": None, "built": None, "source": origin(e)}
+                                  for e in entries(manifest or default_manifest()).values()]
     try:
         engine = Engine.connect()
     except InfrastructureError as err:
@@ -209,8 +249,14 @@ def listing(manifest: Path | None = None) -> tuple[list[dict[str, Any]], str | N
     return rows, None
 
 
+def origin(entry: ImageEntry) -> str:
+    """Where ``entry`` came from, as listings say it."""
+    return f"{entry.source} (shipped with reproci {__version__})" if shipped(entry.source) else str(entry.source)
+
+
 def listing_lines(rows: list[dict[str, Any]], *, engine_down: bool) -> list[str]:
-    """``reproci images list`` as text: name, reference and digest, then the key package versions."""
+    """``reproci images list`` as text: name, reference and digest, then the key package versions;
+    last, one line per manifest with the names that came from it."""
     wide = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("name", "reference")}
     lines = [f"{'name':{wide['name']}}  {'reference':{wide['reference']}}  digest"]
     for r in rows:

@@ -300,7 +300,7 @@ def _cpu_isa(pick: Settings, entry: images.ImageEntry | None, env: Mapping[str, 
     what, instead = lacking
     if pick("cpu_isa", None) is None and entry is not None:  # the manifest's setting: this host cannot run it
         raise InfrastructureError(f"image {entry.name} caps the CPU kernels at cpu_isa {cpu_isa} "
-                                  f"({images.default_manifest()}), but {what}: run it on a host with "
+                                  f"({entry.source}), but {what}: run it on a host with "
                                   f"{cpu_isa.upper()}, or pass --cpu-isa {instead}")
     fix = f"write cpu_isa: {instead}" if pick.from_file("cpu_isa") else f"pass --cpu-isa {instead}"
     raise UsageError(f"{pick.said('cpu_isa')} {cpu_isa}: {what}; every run would die of an illegal instruction: {fix}")

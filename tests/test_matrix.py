@@ -19,6 +19,7 @@ MANIFEST = ROOT / "docker" / "manifest.yaml"
 
 TWO_IMAGES = """\
 version: 1
+shipped: false  # these two alone, not laid over the shipped images
 images:
   cpu-a:
     dockerfile: Dockerfile.cpu
