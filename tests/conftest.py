@@ -31,7 +31,7 @@ def not_ci_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """The CLI entry point in-process (exit codes and output as a user sees them)."""
-    from pipeline.cli import main
+    from reproci.cli import main
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-# A skip whose reason names one of the project's own modules: `No module named 'pipeline.x'`,
+# A skip whose reason names one of the project's own modules: `No module named 'reproci.x'`,
 # `could not import 'reference_models.conv'` (an import of the project that failed, made a skip).
 OWN_MODULE = re.compile(r"(?<![\w./-])(?:pipeline|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:pipeline|reference_models)['\"]")
 

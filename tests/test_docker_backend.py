@@ -11,10 +11,10 @@ from pathlib import Path, PurePosixPath
 import docker.errors
 import pytest
 
-from pipeline import errors
-from pipeline.backends import docker_backend, docker_engine as engine, docker_spec as ds
-from pipeline.options import build
-from pipeline.worker.process.spec import WorkerSpec
+from reproci import errors
+from reproci.backends import docker_backend, docker_engine as engine, docker_spec as ds
+from reproci.options import build
+from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
 
@@ -170,9 +170,9 @@ def test_no_backend_module_imports_the_manifest_or_the_options():
     """The image is resolved once, in options.build (which imports images, which imports
     backends); a backend reads only what the options carry, so no import circle is left."""
     for f in (ROOT / "pipeline" / "backends").glob("*.py"):
-        imported = imported_modules(f, "pipeline.backends")
-        assert not imported & {"pipeline.images", "pipeline.options"}, f"{f.name} imports {imported}"
-    assert "pipeline.images" in imported_modules(ROOT / "pipeline" / "options.py", "pipeline")  # the check can see it
+        imported = imported_modules(f, "reproci.backends")
+        assert not imported & {"reproci.images", "reproci.options"}, f"{f.name} imports {imported}"
+    assert "reproci.images" in imported_modules(ROOT / "pipeline" / "options.py", "pipeline")  # the check can see it
 
 
 GPU_MANIFEST = """\
@@ -199,7 +199,7 @@ def test_gpus_requested_follow_the_options_resolved_from_the_manifest(tmp_path, 
 
 
 def test_the_docker_backend_refuses_options_not_made_by_build():
-    from pipeline.options import RunOptions
+    from reproci.options import RunOptions
 
     with pytest.raises(ValueError, match="options.build"):
         docker_backend.DockerBackend(RunOptions(models=(), image="reproci/cpu-torch2.13:1"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors, images
+from reproci import errors, images
 
 from .helpers import ROOT
 

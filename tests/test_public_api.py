@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors, verdicts
+from reproci import errors, verdicts
 
 from .helpers import ROOT, installed, model_entry
 from .test_docker_integration import IMAGE, engine  # noqa: F401 - the fixture, for the run in a container
@@ -22,9 +22,9 @@ REPROCI = Path(sys.executable).with_name("reproci")  # the console script an ins
 def test_the_public_names_are_the_objects_the_worker_uses() -> None:
     installed("transformers", "pytorch_lightning")
     import reproci
-    from pipeline.adapters.hf import hf_setup as hf
-    from pipeline.adapters.lightning import lightning_setup as lightning
-    from pipeline.worker import contract, steppers
+    from reproci.adapters.hf import hf_setup as hf
+    from reproci.adapters.lightning import lightning_setup as lightning
+    from reproci.worker import contract, steppers
     from reproci import EveryEpoch, ModelContext, TrainSetup, hf_setup, lightning_setup
 
     assert (ModelContext, TrainSetup, EveryEpoch) == (contract.ModelContext, contract.TrainSetup, steppers.EveryEpoch)
@@ -45,7 +45,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 def test_import_reproci_loads_only_the_worker_side() -> None:
     """``import reproci`` runs in the worker, in any image with python3 and torch: it imports the
-    standard library and ``pipeline.worker`` alone, never an adapter's library."""
+    standard library and ``reproci.worker`` alone, never an adapter's library."""
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     loaded = json.loads(out.stdout)
@@ -54,7 +54,7 @@ def test_import_reproci_loads_only_the_worker_side() -> None:
     ours = {"pipeline", "reproci", "reference_models"}
     foreign = [m for m in loaded if m.split(".")[0] not in stdlib | ours | {"torch", "numpy"}]
     assert foreign == [], foreign
-    assert [m for m in loaded if m.startswith("pipeline.") and not m.startswith("pipeline.worker")] == []
+    assert [m for m in loaded if m.startswith("pipeline.") and not m.startswith("reproci.worker")] == []
     assert not {"transformers", "pytorch_lightning", "lightning"} & set(loaded)
 
 

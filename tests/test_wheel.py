@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import __version__, images
+from reproci import __version__, images
 
 from .helpers import ROOT
 
@@ -61,7 +61,7 @@ def test_installed_from_the_wheel_images_list_reads_the_shipped_manifest_from_an
     work = tmp_path / "work"
     work.mkdir()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "DOCKER_HOST": "unix:///nonexistent.sock"}
-    out = subprocess.run([sys.executable, "-c", "from pipeline.cli import main; main()", "images", "list"], cwd=work,
+    out = subprocess.run([sys.executable, "-c", "from reproci.cli import main; main()", "images", "list"], cwd=work,
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     known = list(images.entries(ROOT / "docker" / "manifest.yaml"))
