@@ -56,7 +56,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 # A skip whose reason names one of the project's own modules: `No module named 'reproci.x'`,
 # `could not import 'reference_models.conv'` (an import of the project that failed, made a skip).
-OWN_MODULE = re.compile(r"(?<![\w./-])(?:pipeline|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:pipeline|reference_models)['\"]")
+OWN_MODULE = re.compile(r"(?<![\w./-])(?:reproci|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:reproci|reference_models)['\"]")
 
 
 def skipped(reporter: pytest.TerminalReporter) -> list[tuple[str, str]]:
@@ -95,4 +95,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     own = _own_skips(config)
     if own:
         terminalreporter.write_line(f"error: {len(own)} skipped for a module of the project itself (an import of "
-                                    "pipeline or reference_models failed): that is a failure", red=True, bold=True)
+                                    "reproci or reference_models failed): that is a failure", red=True, bold=True)

@@ -19,7 +19,8 @@ MAX_FUNCTION_LINES = 65
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    """The import name of a file of pipeline/: the folder installs as the package reproci."""
+    parts = ["reproci", *path.relative_to(PACKAGE).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -28,7 +29,7 @@ def modules() -> dict[str, Path]:
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The pipeline modules ``name`` imports anywhere in its body (``from . import x`` names
+    """The reproci modules ``name`` imports anywhere in its body (``from . import x`` names
     module x when it is one, else the package)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()

@@ -30,7 +30,7 @@ def test_worker_side_imports_only_stdlib_torch_numpy():
     for folder in WORKER_SIDE:
         for f in folder.rglob("*.py"):
             for root in imported_roots(f):
-                if root in ("pipeline", "reference_models"):
+                if root in ("reproci", "reference_models"):
                     continue
                 assert root in stdlib or root in ALLOWED_THIRD_PARTY, f"{f.relative_to(ROOT)} imports {root}"
 
@@ -44,11 +44,11 @@ def test_each_adapter_imports_only_the_worker_side_and_its_own_library():
     folder = ROOT / "pipeline" / "adapters"
     assert {f.name for f in folder.glob("*.py")} == set(ADAPTERS)
     for f in folder.glob("*.py"):
-        for root in imported_roots(f) - {"pipeline"}:
+        for root in imported_roots(f) - {"reproci"}:
             assert root in stdlib or root in ALLOWED_THIRD_PARTY | ADAPTERS[f.name], f"{f.name} imports {root}"
         tree = ast.parse(f.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("reproci"):
                 assert node.module.startswith("reproci.worker"), f"{f.name} imports {node.module}"
 
 
@@ -57,7 +57,7 @@ def test_worker_side_never_imports_the_orchestrator():
         for f in folder.rglob("*.py"):
             tree = ast.parse(f.read_text())
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline") \
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("reproci") \
                         and not node.module.startswith("reproci.worker"):
                     raise AssertionError(f"{f.relative_to(ROOT)} imports {node.module}")
                 depth = len(f.relative_to(folder).parts)  # 1 at the top of the folder, 2 in a subpackage
