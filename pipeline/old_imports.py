@@ -75,9 +75,8 @@ def install() -> None:
 
 
 def warn(name: str) -> None:
-    """One FutureWarning for the module the user's import statement asked for (the innermost
-    old name the import machinery is loading: ``pipeline.worker.contract``, not its parents),
-    pointing at that statement."""
+    """One FutureWarning for the module the user's import statement asked for (the whole name,
+    ``pipeline.worker.contract``, not the parents imported on its way), pointing at that statement."""
     requested = _requested() or name
     if requested in _warned:
         return
@@ -97,11 +96,12 @@ def _frames(frame: FrameType | None) -> list[FrameType]:
 
 
 def _requested() -> str | None:
-    """The old module name the outermost import in progress asked for, if it is one."""
+    """The outermost old name among the imports in progress: the one the statement asked for
+    (its parents are imported inside it; a module importing it, such as a plugin, outside it)."""
     names = [f.f_locals.get("name") for f in _frames(sys._getframe(1))
              if f.f_code.co_name == "_find_and_load" and _importlib(f)]
-    outer = names[-1] if names else None
-    return outer if isinstance(outer, str) and (outer == OLD or outer.startswith(OLD + ".")) else None
+    old = [n for n in names if isinstance(n, str) and (n == OLD or n.startswith(OLD + "."))]
+    return old[-1] if old else None
 
 
 def _stacklevel() -> int:
