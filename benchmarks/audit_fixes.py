@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.worker.audit.fixes import DeterministicEmbedding, cumsum_by_matmul, segment_sum  # noqa: E402
+from reproci.worker.audit.fixes import DeterministicEmbedding, cumsum_by_matmul, segment_sum  # noqa: E402
 
 
 def timed(fn: Callable[[], object], iters: int, device: str) -> float:

@@ -1,6 +1,6 @@
 """What the state census costs, measured in one run.
 
-Per model, in-process: one census (``pipeline.worker.state.census.take``) against one training step
+Per model, in-process: one census (``reproci.worker.state.census.take``) against one training step
 of the same set-up; a run that takes part in the resume check (A and C) takes two censuses,
 so the cost per run is two censuses over the run's N steps.
 
@@ -20,10 +20,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from pipeline.worker.state import census  # noqa: E402
-from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
-from pipeline.worker.determinism import deterministic_mode  # noqa: E402
-from pipeline.worker.train import train_step  # noqa: E402
+from reproci.worker.state import census  # noqa: E402
+from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
+from reproci.worker.determinism import deterministic_mode  # noqa: E402
+from reproci.worker.train import train_step  # noqa: E402
 
 
 def _ref(name: str) -> tuple[str, list[str]]:

@@ -25,7 +25,7 @@ CONFIGS = {"eager": [], "compiled": ["--compile"], "bf16": ["--amp", "bf16"]}
 def stage(model: str, flags: list[str], steps: int, work: Path) -> dict:
     """One determinism stage of one model: its entry in the results."""
     work.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "-m", model, "--steps", str(steps), *flags],
+    p = subprocess.run([sys.executable, "-m", "reproci.cli", "run", "-m", model, "--steps", str(steps), *flags],
                        cwd=work, capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     if p.returncode not in (0, 1):
         raise SystemExit(f"{model} {' '.join(flags)}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")

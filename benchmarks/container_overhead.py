@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import options as options_mod  # noqa: E402
-from pipeline.backends.docker_backend import DockerBackend  # noqa: E402
-from pipeline.backends.local import LocalBackend  # noqa: E402
-from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
+from reproci import options as options_mod  # noqa: E402
+from reproci.backends.docker_backend import DockerBackend  # noqa: E402
+from reproci.backends.local import LocalBackend  # noqa: E402
+from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 
 
 def run_once(backend, spec: WorkerSpec, run_dir: Path) -> tuple[float, str]:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def train_seconds(cwd: Path, model: str, steps: int, cap: str | None) -> float:
-    args = [sys.executable, "-m", "pipeline.cli", "run", "-m", model, "--steps", str(steps), "-j", "1"]
+    args = [sys.executable, "-m", "reproci.cli", "run", "-m", model, "--steps", str(steps), "-j", "1"]
     if cap:
         args += ["--cpu-isa", cap]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": ""}

@@ -29,15 +29,15 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from pipeline.backends.local import LocalBackend  # noqa: E402
-from pipeline.options import build  # noqa: E402
-from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
-from pipeline.worker.determinism import deterministic_mode  # noqa: E402
-from pipeline.worker.data.batchsum import batch_checksum  # noqa: E402
-from pipeline.worker.state.fingerprint import StepFingerprints  # noqa: E402
-from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
-from pipeline.worker.train import train_step  # noqa: E402
-from pipeline.worker.data.batchtree import to_device  # noqa: E402
+from reproci.backends.local import LocalBackend  # noqa: E402
+from reproci.options import build  # noqa: E402
+from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
+from reproci.worker.determinism import deterministic_mode  # noqa: E402
+from reproci.worker.data.batchsum import batch_checksum  # noqa: E402
+from reproci.worker.state.fingerprint import StepFingerprints  # noqa: E402
+from reproci.worker.process.spec import WorkerSpec  # noqa: E402
+from reproci.worker.train import train_step  # noqa: E402
+from reproci.worker.data.batchtree import to_device  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -104,7 +104,7 @@ def stage_vs_seed_style(model: str, steps: int, device: str = "cpu", profile: st
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "-m", model, "--steps", str(steps),
+        r = subprocess.run([sys.executable, "-m", "reproci.cli", "run", "-m", model, "--steps", str(steps),
                             "--resume-at", str(k), "--device", device, "--profile", profile,
                             "--stage", "determinism", "--results-dir", str(work / "results")],
                            cwd=work, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})

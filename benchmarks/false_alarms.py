@@ -37,7 +37,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         for i in range(args.repeats):
             k = RESUME_POINTS[i % len(RESUME_POINTS)] % args.steps or 1
-            cmd = [sys.executable, "-m", "pipeline.cli", "run", "--steps", str(args.steps), "--resume-at", str(k),
+            cmd = [sys.executable, "-m", "reproci.cli", "run", "--steps", str(args.steps), "--resume-at", str(k),
                    "--jobs", str(args.jobs), "--results-dir", d]
             for m in MODELS:
                 cmd += ["-m", m]

@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.backends.local import LocalBackend  # noqa: E402
-from pipeline.options import build  # noqa: E402
-from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
+from reproci.backends.local import LocalBackend  # noqa: E402
+from reproci.options import build  # noqa: E402
+from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 
 
 def latency(backend: LocalBackend, spec: WorkerSpec, work: Path) -> tuple[float, float, str]:
@@ -45,7 +45,7 @@ def latency(backend: LocalBackend, spec: WorkerSpec, work: Path) -> tuple[float,
 
 def stage_wall(args: list[str], cwd: Path) -> float:
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", *args, "--results-dir", str(cwd / "results"),
+    out = subprocess.run([sys.executable, "-m", "reproci.cli", *args, "--results-dir", str(cwd / "results"),
                           "--goldens-dir", str(ROOT / "goldens")], cwd=cwd, capture_output=True, text=True)
     seconds = time.monotonic() - t0
     if out.returncode not in (0, 3):

@@ -91,21 +91,21 @@ fi
 
 if want strict; then
 step "strict stage, $PROFILE profile, -j 3, world size 1"
-timeout 270 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${STRICT[@]}" -j 3 --world-size 1 \
+timeout 270 "$PY" -m reproci.cli run --device "$DEVICE" --profile "$PROFILE" "${STRICT[@]}" -j 3 --world-size 1 \
     --results-dir "$OUT/results" --goldens-dir "$OUT/goldens" || status=1
 fi
 
 if want compile; then
 step "strict stage compiled (inductor) and under bf16 autocast, $PROFILE profile, ${COMPILED[1]} steps, --bisect"
-timeout 300 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --compile --bisect \
+timeout 300 "$PY" -m reproci.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --compile --bisect \
     --results-dir "$OUT/compiled" --goldens-dir "$OUT/goldens-compiled" || status=1
-timeout 150 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --amp bf16 --bisect \
+timeout 150 "$PY" -m reproci.cli run --device "$DEVICE" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --amp bf16 --bisect \
     --results-dir "$OUT/bf16" --goldens-dir "$OUT/goldens-bf16" || status=1
 fi
 
 if want audit; then
 step "op audit on $DEVICE: predicted against what ran; the fixes' cost on $DEVICE"
-timeout 150 "$PY" -m pipeline.cli run --device "$DEVICE" --stage audit -m conv -m transformer -m embedding \
+timeout 150 "$PY" -m reproci.cli run --device "$DEVICE" --stage audit -m conv -m transformer -m embedding \
     --results-dir "$OUT/audit" --goldens-dir "$OUT/goldens" >/dev/null || status=1
 "$PY" - "$OUT/audit/latest.json" <<'PY' || status=1
 import json, sys
@@ -124,7 +124,7 @@ if want ddp; then
 gpus=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "${gpus:-0}" -ge 2 ] || [ "$DEVICE" = cpu ]; then
     step "strict stage at world size 2 (DDP, one device per rank), $PROFILE profile, ${DDP[1]} steps"
-    timeout 400 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" --world-size 2 "${DDP[@]}" \
+    timeout 400 "$PY" -m reproci.cli run --device "$DEVICE" --profile "$PROFILE" --world-size 2 "${DDP[@]}" \
         --results-dir "$OUT/ddp" --goldens-dir "$OUT/goldens-ddp" || status=1
 else
     step "world size 2 skipped: this machine has ${gpus:-0} GPU(s), DDP over NCCL needs 2"
@@ -133,7 +133,7 @@ fi
 
 if want throughput; then
 step "throughput stage, $PROFILE profile, 2 repetitions"
-timeout 270 "$PY" -m pipeline.cli run --device "$DEVICE" --profile "$PROFILE" "${TIMED[@]}" --stage throughput --repetitions 2 \
+timeout 270 "$PY" -m reproci.cli run --device "$DEVICE" --profile "$PROFILE" "${TIMED[@]}" --stage throughput --repetitions 2 \
     --results-dir "$OUT/throughput" --goldens-dir "$OUT/goldens" || status=1
 fi
 

@@ -24,13 +24,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from pipeline.backends.local import LocalBackend  # noqa: E402
-from pipeline.options import build  # noqa: E402
-from pipeline.worker.contract import ModelContext, load_factory, validate  # noqa: E402
-from pipeline.worker.determinism import deterministic_mode  # noqa: E402
-from pipeline.worker.audit.oprecord import OpRecorder  # noqa: E402
-from pipeline.worker.process.spec import WorkerSpec  # noqa: E402
-from pipeline.worker.train import train_step  # noqa: E402
+from reproci.backends.local import LocalBackend  # noqa: E402
+from reproci.options import build  # noqa: E402
+from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
+from reproci.worker.determinism import deterministic_mode  # noqa: E402
+from reproci.worker.audit.oprecord import OpRecorder  # noqa: E402
+from reproci.worker.process.spec import WorkerSpec  # noqa: E402
+from reproci.worker.train import train_step  # noqa: E402
 
 
 def step_cost(model: str, repeats: int = 5) -> tuple[float, float, int]:

@@ -25,7 +25,7 @@ TARGET_PCT = 3.0
 
 def invoke(models: list[str], repetitions: int, extra: list[str]) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, "-m", "pipeline.cli", "run", "--stage", "throughput",
+        cmd = [sys.executable, "-m", "reproci.cli", "run", "--stage", "throughput",
                "--repetitions", str(repetitions), *[a for m in models for a in ("-m", m)], *extra]
         t0 = time.monotonic()
         r = subprocess.run(cmd, cwd=d, env={**os.environ, "PYTHONPATH": str(ROOT), "CI": ""},

@@ -7,7 +7,7 @@
 
 Each entry is a plugin factory in ``benchmarks/zoo_models/``: a transformers architecture built
 from its config class with tiny sizes and random init (no downloads: synthetic token ids,
-random images and waveforms), trained through ``pipeline.adapters.hf.hf_setup`` with the
+random images and waveforms), trained through ``reproci.adapters.hf.hf_setup`` with the
 collator a Trainer script uses; diffusers UNets with an EMA; peft LoRA; Lightning modules with
 DataModules and torchmetrics; timm (skipped where timm cannot be imported). Planted bugs sit
 beside them, each with the verdict it must get.
@@ -196,7 +196,7 @@ def unavailable(entries: list[Entry]) -> dict[str, str]:
 def reproci_run(entries: list[Entry], work: Path, steps: int, resume_at: int, jobs: int | None,
                 timeout: int) -> tuple[dict[str, Any] | None, str, int, float]:
     """One ``reproci run`` over ``entries``: its results document, stderr, exit code and seconds."""
-    cmd = [sys.executable, "-m", "pipeline.cli", "run", "--steps", str(steps), "--resume-at", str(resume_at),
+    cmd = [sys.executable, "-m", "reproci.cli", "run", "--steps", str(steps), "--resume-at", str(resume_at),
            "--no-ci", "--timeout", str(timeout), "--results-dir", str(work / "results"),
            "--goldens-dir", str(work / "no-goldens")]
     if jobs:

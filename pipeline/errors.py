@@ -1,6 +1,6 @@
 """One home for errors and exit codes.
 
-Only ``pipeline.cli.main`` catches these and turns them into an exit code and one
+Only ``reproci.cli.main`` catches these and turns them into an exit code and one
 line on stderr. Messages say what failed, why, and what to do next.
 
 Exit codes (stable, documented in the README):

@@ -11,7 +11,7 @@ The name ``local`` is the local backend (no container: the runner's own Python),
 everywhere in reproci: ``--image local`` adds its row, with no tag, device, profile or world
 size of its own, so that reproci.yaml decides those.
 
-This module needs only PyYAML (through ``pipeline.images``), so the planning job can run
+This module needs only PyYAML (through ``reproci.images``), so the planning job can run
 on a small hosted runner without torch. The click command is in ``commands/matrix.py``.
 """
 

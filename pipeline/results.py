@@ -44,7 +44,7 @@ class GoldenOutcome(TypedDict, total=False):
 
 
 class Coverage(TypedDict, total=False):
-    """What the resume check covered (pipeline.stages.coverage)."""
+    """What the resume check covered (reproci.stages.coverage)."""
 
     epochs: int | None  # epochs run A saw
     batches_per_epoch: int | None
@@ -54,7 +54,7 @@ class Coverage(TypedDict, total=False):
 
 
 class StateCensus(TypedDict, total=False):
-    """Private state of runs A and C compared at the resume point and after it (pipeline.stages.census)."""
+    """Private state of runs A and C compared at the resume point and after it (reproci.stages.census)."""
 
     differences: list[dict[str, Any]]  # path, kind, type, step, sides: each item that differs
     notice: WarningText  # plain values that differ while every tensor agreed (a counter): never a failure
@@ -70,19 +70,19 @@ class ModelEntry(TypedDict, total=False):
     verdict: str  # one of verdicts.ALL
     message: str
     final_sha256: str | None
-    evidence: dict[str, Any] | None  # where runs differ (pipeline.golden.compare.Divergence, plus probes)
-    golden: dict[str, Any]  # the comparison with the image's golden (pipeline.golden.drift.compare)
+    evidence: dict[str, Any] | None  # where runs differ (reproci.golden.compare.Divergence, plus probes)
+    golden: dict[str, Any]  # the comparison with the image's golden (reproci.golden.drift.compare)
     throughput: dict[str, Any]  # the throughput stage's result
     throughput_regression: WarningText  # strict mode slower than the golden's run
-    variance: dict[str, Any]  # the variance stage's K seeds (pipeline.stages.variance)
-    audit: dict[str, Any]  # the op audit (pipeline.stages.audit)
-    probes: dict[str, Any]  # the portability probes (pipeline.stages.probes)
-    execution: dict[str, Any] | None  # compiled, autocast: part of the identity (pipeline.worker.execution)
-    bisect: dict[str, Any]  # the bisection by configuration (pipeline.stages.bisect)
-    blame: dict[str, Any]  # the upgrade blame by package (pipeline.stages.blame)
+    variance: dict[str, Any]  # the variance stage's K seeds (reproci.stages.variance)
+    audit: dict[str, Any]  # the op audit (reproci.stages.audit)
+    probes: dict[str, Any]  # the portability probes (reproci.stages.probes)
+    execution: dict[str, Any] | None  # compiled, autocast: part of the identity (reproci.worker.execution)
+    bisect: dict[str, Any]  # the bisection by configuration (reproci.stages.bisect)
+    blame: dict[str, Any]  # the upgrade blame by package (reproci.stages.blame)
     world_size: int  # ranks per run (--world-size)
-    epoch_order: WarningText  # a shuffling loader that repeated its order (pipeline.stages.epochs)
-    shared_batches: WarningText  # ranks that train on the same batches (pipeline.stages.replicas)
+    epoch_order: WarningText  # a shuffling loader that repeated its order (reproci.stages.epochs)
+    shared_batches: WarningText  # ranks that train on the same batches (reproci.stages.replicas)
     coverage: Coverage  # epochs seen, where k fell
     state_census: StateCensus | None  # private state outside the checkpoint
     runs: dict[str, Any]  # role -> summary of that run

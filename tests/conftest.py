@@ -31,7 +31,7 @@ def not_ci_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """The CLI entry point in-process (exit codes and output as a user sees them)."""
-    from pipeline.cli import main
+    from reproci.cli import main
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)  # never write to a real run's summary
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
@@ -61,9 +61,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
-# A skip whose reason names one of the project's own modules: `No module named 'pipeline.x'`,
+# A skip whose reason names one of the project's own modules: `No module named 'reproci.x'`,
 # `could not import 'reference_models.conv'` (an import of the project that failed, made a skip).
-OWN_MODULE = re.compile(r"(?<![\w./-])(?:pipeline|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:pipeline|reference_models)['\"]")
+OWN_MODULE = re.compile(r"(?<![\w./-])(?:reproci|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:reproci|reference_models)['\"]")
 
 
 def skipped(reporter: pytest.TerminalReporter) -> list[tuple[str, str]]:
@@ -102,4 +102,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     own = _own_skips(config)
     if own:
         terminalreporter.write_line(f"error: {len(own)} skipped for a module of the project itself (an import of "
-                                    "pipeline or reference_models failed): that is a failure", red=True, bold=True)
+                                    "reproci or reference_models failed): that is a failure", red=True, bold=True)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline import verdicts
+from reproci import verdicts
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"
@@ -38,7 +38,7 @@ class Cli:
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
         full_env.update({"CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})})
-        with subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=self.cwd, env=full_env, text=True,
+        with subprocess.Popen([sys.executable, "-m", "reproci.cli", *args], cwd=self.cwd, env=full_env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
             self.pid = proc.pid
             try:

@@ -13,10 +13,10 @@ import torch
 import yaml
 from torch import nn
 
-from pipeline import errors, verdicts
-from pipeline.stages.determinism import config_sha256
-from pipeline.worker.contract import ContractError, ModelContext
-from pipeline.worker.steppers import EveryEpoch
+from reproci import errors, verdicts
+from reproci.stages.determinism import config_sha256
+from reproci.worker.contract import ContractError, ModelContext
+from reproci.worker.steppers import EveryEpoch
 
 from .helpers import PLUGINS, ROOT, Cli, installed, model_entry
 
@@ -24,7 +24,7 @@ from .helpers import PLUGINS, ROOT, Cli, installed, model_entry
 # installed at all; an ImportError in an adapter, or in a library it imports, fails.
 pl, transformers, _ = installed("pytorch_lightning", "transformers", "accelerate")
 
-from pipeline.adapters import hf, lightning  # noqa: E402  (with their libraries there, they must import)
+from reproci.adapters import hf, lightning  # noqa: E402  (with their libraries there, they must import)
 
 from .plugins import lightning_datamodule  # noqa: E402
 
@@ -165,7 +165,7 @@ def test_knobs_reproci_does_not_honour_are_refused() -> None:
 
 
 def test_torch_compile_compiles_as_trainer_does_and_the_worker_hashes_the_plain_module() -> None:
-    from pipeline.worker import execution
+    from reproci.worker import execution
 
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2))

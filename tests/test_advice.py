@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from pipeline import errors
+from reproci import errors
 
 SHORT = ("-m", "embedding", "--steps", "6", "--resume-at", "3")
 
@@ -54,9 +54,9 @@ def test_a_plugin_file_under_the_working_directory_is_named_by_its_path_from_the
     """The command is run where it was printed: `-m model.py:build`, not a path of the machine."""
     from pathlib import Path
 
-    from pipeline.golden.advice import update_command
-    from pipeline.models import resolve
-    from pipeline.options import RunOptions
+    from reproci.golden.advice import update_command
+    from reproci.models import resolve
+    from reproci.options import RunOptions
 
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "net.py").write_text("def build(ctx):\n    pass\n")

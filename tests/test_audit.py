@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from pipeline.worker.audit import audit
+from reproci.worker.audit import audit
 from tests.helpers import PLUGINS, model_entry
 
 
@@ -145,7 +145,7 @@ def test_the_embedding_reference_is_told_the_segment_sum_fix_and_its_measured_co
     assert r.returncode == 0, r.stderr
     found = {f["op"]: f for f in model_entry(reproci.latest(), "embedding")["audit"]["findings"]}
     advice = found["aten::index_add_"]["advice"]
-    assert "pipeline.worker.audit.fixes.segment_sum" in advice and "measured 7–10× the op on the CPU" in advice
+    assert "reproci.worker.audit.fixes.segment_sum" in advice and "measured 7–10× the op on the CPU" in advice
     assert "slower on CPU" in r.stdout  # the CPU kernel strict mode serialises, said as the CPU's
 
 
@@ -157,7 +157,7 @@ def test_the_embedding_reference_is_told_the_segment_sum_fix_and_its_measured_co
     ({"dtype": "torch.float64", "mask": None, "head_dim": 64}, "math"),
 ])
 def test_the_cuda_attention_backend_is_predicted_from_the_inputs(facts, backend) -> None:
-    from pipeline.worker.audit import attention
+    from reproci.worker.audit import attention
 
     assert attention.predict(facts)[0] == backend
 

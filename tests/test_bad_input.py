@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from pipeline import errors
+from reproci import errors
 
 from .helpers import ROOT, interruptible, left_behind, started_by
 
@@ -94,7 +94,7 @@ def test_the_printed_golden_update_command_clears_the_notice(reproci):
 @pytest.mark.slow
 def test_sigterm_stops_the_run_cleanly_with_exit_143(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": ""}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *RUN[:3], "--steps", "400"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "reproci.cli", *RUN[:3], "--steps", "400"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("results/*/embedding/spec-A.json")) and time.monotonic() < deadline:
@@ -109,7 +109,7 @@ def test_sigterm_stops_the_run_cleanly_with_exit_143(tmp_path):
 
 
 def test_a_killed_worker_is_said_as_killed_not_as_an_exit_code():
-    from pipeline.runner import _death
+    from reproci.runner import _death
 
     assert _death(-9) == "was killed (SIGKILL: out of memory, or killed by hand)"
     assert _death(137) == "was killed (SIGKILL: out of memory, or killed by hand)"
@@ -118,9 +118,9 @@ def test_a_killed_worker_is_said_as_killed_not_as_an_exit_code():
 
 def test_the_cli_starts_without_importing_torch():
     """`reproci --version` and `--help` answer at once: torch (seconds to import) is the workers'."""
-    code = "import sys, pipeline.cli; sys.exit('torch' in sys.modules)"
+    code = "import sys, reproci.cli; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "--version"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "reproci.cli", "--version"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "reproci, version 0.1.0"
 
 
@@ -131,7 +131,7 @@ def test_a_killed_reproci_leaves_no_worker_and_the_next_run_sweeps_its_directory
     dies with the reproci that launched it, killed by SIGKILL."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": ""}
     hang = f"{ROOT / 'tests' / 'plugins' / 'faulty.py'}:hang"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", "-m", hang, "--steps", "4", "-j", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "reproci.cli", "run", "-m", hang, "--steps", "4", "-j", "1"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not any(p.works_in(tmp_path / "results") for p in started_by(tmp_path, pid=proc.pid)):
@@ -142,7 +142,7 @@ def test_a_killed_reproci_leaves_no_worker_and_the_next_run_sweeps_its_directory
     proc.wait()
     assert left_behind(tmp_path, pid=proc.pid, within=30) == [], "the worker or its server outlived its reproci"
     assert run_dirs and all(d.exists() for d in run_dirs)  # SIGKILL: nobody could clean up
-    q = subprocess.run([sys.executable, "-m", "pipeline.cli", *RUN], cwd=tmp_path, env=env, capture_output=True,
+    q = subprocess.run([sys.executable, "-m", "reproci.cli", *RUN], cwd=tmp_path, env=env, capture_output=True,
                        text=True)
     assert q.returncode == 0, q.stderr
     assert f"notice: removed {run_dirs[0].relative_to(tmp_path)}: the unfinished run of a reproci process that is gone" \
@@ -154,7 +154,7 @@ def test_a_killed_reproci_leaves_no_worker_and_the_next_run_sweeps_its_directory
 
 from pathlib import Path  # noqa: E402
 
-from pipeline import cpu_flags  # noqa: E402
+from reproci import cpu_flags  # noqa: E402
 
 # Real /proc/cpuinfo text (first processor, trimmed to the fields read): an AVX2-only AMD EPYC
 # (Zen 2, a KVM guest), an AVX512 Intel Xeon (Skylake-SP) and an Arm Neoverse N1.
@@ -217,7 +217,7 @@ def _one_error_line(capsys) -> str:
 
 @needs_a_lacking_level
 def test_a_cpu_isa_this_cpu_lacks_is_refused_before_any_run(capsys, tmp_path, monkeypatch):
-    from pipeline.cli import main
+    from reproci.cli import main
 
     level = _lacking_level()
     monkeypatch.chdir(tmp_path)
@@ -234,7 +234,7 @@ def test_a_cpu_isa_this_cpu_lacks_is_refused_before_any_run(capsys, tmp_path, mo
 @needs_a_lacking_level
 def test_an_image_capped_above_this_cpu_is_an_infrastructure_error(capsys, tmp_path, monkeypatch):
     """No engine is reached: the manifest's cap is refused when the options are made."""
-    from pipeline.cli import main
+    from reproci.cli import main
 
     level = _lacking_level()
     (tmp_path / "docker").mkdir()
@@ -253,7 +253,7 @@ def test_an_image_capped_above_this_cpu_is_an_infrastructure_error(capsys, tmp_p
 @needs_a_lacking_level
 def test_the_golden_cause_never_runs_a_level_this_cpu_lacks():
     """A golden recorded at a level this CPU lacks: named as unsettable, not re-run to its SIGILL."""
-    from pipeline.stages.golden_cause import settings
+    from reproci.stages.golden_cause import settings
 
     level = _lacking_level()
     change, unsettable = settings({"cpu_capability": [level.upper(), "DEFAULT"]})
@@ -263,7 +263,7 @@ def test_the_golden_cause_never_runs_a_level_this_cpu_lacks():
 
 
 def test_a_worker_killed_by_sigill_names_illegal_instructions():
-    from pipeline.runner import _death
+    from reproci.runner import _death
 
     for code in (-signal.SIGILL, 128 + signal.SIGILL):  # a process, a container
         assert _death(code).startswith("was killed (SIGILL: an illegal instruction, likely code built for "
@@ -277,7 +277,7 @@ import signal
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 
 
 def build(ctx: ModelContext) -> TrainSetup:
@@ -337,7 +337,7 @@ def test_a_goldens_dir_that_is_a_file_is_said_by_every_command(cli, verb):
 
 
 def _write_golden(goldens: Path, name: str, run: int, **identity) -> None:
-    from pipeline.golden import store
+    from reproci.golden import store
 
     from .test_golden import fake_run
 
@@ -407,7 +407,7 @@ VERBS = [(("bisect",), "reproci bisect needs the model that failed: -m MODEL"),
 
 @pytest.mark.parametrize("args, config, fragment", FUZZ + [(v, None, f) for v, f in VERBS])
 def test_wrong_values_of_the_new_options_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, config, fragment):
-    from pipeline.cli import main
+    from reproci.cli import main
 
     monkeypatch.chdir(tmp_path)
     if config is not None:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.worker.data import batchtree
-from pipeline.worker.data.batchsum import batch_checksum, contents_checksum
+from reproci.worker.data import batchtree
+from reproci.worker.data.batchsum import batch_checksum, contents_checksum
 
 CPU = torch.device("cpu")
 Sample = collections.namedtuple("Sample", "x y")

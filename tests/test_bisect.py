@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import verdicts
-from pipeline.stages import bisect
+from reproci import verdicts
+from reproci.stages import bisect
 from tests.helpers import PLUGINS, model_entry
 
 CULPRITS = f"{PLUGINS / 'culprits.py'}"

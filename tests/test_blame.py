@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors, verdicts
-from pipeline.blame import images as blame_images
+from reproci import errors, verdicts
+from reproci.blame import images as blame_images
 
 from .helpers import PLUGINS, Cli, model_entry, said
 from .test_docker_integration import IMAGE, engine, start  # noqa: F401 - the fixture
@@ -170,7 +170,7 @@ def test_blame_needs_the_docker_backend(reproci) -> None:
 
 
 def test_nothing_to_blame_names_the_verdicts_that_are_not_an_upgrade() -> None:
-    from pipeline.stages import blame
+    from reproci.stages import blame
 
     doc = {"options": {"stages": ["determinism", "blame"]}, "image": {"name": "img"}, "golden": {"existed": True},
            "models": [{"model": "conv", "verdict": verdicts.ENV_CHANGED}, {"model": "m", "verdict": verdicts.NEW}]}

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline import verdicts
-from pipeline.stages import census as compare
-from pipeline.worker.state import census
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci import verdicts
+from reproci.stages import census as compare
+from reproci.worker.state import census
+from reproci.worker.contract import ModelContext, TrainSetup
 
 from .helpers import PLUGINS, Cli, model_entry
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.worker.state import checkpoint, rng
-from pipeline.worker.data import loader
-from pipeline.worker.state.checkpoint import CHECKPOINT_VERSION, LoopPosition
-from pipeline.worker.contract import TrainSetup
-from pipeline.worker.state.state import final_hash
+from reproci.worker.state import checkpoint, rng
+from reproci.worker.data import loader
+from reproci.worker.state.checkpoint import CHECKPOINT_VERSION, LoopPosition
+from reproci.worker.contract import TrainSetup
+from reproci.worker.state.state import final_hash
 
 CPU = torch.device("cpu")
 

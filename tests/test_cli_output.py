@@ -11,10 +11,10 @@ import re
 import pytest
 from rich.console import Console
 
-from pipeline import console as console_mod
-from pipeline import verdicts
-from pipeline.golden.environment import affects_results, split_packages
-from pipeline.reports import goldens, terminal
+from reproci import console as console_mod
+from reproci import verdicts
+from reproci.golden.environment import affects_results, split_packages
+from reproci.reports import goldens, terminal
 
 from .helpers import model_entry
 
@@ -116,7 +116,7 @@ def test_golden_update_help_lists_the_run_options(reproci):
 
 
 def test_json_of_a_results_file_is_the_typed_document(files):
-    from pipeline import results
+    from reproci import results
 
     doc = results.load(files["compared"])
     assert set(doc) <= set(results.ResultsDocument.__annotations__)

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from pipeline.golden.compare import first_divergence, tensor_magnitude, ulp_distance
+from reproci.golden.compare import first_divergence, tensor_magnitude, ulp_distance
 
 
 def record(rows, *, start=0, batches=None, losses=None, final="f", names=("param:w", "grad:w", "buffer:b", "optim:w.m")):
@@ -115,7 +115,7 @@ def test_a_batch_difference_says_reorder_order_or_contents():
     b = _with_contents(record([[1, 9, 3, 4], *other[1:]], batches=[7, 5, 3], final="y"), epochs, [11, 20, 30])
     d = first_divergence(a, b)
     assert d.cause == "data" and d.data == "contents"
-    from pipeline import verdicts
+    from reproci import verdicts
 
     assert verdicts.cause_text(d.to_dict()).startswith("different batch contents: other samples, or other augmentation")
 
@@ -136,7 +136,7 @@ def test_a_resumed_run_is_judged_on_the_first_later_epoch_both_took_whole():
     a["loader"] = c["loader"] = {"batches_per_epoch": 2}
     d = first_divergence(a, c)
     assert (d.step, d.cause, d.data) == (4, "data", "contents@2")
-    from pipeline import verdicts
+    from reproci import verdicts
 
     assert verdicts.cause_text(d.to_dict()).endswith("(judged on epoch 2, the first that both runs took whole)")
     c = _with_contents(c, [1, 2, 2], [7, 6, 5])  # epoch 2: the same samples, the other way round

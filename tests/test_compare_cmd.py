@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from pipeline import errors, results
-from pipeline.golden import store
-from pipeline.reports import github, html, jsonexport, markdown, prbody
-from pipeline.stages import variance
+from reproci import errors, results
+from reproci.golden import store
+from reproci.reports import github, html, jsonexport, markdown, prbody
+from reproci.stages import variance
 
 
 def variance_result(losses: list[float], accuracy: list[float], seed: int = 0) -> dict[str, Any]:
-    from pipeline import stats
+    from reproci import stats
 
     return {"version": 1, "k": len(losses), "seeds": list(range(seed, seed + len(losses))), "steps": 30,
             "error": None, "seconds": 1.0, "records": [],

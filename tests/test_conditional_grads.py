@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.golden import store
-from pipeline.golden.compare import ABSENT, FINGERPRINT_SCHEME, first_divergence, step_rows
+from reproci.golden import store
+from reproci.golden.compare import ABSENT, FINGERPRINT_SCHEME, first_divergence, step_rows
 
 from .helpers import PLUGINS, Cli, model_entry
 

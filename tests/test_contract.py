@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.worker.contract import ContractError, TrainSetup, validate
+from reproci.worker.contract import ContractError, TrainSetup, validate
 
 from .plugins.idioms import SeededBatches
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from pipeline.worker.controls import ControlWatch
-from pipeline.worker.determinism import deterministic_mode
+from reproci.worker.controls import ControlWatch
+from reproci.worker.determinism import deterministic_mode
 
 
 def _library_call():
@@ -26,7 +26,7 @@ def test_watch_records_the_callers_line_and_restores_torch():
 
 
 def test_harness_calls_are_not_recorded():
-    from pipeline.worker.data.batchsum import batch_checksum
+    from reproci.worker.data.batchsum import batch_checksum
 
     with deterministic_mode(), ControlWatch(step=lambda: 0) as watch:
         batch_checksum(torch.ones(3))  # toggles fill_uninitialized_memory around its buffers

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.options import build
-from pipeline.stages import coverage
-from pipeline.worker.contract import TrainSetup
-from pipeline.worker.process.spec import WorkerSpec
-from pipeline.worker.data.loader import resume_point
+from reproci.options import build
+from reproci.stages import coverage
+from reproci.worker.contract import TrainSetup
+from reproci.worker.process.spec import WorkerSpec
+from reproci.worker.data.loader import resume_point
 
 
 def _setup(batches: int) -> TrainSetup:

@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from pipeline import errors, images, verdicts
+from reproci import errors, images, verdicts
 
 from .helpers import ROOT, model_entry
 from .test_docker_integration import engine  # noqa: F401 - the fixture

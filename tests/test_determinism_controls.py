@@ -1,6 +1,6 @@
 import torch
 
-from pipeline.worker.determinism import attest, deterministic_mode, launch_environment
+from reproci.worker.determinism import attest, deterministic_mode, launch_environment
 
 
 def test_deterministic_mode_sets_and_restores():

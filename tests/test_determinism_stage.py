@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipeline import errors
+from reproci import errors
 
 from .helpers import PLUGINS, ROOT, interruptible, left_behind, model_entry, said
 
@@ -145,7 +145,7 @@ def test_usage_errors_have_their_exit_code_and_one_line(reproci):
                          ids=["one-model", "models-overlapping"])
 def test_ctrl_c_stops_workers_and_leaves_nothing_half_written(tmp_path, models):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "run", *models, "--steps", "400"],
+    proc = subprocess.Popen([sys.executable, "-m", "reproci.cli", "run", *models, "--steps", "400"],
                             preexec_fn=interruptible,
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

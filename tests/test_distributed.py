@@ -10,16 +10,16 @@ from pathlib import Path, PurePosixPath
 import pytest
 import torch
 
-from pipeline import errors, matrix, verdicts
-from pipeline.backends import docker_spec
-from pipeline.backends.local import LocalBackend
-from pipeline.golden import drift
-from pipeline.golden import store as golden
-from pipeline.options import build
-from pipeline.stages import epochs, replicas
-from pipeline.worker.contract import ModelContext
-from pipeline.worker.process.launch import worker_command
-from pipeline.worker.process.spec import WorkerSpec, for_rank, rank_path
+from reproci import errors, matrix, verdicts
+from reproci.backends import docker_spec
+from reproci.backends.local import LocalBackend
+from reproci.golden import drift
+from reproci.golden import store as golden
+from reproci.options import build
+from reproci.stages import epochs, replicas
+from reproci.worker.contract import ModelContext
+from reproci.worker.process.launch import worker_command
+from reproci.worker.process.spec import WorkerSpec, for_rank, rank_path
 
 from .helpers import PLUGINS, Cli, left_behind, model_entry, run_step
 from .test_golden import fake_run
@@ -30,10 +30,10 @@ DDP = PLUGINS / "ddp.py"
 
 
 def test_two_ranks_run_under_torchrun_and_one_runs_alone():
-    assert worker_command("python3", "spec-A.json") == ["python3", "-m", "pipeline.worker", "spec-A.json"]
+    assert worker_command("python3", "spec-A.json") == ["python3", "-m", "reproci.worker", "spec-A.json"]
     assert worker_command("py", "w/s.json", world_size=2) == [
         "py", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=2",
-        "--log-dir=w/torchrun", "-m", "pipeline.worker", "w/s.json"]
+        "--log-dir=w/torchrun", "-m", "reproci.worker", "w/s.json"]
     spec = WorkerSpec(model_ref="conv", model_name="conv", role="A", steps=4, world_size=4)
     assert docker_spec.worker_command(spec, PurePosixPath("/reproci/run/conv/spec-A.json"))[:6] == [
         "python3", "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1", "--nproc-per-node=4"]
@@ -120,7 +120,7 @@ def test_buffers_that_ddp_broadcasts_before_each_forward_may_differ_at_a_steps_e
 
 def test_a_rank_that_does_not_reproduce_itself_is_named():
     a, b = _record([[1, 2, 3, 4]]), _record([[1, 2, 3, 5]])
-    from pipeline.stages.determinism import _decide
+    from reproci.stages.determinism import _decide
 
     verdict, pair, div, rank = replicas.decide({"A": a, "B": a, "C": a}, {1: {"A": a, "B": b, "C": a}}, _decide)
     assert (verdict, pair, rank) == (verdicts.NONDETERMINISTIC, ("A", "B"), 1)
@@ -171,7 +171,7 @@ def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_
     timed = json.loads((work / "record-throughput-strict-1.rank1.json").read_text())
     assert timed["distributed"]["world_size"] == 2 and timed["mode"] == "strict"
     assert "each mode a job of 2 ranks under DDP, timed by rank 0" in out.stdout
-    from pipeline.reports import markdown
+    from reproci.reports import markdown
 
     md = markdown.render(doc)
     assert "· world size 2 ·" in md
@@ -241,7 +241,7 @@ def test_a_repeated_order_is_found_in_one_process_too(tmp_path):
 
 
 def test_a_run_whose_rank_1_failed_says_so(tmp_path):
-    from pipeline.runner import rank_failure
+    from reproci.runner import rank_failure
 
     spec = WorkerSpec(model_ref="m", model_name="m", role="B", steps=4, output="record-B.json", world_size=3)
     assert rank_failure(tmp_path, spec) is None
@@ -275,7 +275,7 @@ def test_a_stopped_run_leaves_no_rank_behind(tmp_path):
 
 
 def test_more_ranks_than_gpus_is_named_before_any_rank_starts(monkeypatch):
-    from pipeline.worker import distributed
+    from reproci.worker import distributed
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert distributed.missing_gpus(2, torch.device("cuda")) == (
@@ -300,9 +300,9 @@ def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():
 
     from rich.console import Console
 
-    from pipeline.reports.terminal import print_report
+    from reproci.reports.terminal import print_report
 
-    out, err = (Console(file=io.StringIO(), width=200, soft_wrap=True),  # as pipeline.console makes them
+    out, err = (Console(file=io.StringIO(), width=200, soft_wrap=True),  # as reproci.console makes them
                 Console(file=io.StringIO(), width=200, soft_wrap=True))
     said = epochs.repeated(1, "first 2 batches compared")
     print_report({"models": [{"model": "m", "verdict": verdicts.PASS, "message": f"A = B = C; warning: {said}",
@@ -339,8 +339,8 @@ def test_three_ranks_resume_exactly(tmp_path):
 
 
 def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
-    from pipeline.golden.compare import Divergence
-    from pipeline.stages import causes
+    from reproci.golden.compare import Divergence
+    from reproci.stages import causes
 
     ev = Divergence(step=4, tensor="grad:top.2.weight", kind="grad", cause="compute",
                     op={"found": True, "op": "aten::allreduce_"})

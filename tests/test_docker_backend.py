@@ -11,10 +11,10 @@ from pathlib import Path, PurePosixPath
 import docker.errors
 import pytest
 
-from pipeline import errors
-from pipeline.backends import docker_backend, docker_engine as engine, docker_spec as ds
-from pipeline.options import build
-from pipeline.worker.process.spec import WorkerSpec
+from reproci import errors
+from reproci.backends import docker_backend, docker_engine as engine, docker_spec as ds
+from reproci.options import build
+from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
 
@@ -71,11 +71,10 @@ def test_absolute_paths_move_under_the_run_mount_and_outside_ones_are_refused(tm
 def test_only_the_worker_packages_are_mounted_and_all_read_only():
     binds = ds.code_binds()
     assert [(b.source, str(b.target)) for b in binds] == [
-        (ROOT / "pipeline", "/reproci/code/pipeline"), (ROOT / "reference_models", "/reproci/code/reference_models"),
-        (ROOT / "reproci", "/reproci/code/reproci")]
+        (ROOT / "pipeline", "/reproci/code/reproci"), (ROOT / "reference_models", "/reproci/code/reference_models")]
     assert all(b.read_only and b.source.is_dir() for b in binds)
     m = engine.mount(binds[0])
-    assert m["Type"] == "bind" and m["ReadOnly"] is True and m["Target"] == "/reproci/code/pipeline"
+    assert m["Type"] == "bind" and m["ReadOnly"] is True and m["Target"] == "/reproci/code/reproci"
     assert ds.container_path(Path("/r/run1/conv/spec-A.json"), Path("/r/run1")) == PurePosixPath(
         "/reproci/run/conv/spec-A.json")
 
@@ -170,9 +169,9 @@ def test_no_backend_module_imports_the_manifest_or_the_options():
     """The image is resolved once, in options.build (which imports images, which imports
     backends); a backend reads only what the options carry, so no import circle is left."""
     for f in (ROOT / "pipeline" / "backends").glob("*.py"):
-        imported = imported_modules(f, "pipeline.backends")
-        assert not imported & {"pipeline.images", "pipeline.options"}, f"{f.name} imports {imported}"
-    assert "pipeline.images" in imported_modules(ROOT / "pipeline" / "options.py", "pipeline")  # the check can see it
+        imported = imported_modules(f, "reproci.backends")
+        assert not imported & {"reproci.images", "reproci.options"}, f"{f.name} imports {imported}"
+    assert "reproci.images" in imported_modules(ROOT / "pipeline" / "options.py", "reproci")  # the check can see it
 
 
 GPU_MANIFEST = """\
@@ -199,7 +198,7 @@ def test_gpus_requested_follow_the_options_resolved_from_the_manifest(tmp_path, 
 
 
 def test_the_docker_backend_refuses_options_not_made_by_build():
-    from pipeline.options import RunOptions
+    from reproci.options import RunOptions
 
     with pytest.raises(ValueError, match="options.build"):
         docker_backend.DockerBackend(RunOptions(models=(), image="reproci/cpu-torch2.13:1"))

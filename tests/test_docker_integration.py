@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors
+from reproci import errors
 
 from .helpers import PLUGINS, ROOT, interruptible, left_behind, model_entry
 
@@ -71,7 +71,7 @@ def start(cwd: Path, *args: str, env: dict[str, str] | None = None, **popen) -> 
     full_env = {**os.environ, "CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})}
     full_env.pop("GITHUB_STEP_SUMMARY", None)
     full_env.pop("GITHUB_ACTIONS", None)
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd, env=full_env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "reproci.cli", *args], cwd=cwd, env=full_env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
@@ -155,7 +155,7 @@ def _unprivileged() -> dict:
         return {}
     popen = {"user": 4242, "group": 4242, "extra_groups": [os.stat(sock).st_gid]}
     try:  # this interpreter may live where that user cannot reach (e.g. under /root)
-        ok = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import pipeline.cli"],
+        ok = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import reproci.cli"],
                             cwd="/", capture_output=True, timeout=60, check=False, **popen).returncode == 0
     except PermissionError:
         ok = False
@@ -271,9 +271,9 @@ def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_
     assert attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
     assert attrs["HostConfig"]["NetworkMode"] == "none" and attrs["HostConfig"]["CapDrop"] == ["ALL"]
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert not any(mounts[f"/reproci/code/{p}"]["RW"] for p in ("pipeline", "reference_models", "reproci"))
+    assert not any(mounts[f"/reproci/code/{p}"]["RW"] for p in ("reproci", "reference_models"))
     assert mounts["/reproci/run"]["RW"] and set(mounts) == {
-        "/reproci/code/pipeline", "/reproci/code/reference_models", "/reproci/code/reproci", "/reproci/run"}
+        "/reproci/code/reproci", "/reproci/code/reference_models", "/reproci/run"}
     image_env = set(engine.api.inspect_image(IMAGE)["Config"]["Env"])
     env = dict(e.split("=", 1) for e in set(attrs["Config"]["Env"]) - image_env)
     assert set(env) == {"PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",

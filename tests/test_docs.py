@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 import pytest
 
-from pipeline import errors, verdicts
-from pipeline.cli import cli
+from reproci import errors, verdicts
+from reproci.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -180,7 +180,7 @@ def synopsis_lines(page: Path) -> list[tuple[int, list[str]]]:
 
 
 def invocations(text: str) -> list[list[str]]:
-    """The argument lists that follow each `reproci` (or `python -m pipeline.cli`) in a line."""
+    """The argument lists that follow each `reproci` (or `python -m reproci.cli`) in a line."""
     lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -191,7 +191,7 @@ def invocations(text: str) -> list[list[str]]:
         start = None
         if t == "reproci" or t.endswith("/reproci"):
             start = i + 1
-        elif t == "-m" and i + 1 < len(tokens) and tokens[i + 1] == "pipeline.cli":
+        elif t == "-m" and i + 1 < len(tokens) and tokens[i + 1] == "reproci.cli":
             start = i + 2
         if start is None:
             i += 1
@@ -294,7 +294,7 @@ def test_the_command_check_can_fail() -> None:
     assert check_invocation(["images", "remove", "x"]) is not None
     assert check_invocation(["frobnicate"]) is not None
     assert invocations('x && .venv/bin/reproci report >> "$GITHUB_STEP_SUMMARY"  # note --bogus') == [["report"]]
-    assert invocations("python -m pipeline.cli merge a --output m.json | tee log") == [
+    assert invocations("python -m reproci.cli merge a --output m.json | tee log") == [
         ["merge", "a", "--output", "m.json"]]
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
-from pipeline import verdicts
-from pipeline.golden.drift import execution_change
-from pipeline.stages.determinism import _decide
-from pipeline.stages.explain import describe
+from reproci import verdicts
+from reproci.golden.drift import execution_change
+from reproci.stages.determinism import _decide
+from reproci.stages.explain import describe
 from tests.helpers import PLUGINS, model_entry
 
 CULPRITS = f"{PLUGINS / 'culprits.py'}"
@@ -147,8 +147,8 @@ def test_a_non_finite_run_under_fp16_points_at_float16s_range_when_no_tensor_is_
     import pytest
     import torch
 
-    from pipeline.worker.contract import TrainSetup
-    from pipeline.worker.finite import NonFiniteError, check_finite
+    from reproci.worker.contract import TrainSetup
+    from reproci.worker.finite import NonFiniteError, check_finite
 
     model = torch.nn.Linear(2, 1)
     setup = TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=[(torch.ones(1, 2),)],

@@ -1,10 +1,10 @@
 import torch
 
-from pipeline.worker.data.batchsum import batch_checksum
-from pipeline.worker.state.bits import flat_int
-from pipeline.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
+from reproci.worker.data.batchsum import batch_checksum
+from reproci.worker.state.bits import flat_int
+from reproci.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
                                          segment_sums)
-from pipeline.worker.state.state import final_hash, state_tensors, tensor_bytes
+from reproci.worker.state.state import final_hash, state_tensors, tensor_bytes
 
 
 def test_checksum_is_exact_and_order_independent():
@@ -388,6 +388,6 @@ def test_segment_sums_with_a_workspace_follow_a_changing_total():
 
 
 def test_absent_is_the_value_the_host_side_compares():
-    from pipeline.golden import compare
+    from reproci.golden import compare
 
     assert compare.ABSENT == ABSENT and compare.FINGERPRINT_SCHEME == FINGERPRINT_SCHEME

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import forking, forkpool, local
-from pipeline.backends.base import CODE_ROOT
-from pipeline.options import build
-from pipeline.worker import forkserver
-from pipeline.worker.process.spec import WorkerSpec
+from reproci.backends import forking, forkpool, local
+from reproci.backends.base import CODE_ROOT
+from reproci.options import build
+from reproci.worker import forkserver
+from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, left_behind, started_by
 from .test_local_backend import gone
@@ -85,7 +85,7 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(backends, tmp_path, cha
     assert comparable(forked, tmp_path / "forked") == comparable(fresh, tmp_path / "fresh")
     assert forked["hash_randomization"] == 1 and forked["session_leader"] and forked["parent_is_launcher"]
     assert forked["argv"][0].endswith(os.path.join("pipeline", "worker", "__main__.py"))
-    assert forked["main"] == ["__main__", "pipeline.worker.__main__", "__main__.py"] and not forked["main_imported"]
+    assert forked["main"] == ["__main__", "reproci.worker.__main__", "__main__.py"] and not forked["main_imported"]
     assert forked["fds"] == [0, 1, 2] and forked["stdin"] == os.devnull and not forked["cuda_initialized"]
     if "hash_seed" in change:
         assert forked["env"]["PYTHONHASHSEED"] == "123"
@@ -205,9 +205,9 @@ def test_leaving_the_backend_stops_forked_runs_and_their_servers(backends, tmp_p
 ORPHAN = """\
 import dataclasses, json, sys, threading
 from pathlib import Path
-from pipeline.backends import local
-from pipeline.options import build
-from pipeline.worker.process.spec import WorkerSpec
+from reproci.backends import local
+from reproci.options import build
+from reproci.worker.process.spec import WorkerSpec
 work = Path(sys.argv[1])
 work.mkdir()
 spec = WorkerSpec(model_ref=sys.argv[2], model_name="h", role="A", steps=3, output="record-A.json")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors
+from reproci import errors
 
 from .helpers import ROOT
 

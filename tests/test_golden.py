@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from pipeline import atomic
-from pipeline.golden import store as golden
-from pipeline.errors import GoldenError
+from reproci import atomic
+from reproci.golden import store as golden
+from reproci.errors import GoldenError
 
 from .helpers import ROOT
 
@@ -124,8 +124,8 @@ WRITER = """
 import sys, itertools
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from pipeline import atomic
-from pipeline.golden import store as golden
+from reproci import atomic
+from reproci.golden import store as golden
 from tests.test_golden import fake_run
 for i in itertools.count(int(sys.argv[2])):
     golden.write(Path(sys.argv[1]), sys.argv[4], *fake_run(i % 50))
@@ -185,7 +185,7 @@ def test_golden_names_cannot_escape_the_directory(tmp_path):
 
 
 def test_diff_of_goldens_recorded_with_other_settings_names_each_setting(tmp_path):
-    from pipeline.golden.diff import diff_goldens
+    from reproci.golden.diff import diff_goldens
 
     golden.write(tmp_path, "eager", *fake_run(1))
     document, records, states = fake_run(2)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import verdicts
-from pipeline.golden import drift
-from pipeline.golden.environment import host_diff
-from pipeline.stages.golden_cause import settings
+from reproci import verdicts
+from reproci.golden import drift
+from reproci.golden.environment import host_diff
+from reproci.stages.golden_cause import settings
 
 from .helpers import model_entry
 

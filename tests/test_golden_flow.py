@@ -9,7 +9,7 @@ import threading
 import pytest
 import yaml
 
-from pipeline import errors
+from reproci import errors
 
 from .helpers import Cli, model_entry
 

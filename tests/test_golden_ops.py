@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pipeline import verdicts
-from pipeline.golden import store
-from pipeline.stages import golden_ops
+from reproci import verdicts
+from reproci.golden import store
+from reproci.stages import golden_ops
 from tests.helpers import PLUGINS, model_entry
 
 

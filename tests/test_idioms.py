@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from pipeline import verdicts
+from reproci import verdicts
 
 from .helpers import PLUGINS, Cli, model_entry
 

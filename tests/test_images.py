@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import __version__, errors, images, matrix, scaffold
+from reproci import __version__, errors, images, matrix, scaffold
 
 from .helpers import ROOT
 

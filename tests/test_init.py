@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
-from pipeline import __version__, atomic, errors, options, scaffold
-from pipeline.config_file import load_config
+from reproci import __version__, atomic, errors, options, scaffold
+from reproci.config_file import load_config
 from reproci import ModelContext, TrainSetup
 from tests.helpers import ROOT, WORKFLOWS, triggers
 from tests.test_workflows import actionlint, check_jsonschema, zizmor

@@ -2,7 +2,7 @@
 determinism environment set before it starts, stopped with everything it started on a
 timeout or when the backend is left, and none started once it is left.
 
-Most runs here are real ``python -m pipeline.worker`` subprocesses that a
+Most runs here are real ``python -m reproci.worker`` subprocesses that a
 ``sitecustomize`` on the inherited PYTHONPATH stops before the worker imports torch: it
 records what the process was given (environment, directory) and then exits, or starts a
 grandchild and hangs, as a slow model would. One run (marked slow) trains for real.
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors
-from pipeline.backends import local
-from pipeline.backends.base import CODE_ROOT
-from pipeline.options import build
-from pipeline.worker.process.spec import WorkerSpec
+from reproci import errors
+from reproci.backends import local
+from reproci.backends.base import CODE_ROOT
+from reproci.options import build
+from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import left_behind
 
@@ -229,7 +229,7 @@ class NoDockerSdk(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, NoDockerSdk())
-from pipeline import backends, errors, options
+from reproci import backends, errors, options
 
 with backends.create(options.build({"models": ("embedding",)}, env={})) as b:
     print(b.name, b.image_info()["name"])

@@ -1,7 +1,7 @@
 """``reproci matrix``: the GitHub job matrix generated from the image manifest.
 
 One test drives the installed command in a subprocess; the others call the same entry
-point (``pipeline.cli.main``, which maps errors to exit codes) in-process, to stay fast.
+point (``reproci.cli.main``, which maps errors to exit codes) in-process, to stay fast.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.cli import main
+from reproci.cli import main
 from tests.helpers import ROOT
 
 MANIFEST = ROOT / "docker" / "manifest.yaml"
@@ -151,7 +151,7 @@ def test_missing_manifest_is_refused(cli, tmp_path: Path) -> None:
 
 
 def test_an_image_of_cuda_wheels_runs_on_the_gpu_runner_though_it_needs_no_gpu() -> None:
-    from pipeline import matrix
+    from reproci import matrix
 
     row = matrix.entry("cuda13.0-torch2.14", {"tag": "t:1", "gpu": False, "cuda": True}, ("gpu",))
     assert (row["gpu"], row["device"], row["gpus"], row["profile"]) == (True, "cuda", "all", "full")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors, merge, results, verdicts
+from reproci import errors, merge, results, verdicts
 from tests.helpers import artifact_layout, run_step, write_shard
 from tests.test_workflows import load as load_workflow
 from tests.test_workflows import step_named
@@ -150,7 +150,7 @@ def test_the_workflow_merge_step_runs_on_downloaded_artifacts(files, tmp_path: P
     artifact_layout(tmp_path / "shards", files, "compared", "drifted")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "reproci").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipeline.cli "$@"\n')
+    (bin_dir / "reproci").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m reproci.cli "$@"\n')
     (bin_dir / "reproci").chmod(0o755)
     matrix = json.dumps({"include": [{"image": "cpu-torch2.13", "tag": "reproci/cpu-torch2.13:1"},
                                      {"image": "cuda12.6-torch2.7", "tag": "reproci/cuda12.6-torch2.7:1"}]})

@@ -3,10 +3,10 @@ import sys
 
 import pytest
 
-from pipeline import errors, verdicts
-from pipeline.errors import ModelError
-from pipeline.models import resolve, resolve_all
-from pipeline.worker import contract
+from reproci import errors, verdicts
+from reproci.errors import ModelError
+from reproci.models import resolve, resolve_all
+from reproci.worker import contract
 
 from .helpers import PLUGINS, ROOT, Cli, model_entry
 
@@ -46,14 +46,14 @@ for name in {names!r}:
     sys.modules[name] = None  # as if not installed: find_spec gives None, import raises ModuleNotFoundError
 """
 USES_HF = """\
-from pipeline.adapters.hf import hf_setup
+from reproci.adapters.hf import hf_setup
 
 def build(ctx):
     return hf_setup(ctx, None, train_dataset=[])
 """
 LAZY_LIGHTNING = """\
 def build(ctx):
-    from pipeline.adapters.lightning import lightning_setup
+    from reproci.adapters.lightning import lightning_setup
     return lightning_setup(ctx, None)
 """
 
@@ -76,12 +76,12 @@ def test_a_missing_library_is_one_contract_line_that_says_what_to_install(tmp_pa
               env={"PYTHONPATH": f"{ROOT}:{site}"})
     assert out.returncode == errors.EXIT_RUN_ERROR, out.stdout + out.stderr
     expected = {
-        "uses_hf": "model 'uses_hf' needs the package 'transformers' (pipeline.adapters.hf imports it): "
+        "uses_hf": "model 'uses_hf' needs the package 'transformers' (reproci.adapters.hf imports it): "
                    "pip install 'reproci[hf]'",
         "lightning_regressor": "model 'lightning_regressor' needs the package 'pytorch-lightning' "
                                "(lightning_regressor.py imports it): pip install 'reproci[lightning]'",
         "lazy_lightning": "model 'lazy_lightning' needs the package 'pytorch-lightning' "
-                          "(pipeline.adapters.lightning imports it): pip install 'reproci[lightning]'",
+                          "(reproci.adapters.lightning imports it): pip install 'reproci[lightning]'",
     }
     doc = cli.latest()
     for name, line in expected.items():

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import verdicts
-from pipeline.golden.ops import first_op_difference
-from pipeline.worker.audit.oprecord import OpRecorder, digest
+from reproci import verdicts
+from reproci.golden.ops import first_op_difference
+from reproci.worker.audit.oprecord import OpRecorder, digest
 
 from .helpers import model_entry
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline import errors
-from pipeline.models import resolve
-from pipeline.worker.__main__ import _classify, _message
-from pipeline.worker.process.exitcodes import EXIT_CRASH, EXIT_NO_DEVICE
-from pipeline.worker.process.failure import compiler_failure
+from reproci import errors
+from reproci.models import resolve
+from reproci.worker.__main__ import _classify, _message
+from reproci.worker.process.exitcodes import EXIT_CRASH, EXIT_NO_DEVICE
+from reproci.worker.process.failure import compiler_failure
 from tests.helpers import PLUGINS, said
 
 TINY = f"{PLUGINS / 'culprits.py'}:tiny"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
-from pipeline import errors, results
-from pipeline.reports import prbody
+from reproci import errors, results
+from reproci.reports import prbody
 from tests.helpers import write_shard
 
 
@@ -170,7 +170,7 @@ def items(markdown: str, heading: str) -> list[str]:
 def test_ranks_that_share_their_batches_are_a_warning_the_reviewer_sees() -> None:
     """The Models list shows the golden's message, which does not carry the determinism stage's
     warnings: the body lists them under their own heading, beside a reproducible verdict."""
-    from pipeline.stages import replicas
+    from reproci.stages import replicas
 
     said = replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
     assert said

@@ -10,12 +10,12 @@ import sys
 
 import torch
 
-from pipeline import errors, verdicts
-from pipeline.stages import probes
-from pipeline.worker import inspection, perturb
-from pipeline.worker.data import loader
-from pipeline.worker.contract import ModelContext
-from pipeline.worker.determinism import deterministic_mode
+from reproci import errors, verdicts
+from reproci.stages import probes
+from reproci.worker import inspection, perturb
+from reproci.worker.data import loader
+from reproci.worker.contract import ModelContext
+from reproci.worker.determinism import deterministic_mode
 from tests.helpers import PLUGINS, ROOT, model_entry
 
 sys.path.insert(0, str(PLUGINS))
@@ -32,7 +32,7 @@ def test_listings_come_reversed_through_every_api(tmp_path) -> None:
             "def show(): return [os.listdir(d), [e.name for e in os.scandir(d)], [os.path.basename(p) for p in glob.glob(d + '/*')],"
             " [p.name for p in pathlib.Path(d).iterdir()], next(os.walk(d))[2]]\n"
             "before = show()\n"
-            "from pipeline.worker.perturb import reverse_listings\n"
+            "from reproci.worker.perturb import reverse_listings\n"
             "calls = reverse_listings()\n"
             "print(json.dumps([before, show(), calls['listings']]))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True,
@@ -106,7 +106,7 @@ def test_each_dependency_of_a_leaky_model_is_named_and_its_twin_is_clean(reproci
 
 
 def test_the_webhook_says_which_dependency_failed_the_run() -> None:
-    from pipeline.reports import webhook
+    from reproci.reports import webhook
 
     doc = _doc(["hash-seed"], True)
     doc["models"][0]["probes"]["rows"] = [{"probe": "hash-seed", "factor": "PYTHONHASHSEED", "status": probes.DEPENDS,

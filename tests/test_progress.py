@@ -7,9 +7,9 @@ from collections import deque
 
 from rich.console import Console
 
-from pipeline.backends.base import take_line
-from pipeline.reports.progress import RunProgress
-from pipeline.worker.process import progress
+from reproci.backends.base import take_line
+from reproci.reports.progress import RunProgress
+from reproci.worker.process import progress
 
 
 def test_step_lines_are_throttled_but_the_last_step_always_goes_out(capsys, monkeypatch):
@@ -63,7 +63,7 @@ def test_a_log_gets_one_line_per_event_and_no_step_counts():
 
 
 def test_a_long_run_in_a_log_says_where_it_is_every_30_seconds(monkeypatch):
-    from pipeline.reports import progress as run_progress
+    from reproci.reports import progress as run_progress
 
     now = [0.0]
     monkeypatch.setattr(run_progress.time, "monotonic", lambda: now[0])

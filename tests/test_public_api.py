@@ -1,5 +1,6 @@
-"""The public API a plugin imports, ``reproci``: the same objects as the code in ``pipeline/``,
-light enough for any image, and usable from a project that has a ``pipeline`` package of its own."""
+"""The public API a plugin imports, ``reproci`` (the package the folder ``pipeline/`` installs as):
+the same objects as the worker uses, light enough for any image, usable from a project that has a
+``pipeline`` package of its own; and the old ``pipeline.*`` imports, deprecated aliases for one release."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors, verdicts
+from reproci import errors, verdicts
 
 from .helpers import ROOT, installed, model_entry
 from .test_docker_integration import IMAGE, engine  # noqa: F401 - the fixture, for the run in a container
@@ -22,14 +23,14 @@ REPROCI = Path(sys.executable).with_name("reproci")  # the console script an ins
 def test_the_public_names_are_the_objects_the_worker_uses() -> None:
     installed("transformers", "pytorch_lightning")
     import reproci
-    from pipeline.adapters.hf import hf_setup as hf
-    from pipeline.adapters.lightning import lightning_setup as lightning
-    from pipeline.worker import contract, steppers
+    from reproci.adapters.hf import hf_setup as hf
+    from reproci.adapters.lightning import lightning_setup as lightning
+    from reproci.worker import contract, steppers
     from reproci import EveryEpoch, ModelContext, TrainSetup, hf_setup, lightning_setup
 
     assert (ModelContext, TrainSetup, EveryEpoch) == (contract.ModelContext, contract.TrainSetup, steppers.EveryEpoch)
     assert hf_setup is hf and lightning_setup is lightning
-    assert set(reproci.__all__) <= set(dir(reproci)) and (ROOT / "reproci" / "py.typed").is_file()
+    assert set(reproci.__all__) <= set(dir(reproci)) and (ROOT / "pipeline" / "py.typed").is_file()
     with pytest.raises(ImportError, match="cannot import name 'nothing_here'"):
         from reproci import nothing_here  # noqa: F401
 
@@ -39,64 +40,140 @@ import json, sys
 import numpy, torch
 before = set(sys.modules)
 import reproci
+reproci.ModelContext, reproci.TrainSetup, reproci.EveryEpoch
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
 def test_import_reproci_loads_only_the_worker_side() -> None:
-    """``import reproci`` runs in the worker, in any image with python3 and torch: it imports the
-    standard library and ``pipeline.worker`` alone, never an adapter's library."""
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    """``import reproci`` and its contract run in the worker, in any image with python3 and torch:
+    they import the standard library and ``reproci.worker`` alone, never an adapter's library."""
+    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = json.loads(out.stdout)
-    assert "reproci" in loaded
+    assert {"reproci", "reproci.worker.contract", "reproci.worker.steppers"} <= set(loaded)
     stdlib = set(sys.stdlib_module_names)
-    ours = {"pipeline", "reproci", "reference_models"}
+    ours = {"reproci", "reference_models"}
     foreign = [m for m in loaded if m.split(".")[0] not in stdlib | ours | {"torch", "numpy"}]
     assert foreign == [], foreign
-    assert [m for m in loaded if m.startswith("pipeline.") and not m.startswith("pipeline.worker")] == []
+    assert [m for m in loaded if m.startswith("reproci.") and not m.startswith(("reproci.worker", "reproci.old_imports"))] == []
     assert not {"transformers", "pytorch_lightning", "lightning"} & set(loaded)
 
 
-THEIR_PIPELINE = '''"""The user's own data pipeline: a package named like reproci's internal one."""
-ROWS = 96
+THEIR_DATA = '''"""The user's own data pipeline: a package named like reproci's source folder."""
+import torch
+
+
+def make_batches(generator: torch.Generator) -> torch.utils.data.TensorDataset:
+    x = torch.randn(96, 8, generator=generator)
+    return torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
 '''
 
-THEIR_PLUGIN = '''"""A user's model, written against the public API only."""
+THEIR_PLUGIN = '''"""A user's model, written against the public API, with data from the project's own package."""
 import torch
 from torch import nn
 
+from pipeline.data import make_batches
 from reproci import ModelContext, TrainSetup
 
 
 def build(ctx: ModelContext) -> TrainSetup:
     model = nn.Linear(8, 1).to(ctx.device)
+    loader = torch.utils.data.DataLoader(make_batches(ctx.generator(1)), batch_size=16, shuffle=True,
+                                         generator=ctx.generator())
+    return TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader,
+                      loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), batch_size=16)
+'''
+
+OLD_PLUGIN = '''"""A plugin written before the package was named reproci."""
+import torch
+from torch import nn
+
+from pipeline.worker.contract import ModelContext, TrainSetup
+
+
+def build(ctx: ModelContext) -> TrainSetup:
+    model = nn.Linear(8, 1).to(ctx.device)
     x = torch.randn(96, 8, generator=ctx.generator(1))
-    data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
-    loader = torch.utils.data.DataLoader(data, batch_size=16, shuffle=True, generator=ctx.generator())
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16,
+                                         shuffle=True, generator=ctx.generator())
     return TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader,
                       loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), batch_size=16)
 '''
 
 
+def run_installed(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``reproci`` command, run from ``cwd`` as a user runs it (nothing of the checkout on the path)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "PYTHONPATH")}
+    return subprocess.run([str(REPROCI), *args], cwd=cwd, env={**env, "CI": "", "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=600)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("where", [pytest.param((), id="local"),
                                    pytest.param(("--image", IMAGE), id="docker", marks=pytest.mark.docker)])
-def test_a_project_with_its_own_pipeline_package_runs_a_plugin_on_the_public_api(
+def test_a_project_with_its_own_pipeline_package_runs_a_plugin_that_imports_it(
         tmp_path: Path, where: tuple[str, ...], request: pytest.FixtureRequest) -> None:
-    """The user's repository root holds a ``pipeline`` package of its own and a plugin that
-    imports ``reproci``; the installed command, run from that root, checks the plugin, on the
-    host and in a container (where ``reproci`` is mounted beside the worker's code)."""
+    """The user's repository root holds a ``pipeline`` package of its own, and a plugin that
+    imports both it and ``reproci``; the installed command, run from that root, checks the
+    plugin, on the host and in a container (where reproci is mounted as ``reproci``)."""
     if where:
         request.getfixturevalue("engine")  # skips without an engine and the image
     (tmp_path / "pipeline").mkdir()
-    (tmp_path / "pipeline" / "__init__.py").write_text(THEIR_PIPELINE)
-    (tmp_path / "their_plugin.py").write_text(THEIR_PLUGIN)
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "PYTHONPATH")}
-    args = ["run", "-m", "their_plugin.py:build", "--steps", "4", "--resume-at", "2", *where]
-    out = subprocess.run([str(REPROCI), *args],
-                         cwd=tmp_path, env={**env, "CI": "", "COLUMNS": "200"}, capture_output=True, text=True,
-                         timeout=600)
+    (tmp_path / "pipeline" / "__init__.py").write_text("")
+    (tmp_path / "pipeline" / "data.py").write_text(THEIR_DATA)
+    (tmp_path / "my_model.py").write_text(THEIR_PLUGIN)
+    out = run_installed(tmp_path, "run", "-m", "my_model.py:build", "--steps", "4", "--resume-at", "2", *where)
     assert out.returncode == errors.EXIT_PASS, out.stdout + out.stderr
-    entry = model_entry(json.loads((tmp_path / "results" / "latest.json").read_text()), "their_plugin")
+    entry = model_entry(json.loads((tmp_path / "results" / "latest.json").read_text()), "my_model")
     assert entry["verdict"] == verdicts.NEW, entry
+
+
+@pytest.mark.slow
+def test_a_plugin_on_the_old_imports_still_runs(tmp_path: Path) -> None:
+    """``from pipeline.worker.contract import ...`` (the old package name) works for one release."""
+    (tmp_path / "old_model.py").write_text(OLD_PLUGIN)
+    out = run_installed(tmp_path, "run", "-m", "old_model.py:build", "--steps", "4", "--resume-at", "2")
+    assert out.returncode == errors.EXIT_PASS, out.stdout + out.stderr
+    assert model_entry(json.loads((tmp_path / "results" / "latest.json").read_text()), "old_model")["verdict"] \
+        == verdicts.NEW
+
+
+OLD_IMPORT = """
+import reproci
+from pipeline.worker.contract import TrainSetup
+import pipeline.worker.contract, reproci.worker.contract
+import pipeline
+assert TrainSetup is reproci.TrainSetup and pipeline is reproci
+assert pipeline.worker.contract is reproci.worker.contract
+assert reproci.worker.contract.__spec__.name == "reproci.worker.contract"
+print(pipeline.__file__)
+"""
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "checkout"])
+def test_the_old_imports_are_reprocis_modules_with_a_warning_that_names_the_new_import(
+        tmp_path: Path, where: str) -> None:
+    """Anywhere (and in a checkout, whose root holds the folder pipeline/ itself), ``pipeline.X``
+    is the module ``reproci.X``, never a second copy; one FutureWarning names the new import."""
+    cwd = ROOT if where == "checkout" else tmp_path
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONWARNINGS")}
+    out = subprocess.run([sys.executable, "-c", OLD_IMPORT], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()) == ROOT / "pipeline" / "__init__.py"
+    warned = [line for line in out.stderr.splitlines() if "FutureWarning" in line]
+    assert warned == ["<string>:3: FutureWarning: pipeline.worker.contract is deprecated (reproci's package is named "
+                      "reproci now): import from reproci (from reproci import ModelContext, TrainSetup, ...; "
+                      "pipeline.worker.contract is reproci.worker.contract)"], out.stderr
+
+
+def test_a_pipeline_package_of_ones_own_wins_over_the_old_name(tmp_path: Path) -> None:
+    """reproci imported first (as in the worker), the user's ``pipeline`` is still theirs."""
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "__init__.py").write_text("")
+    (tmp_path / "pipeline" / "data.py").write_text("ROWS = 96\n")
+    code = "import reproci, warnings; warnings.simplefilter('error'); import pipeline.data; print(pipeline.data.ROWS)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout == "96\n", out.stderr

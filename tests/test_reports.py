@@ -13,8 +13,8 @@ from pathlib import Path
 import html5lib
 import pytest
 
-from pipeline.reports import build as report_build
-from pipeline.reports import html as html_report
+from reproci.reports import build as report_build
+from reproci.reports import html as html_report
 
 from .helpers import Cli, model_entry
 
@@ -159,7 +159,7 @@ def test_reports_are_readable_by_others_as_shared_files_are(two_runs, tmp_path: 
 
 
 def _umask() -> int:
-    from pipeline.atomic import umask
+    from reproci.atomic import umask
 
     return umask()
 
@@ -178,7 +178,7 @@ def test_on_an_80_column_terminal_the_verdict_is_never_cut():
 
     from rich.console import Console
 
-    from pipeline.reports.terminal import verdict_table
+    from reproci.reports.terminal import verdict_table
 
     name = "a_very_long_plugin_module_name.with_a_factory_name_that_goes_on"
     doc = {"image": {"name": "local", "backend": "local"},
@@ -196,7 +196,7 @@ def test_on_an_80_column_terminal_the_verdict_is_never_cut():
 
 
 def test_code_in_a_message_is_code_in_the_html_report():
-    from pipeline.reports.html import prose
+    from reproci.reports.html import prose
 
     assert prose("record one with `reproci golden update --image local` <now>") == (
         "record one with <code>reproci golden update --image local</code> &lt;now&gt;")
@@ -205,7 +205,7 @@ def test_code_in_a_message_is_code_in_the_html_report():
 
 def test_a_run_that_recorded_its_golden_says_so(files):
     """It used to say "no golden file ...; record one with `reproci golden update`" right after recording it."""
-    from pipeline import results
+    from reproci import results
 
     doc = results.load(files["recorded"])
     for m in doc["models"]:
@@ -230,7 +230,7 @@ def _fields(kind: type, prefix: str = "") -> set[str]:
     """Every field of a typed dict, and of the typed dicts it holds, as 'coverage.note'."""
     from typing import get_type_hints
 
-    from pipeline import results
+    from reproci import results
 
     out: set[str] = set()
     for name, hint in get_type_hints(kind, include_extras=True).items():
@@ -240,7 +240,7 @@ def _fields(kind: type, prefix: str = "") -> set[str]:
 
 
 def test_every_field_of_a_model_entry_is_a_warning_or_said_not_to_be_one():
-    from pipeline import results
+    from reproci import results
 
     warnings = {".".join(path) for path in results.WARNING_FIELDS}
     assert {"shared_batches", "epoch_order", "coverage.note", "throughput_regression"} <= warnings
@@ -250,7 +250,7 @@ def test_every_field_of_a_model_entry_is_a_warning_or_said_not_to_be_one():
 def _sentence(path: tuple[str, ...]) -> str:
     """The stage's own sentence where one function makes it; otherwise one with rich markup and
     HTML to escape."""
-    from pipeline.stages import epochs, replicas
+    from reproci.stages import epochs, replicas
 
     if path == ("shared_batches",):
         return replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
@@ -272,12 +272,12 @@ def _warned(path: tuple[str, ...], text: str, verdict: str = "PASS", message: st
 
 
 def _terminal(doc: dict) -> tuple[str, str]:
-    """stdout and stderr of ``reproci run``'s report, with consoles as ``pipeline.console`` makes them."""
+    """stdout and stderr of ``reproci run``'s report, with consoles as ``reproci.console`` makes them."""
     import io
 
     from rich.console import Console
 
-    from pipeline.reports import terminal
+    from reproci.reports import terminal
 
     out, err = (Console(file=io.StringIO(), width=400, soft_wrap=True, highlight=False) for _ in range(2))
     terminal.print_report(doc, out, "results/r1/results.json", err)
@@ -290,18 +290,18 @@ def _html_warnings(text: str) -> list[str]:
 
 
 def _channels(doc: dict) -> dict[str, str]:
-    from pipeline.reports import github, markdown, prbody
+    from reproci.reports import github, markdown, prbody
 
     return {"terminal": _terminal(doc)[1], "markdown": markdown.render(doc), "summary": github.summary_markdown(doc),
             "pr body": prbody.render(doc), "html": "\n".join(_html_warnings(html_report.render(doc))),
             "annotations": "\n".join(github.annotations(doc))}
 
 
-@pytest.mark.parametrize("path", __import__("pipeline.results").results.WARNING_FIELDS, ids=".".join)
+@pytest.mark.parametrize("path", __import__("reproci.results").results.WARNING_FIELDS, ids=".".join)
 def test_every_warning_is_shown_wherever_the_verdict_is(path):
     """Each warning field of the results type, set alone: the terminal (stderr), the Markdown
     report, the HTML report, the step summary, the PR body and an annotation all say it."""
-    from pipeline.reports import github, jsonexport
+    from reproci.reports import github, jsonexport
 
     text = _sentence(path)
     doc = _warned(path, text)
@@ -334,7 +334,7 @@ def test_a_warning_the_message_already_says_is_said_once_on_the_terminal():
 
 
 def test_the_webhook_adds_the_warnings_its_message_lacks():
-    from pipeline.reports import webhook
+    from reproci.reports import webhook
 
     text = _sentence(("shared_batches",))
     msg = webhook.slack_message(_warned(("shared_batches",), text, "ENV_CHANGED", "the golden differs"))

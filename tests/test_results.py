@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from pipeline import atomic, errors, results
+from reproci import atomic, errors, results
 
 from .helpers import said
 

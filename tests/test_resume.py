@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import errors
-from pipeline.golden.compare import first_divergence
-from pipeline.worker.process.launch import launch_environment
-from pipeline.worker.process.spec import WorkerSpec
+from reproci import errors
+from reproci.golden.compare import first_divergence
+from reproci.worker.process.launch import launch_environment
+from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
 
@@ -32,7 +32,7 @@ STEPS = 10  # 4 batches an epoch: boundaries after steps 4 and 8
 def _launch(spec: WorkerSpec, path: Path) -> dict:
     spec.write(path)
     env = {**os.environ, **launch_environment(seed=spec.seed, threads=1, strict=True), "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "pipeline.worker", str(path)], env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "reproci.worker", str(path)], env=env, capture_output=True,
                        text=True, timeout=300)
     record = json.loads((path.parent / spec.output).read_text())
     assert p.returncode == 0 and record["status"] == "ok", record.get("message", p.stderr)

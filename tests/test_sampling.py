@@ -3,8 +3,8 @@ another is needed, and what it says when the cap comes first (pure: step times a
 
 import numpy as np
 
-from pipeline.stages import sampling
-from pipeline.stages.sampling import Sampler
+from reproci.stages import sampling
+from reproci.stages.sampling import Sampler
 
 MODES = ("strict", "default")
 

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from pipeline.stages import sidestate
-from pipeline.stages.determinism import _decide
-from pipeline import verdicts
+from reproci.stages import sidestate
+from reproci.stages.determinism import _decide
+from reproci import verdicts
 
 
 def _rec(**kw):
@@ -37,7 +37,7 @@ def test_equal_metrics_and_extra_state_pass():
 
 def test_a_models_seconds_start_when_its_first_run_starts():
     """With --jobs, a model's runs may wait for slots other models hold: that wait is not its time."""
-    from pipeline.stages.determinism import own_start
+    from reproci.stages.determinism import own_start
 
     assert own_start({"A": {"launched_at": 12.0}, "B": {"launched_at": 10.5}, "C": {}}, 3.0) == 10.5
     assert own_start({}, 3.0) == 3.0

@@ -1,6 +1,6 @@
 """What a test run skipped is said at its end, each test with its reason (``tests/conftest.py``),
 and a skip that names one of the project's own modules fails the run: an ImportError in
-``pipeline`` or ``reference_models`` is a bug, never an optional tool that is missing."""
+``reproci`` or ``reference_models`` is a bug, never an optional tool that is missing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_a_tool_is_missing():
     pass
 
 def test_an_import_of_the_project_fails():
-    pytest.importorskip("pipeline.no_such_module")
+    pytest.importorskip("reproci.no_such_module")
 '''
 
 
@@ -39,7 +39,7 @@ def test_every_skip_is_listed_with_its_reason_and_a_skipped_project_import_fails
     tail = p.stdout[p.stdout.index("\nskipped:\n"):].splitlines()
     assert tail[2:4] == ["  test_sample.py::test_a_tool_is_missing: shellcheck is not installed",
                          "  test_sample.py::test_an_import_of_the_project_fails: could not import "
-                         "'pipeline.no_such_module': No module named 'pipeline.no_such_module'"]
+                         "'reproci.no_such_module': No module named 'reproci.no_such_module'"]
     assert tail[4].startswith("error: 1 skipped for a module of the project itself")
     assert "1 passed, 2 skipped in" in p.stdout  # the tests themselves passed or skipped
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pipeline import stats
+from reproci import stats
 
 
 

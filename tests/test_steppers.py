@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline import verdicts
-from pipeline.worker.contract import ContractError, TrainSetup, loss_of, validate
-from pipeline.worker.steppers import EveryEpoch, Optimizers, Schedules
+from reproci import verdicts
+from reproci.worker.contract import ContractError, TrainSetup, loss_of, validate
+from reproci.worker.steppers import EveryEpoch, Optimizers, Schedules
 
 from .helpers import PLUGINS, Cli, model_entry
 from .test_resume import sweep

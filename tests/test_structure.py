@@ -19,7 +19,8 @@ MAX_FUNCTION_LINES = 65
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    """The import name of a file of pipeline/: the folder installs as the package reproci."""
+    parts = ["reproci", *path.relative_to(PACKAGE).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -28,7 +29,7 @@ def modules() -> dict[str, Path]:
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The pipeline modules ``name`` imports anywhere in its body (``from . import x`` names
+    """The reproci modules ``name`` imports anywhere in its body (``from . import x`` names
     module x when it is one, else the package)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
@@ -105,10 +106,10 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 
 
 def test_relative_imports_resolve_to_modules(tmp_path: Path) -> None:
-    known = {"pipeline.golden.store", "pipeline.golden.drift", "pipeline.verdicts", "pipeline.golden"}
+    known = {"reproci.golden.store", "reproci.golden.drift", "reproci.verdicts", "reproci.golden"}
     src = tmp_path / "drift.py"
     src.write_text("from .. import verdicts\nfrom .store import Golden\ndef f():\n    from . import store\n")
-    assert imports_of("pipeline.golden.drift", src, known) == {"pipeline.verdicts", "pipeline.golden.store"}
+    assert imports_of("reproci.golden.drift", src, known) == {"reproci.verdicts", "reproci.golden.store"}
 
 
 @pytest.mark.parametrize("name,path", sorted(modules().items()))
@@ -123,21 +124,21 @@ def test_units_are_small(name: str, path: Path) -> None:
 
 def test_each_cli_verb_lives_in_its_own_command_module() -> None:
     """From cli.py, a verb's code is one hop away: pipeline/commands/<verb>.py."""
-    from pipeline.cli import cli
+    from reproci.cli import cli
 
     for name, command in cli.commands.items():
         module = command.callback.__module__ if command.callback else type(command).__module__
         if isinstance(command, click.Group):
             module = next(iter(command.commands.values())).callback.__module__
-        assert module == f"pipeline.commands.{name.replace('-', '_')}", (name, module)
+        assert module == f"reproci.commands.{name.replace('-', '_')}", (name, module)
         source = (PACKAGE / "commands" / f"{name.replace('-', '_')}.py").read_text()
         assert "import click" in source
 
 
 def test_every_stage_the_options_accept_is_one_entry_of_the_registry() -> None:
     """The orchestrator loops over the registry: a stage --stage accepts and nothing runs is a bug."""
-    from pipeline.options import STAGES
-    from pipeline.stages import registry
+    from reproci.options import STAGES
+    from reproci.stages import registry
 
     assert tuple(s.name for s in registry.STAGES) == STAGES
     assert [s.name for s in registry.selected(("probes", "determinism"))] == ["determinism", "probes"]

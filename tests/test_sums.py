@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.worker.state.bits import np_bits
-from pipeline.worker.state.fingerprint import bit_checksum
-from pipeline.worker.state.sums import array_sums
+from reproci.worker.state.bits import np_bits
+from reproci.worker.state.fingerprint import bit_checksum
+from reproci.worker.state.sums import array_sums
 
 
 def _mixed(seed: int) -> list[torch.Tensor]:

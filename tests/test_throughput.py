@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.models import resolve_all
-from pipeline.options import RunOptions, build
-from pipeline.stages import sampling, throughput
-from pipeline.worker.process.spec import PROFILE_STEPS, WorkerSpec
+from reproci.models import resolve_all
+from reproci.options import RunOptions, build
+from reproci.stages import sampling, throughput
+from reproci.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
 from .helpers import Cli, model_entry
 
@@ -177,7 +177,7 @@ def test_the_run_is_recorded_in_the_history_with_image_and_commit_in_the_name(th
 @pytest.mark.slow
 def test_bookkeeping_mode_sets_only_the_cheap_controls(tmp_path: Path):
     """One worker in bookkeeping mode: seeds and the cuBLAS variable, no deterministic kernels."""
-    from pipeline.backends.local import LocalBackend
+    from reproci.backends.local import LocalBackend
 
     spec = WorkerSpec(model_ref="embedding", model_name="embedding", role="throughput-bookkeeping-1", steps=8,
                       mode="bookkeeping", output="record.json", fingerprints=False, warmup_steps=3)

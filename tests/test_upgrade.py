@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from pipeline import verdicts
-from pipeline.golden.drift import upgrade_text
+from reproci import verdicts
+from reproci.golden.drift import upgrade_text
 from tests.helpers import model_entry
 
 

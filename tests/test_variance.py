@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ContractError, TrainSetup
-from pipeline.worker.evaluate import evaluate
+from reproci.worker.contract import ContractError, TrainSetup
+from reproci.worker.evaluate import evaluate
 from tests.helpers import PLUGINS, Cli, model_entry
 
 PLUGIN = f"{PLUGINS / 'lr_env.py'}:build"
@@ -143,7 +143,7 @@ def test_an_eval_fn_that_breaks_the_contract_says_what_to_fix() -> None:
 
 
 def test_a_failed_seed_run_makes_the_model_an_error() -> None:
-    from pipeline.stages import variance
+    from reproci.stages import variance
 
     entry = {"model": "conv", "verdict": "PASS", "message": "A = B = C", "seconds": 1.0, "records": {"A": "a.json"}}
     variance.attach(entry, {"k": 3, "metrics": {}, "seconds": 2.0, "records": ["conv/record-variance-seed0.json"],
@@ -151,7 +151,7 @@ def test_a_failed_seed_run_makes_the_model_an_error() -> None:
                     ("determinism", "variance"))
     assert entry["verdict"] == "ERROR" and entry["seconds"] == 3.0 and entry["records"] == {"A": "a.json"}
     assert entry["message"] == "variance stage: run variance-seed1 died with exit code 1 (determinism: PASS)"
-    from pipeline.reports import variance as report
+    from reproci.reports import variance as report
 
     assert report.terminal_lines({"models": [entry]}) == [
         "conv: variance stage failed: run variance-seed1 died with exit code 1"]
@@ -193,7 +193,7 @@ def test_the_workflows_run_the_variance_stage_only_on_request(tmp_path: Path, wo
 
 
 def test_seeds_come_from_the_flag_or_reproci_yaml_and_one_is_refused(tmp_path: Path, cli) -> None:
-    from pipeline import options
+    from reproci import options
 
     config = tmp_path / "reproci.yaml"
     config.write_text("stages: [variance]\nseeds: 4\n")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import errors, verdicts
-from pipeline.reports import github, webhook
+from reproci import errors, verdicts
+from reproci.reports import github, webhook
 
 
 def doc(*vs: str, ci: bool = False, updated: bool = False, slowdown_fails: bool = False,
@@ -103,7 +103,7 @@ def test_the_webhook_names_failing_and_drifting_models_most_serious_first():
 
 
 def test_the_table_cell_says_a_tensor_exists_on_one_side_or_outside_the_checkpoint():
-    from pipeline.verdicts import first_difference
+    from reproci.verdicts import first_difference
 
     assert first_difference({"step": 6, "tensor": "grad:branch.bias", "only_in": "C"}) == "step 6, grad:branch.bias (only in C)"
     assert first_difference({"step": 6, "tensor": "after_step.<ema>", "cause": "census"}) == (

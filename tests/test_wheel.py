@@ -1,5 +1,6 @@
-"""The installed tool is the whole tool: the wheel carries the public API and the image recipes,
-and ``reproci images list`` reads the shipped manifest from any directory."""
+"""The installed tool is the whole tool: the wheel carries the package ``reproci`` (the folder
+``pipeline/``, every subpackage of it), the image recipes, and ``reproci images list`` reads the
+shipped manifest from any directory."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import __version__, images
+from reproci import __version__, images
 
 from .helpers import ROOT
 
-SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "reproci", "docker")
-RECIPES = "pipeline/_recipes/docker"
+SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "docker")
+RECIPES = "reproci/_recipes/docker"
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +45,23 @@ def test_the_wheel_carries_the_image_recipes_and_the_typed_api(wheel: zipfile.Zi
             "requirements/cpu-torch2.13.txt"} <= recipes
     assert {f"{RECIPES}/{r}" for r in recipes} <= names, sorted(recipes - {n[len(RECIPES) + 1:] for n in names})
     assert wheel.read(f"{RECIPES}/manifest.yaml") == (ROOT / "docker" / "manifest.yaml").read_bytes()
-    assert {"reproci/__init__.py", "reproci/py.typed", "pipeline/py.typed", "pipeline/cli.py",
-            "reference_models/__init__.py"} <= names  # typed: the classes reproci re-exports live in pipeline
-    templates = {f"pipeline/templates/{p.name}" for p in (ROOT / "pipeline" / "templates").iterdir()}
+    assert {"reproci/__init__.py", "reproci/py.typed", "reproci/cli.py", "reference_models/__init__.py"} <= names
+    assert not [n for n in names if n.startswith("pipeline/")]  # never a top-level `pipeline` in site-packages
+    templates = {f"reproci/templates/{p.name}" for p in (ROOT / "pipeline" / "templates").iterdir()}
     assert templates and templates <= names  # what `reproci init` writes from
     assert not [n for n in names if n.startswith("docker/")]  # never a top-level `docker` (the engine SDK's name)
+
+
+@pytest.mark.slow
+def test_every_package_of_the_source_folder_is_in_the_wheel_under_the_name_reproci(wheel: zipfile.ZipFile) -> None:
+    """pyproject.toml lists the packages by hand (the folder pipeline/ installs as reproci): a
+    subpackage left out of the list would be missing from every install but a checkout's."""
+    names = set(wheel.namelist())
+    for top, name in (("pipeline", "reproci"), ("reference_models", "reference_models")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            package = init.parent.relative_to(ROOT / top).as_posix()
+            modules = {f"{name}/{p.relative_to(ROOT / top).as_posix()}" for p in init.parent.glob("*.py")}
+            assert modules <= names, f"{top}/{package} is not in the wheel as {name}: add it to packages in pyproject.toml"
 
 
 @pytest.mark.slow
@@ -61,12 +74,12 @@ def test_installed_from_the_wheel_images_list_reads_the_shipped_manifest_from_an
     work = tmp_path / "work"
     work.mkdir()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "DOCKER_HOST": "unix:///nonexistent.sock"}
-    out = subprocess.run([sys.executable, "-c", "from pipeline.cli import main; main()", "images", "list"], cwd=work,
+    out = subprocess.run([sys.executable, "-c", "from reproci.cli import main; main()", "images", "list"], cwd=work,
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     known = list(images.entries(ROOT / "docker" / "manifest.yaml"))
     assert all(any(line.startswith(f"{n} ") for line in out.stdout.splitlines()) for n in known), out.stdout
-    shipped = site / "pipeline" / "_recipes" / "docker" / "manifest.yaml"
+    shipped = site / "reproci" / "_recipes" / "docker" / "manifest.yaml"
     assert out.stdout.splitlines()[-1] == f"from {shipped} (shipped with reproci {__version__}): {', '.join(known)}"
 
 

@@ -30,7 +30,7 @@ def test_worker_side_imports_only_stdlib_torch_numpy():
     for folder in WORKER_SIDE:
         for f in folder.rglob("*.py"):
             for root in imported_roots(f):
-                if root in ("pipeline", "reference_models"):
+                if root in ("reproci", "reference_models"):
                     continue
                 assert root in stdlib or root in ALLOWED_THIRD_PARTY, f"{f.relative_to(ROOT)} imports {root}"
 
@@ -44,12 +44,12 @@ def test_each_adapter_imports_only_the_worker_side_and_its_own_library():
     folder = ROOT / "pipeline" / "adapters"
     assert {f.name for f in folder.glob("*.py")} == set(ADAPTERS)
     for f in folder.glob("*.py"):
-        for root in imported_roots(f) - {"pipeline"}:
+        for root in imported_roots(f) - {"reproci"}:
             assert root in stdlib or root in ALLOWED_THIRD_PARTY | ADAPTERS[f.name], f"{f.name} imports {root}"
         tree = ast.parse(f.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
-                assert node.module.startswith("pipeline.worker"), f"{f.name} imports {node.module}"
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("reproci"):
+                assert node.module.startswith("reproci.worker"), f"{f.name} imports {node.module}"
 
 
 def test_worker_side_never_imports_the_orchestrator():
@@ -57,8 +57,8 @@ def test_worker_side_never_imports_the_orchestrator():
         for f in folder.rglob("*.py"):
             tree = ast.parse(f.read_text())
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline") \
-                        and not node.module.startswith("pipeline.worker"):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("reproci") \
+                        and not node.module.startswith("reproci.worker"):
                     raise AssertionError(f"{f.relative_to(ROOT)} imports {node.module}")
                 depth = len(f.relative_to(folder).parts)  # 1 at the top of the folder, 2 in a subpackage
                 if isinstance(node, ast.ImportFrom) and node.level > depth:
@@ -73,15 +73,15 @@ class Block:
             raise ImportError('blocked on the worker side: ' + name)
 sys.meta_path.insert(0, Block())
 import runpy
-sys.argv = ['pipeline.worker', sys.argv[1]]
-runpy.run_module('pipeline.worker', run_name='__main__')
+sys.argv = ['reproci.worker', sys.argv[1]]
+runpy.run_module('reproci.worker', run_name='__main__')
 """
 
 
 @pytest.mark.slow
 def test_worker_runs_with_orchestrator_libraries_blocked(tmp_path):
-    from pipeline.worker.determinism import launch_environment
-    from pipeline.worker.process.spec import WorkerSpec
+    from reproci.worker.determinism import launch_environment
+    from reproci.worker.process.spec import WorkerSpec
 
     spec = WorkerSpec(model_ref="embedding", model_name="embedding", role="A", steps=3, output="rec.json")
     spec.write(tmp_path / "spec.json")

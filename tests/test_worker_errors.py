@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.worker.__main__ import _classify, no_deterministic_kernel
-from pipeline.worker.process.exitcodes import EXIT_CRASH, EXIT_NO_DETERMINISTIC_KERNEL
+from reproci.worker.__main__ import _classify, no_deterministic_kernel
+from reproci.worker.process.exitcodes import EXIT_CRASH, EXIT_NO_DETERMINISTIC_KERNEL
 
 # What torch raises for an op without a deterministic CUDA kernel (the text of torch 2.x).
 TORCH_TEXT = ("histc_cuda does not have a deterministic implementation, but you set "

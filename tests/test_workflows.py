@@ -25,7 +25,7 @@ import click
 import pytest
 import yaml
 
-from pipeline.cli import cli
+from reproci.cli import cli
 from tests.helpers import FILES, ROOT, WORKFLOWS, run_step, steps, triggers
 
 # The workflows with triggers of their own (tests/helpers.FILES) and the reusable ones they call.
@@ -376,7 +376,7 @@ def real_reproci(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A `reproci` on PATH that runs this checkout's CLI."""
     bin_dir = tmp_path_factory.mktemp("bin")
     shim = bin_dir / "reproci"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pipeline.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m reproci.cli "$@"\n')
     shim.chmod(0o755)
     return bin_dir
 

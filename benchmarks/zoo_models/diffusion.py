@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 from zoo_common import BATCH, SAMPLES, gen, seeded
 
 SIZE, CHANNELS, TIMESTEPS = 16, 3, 100

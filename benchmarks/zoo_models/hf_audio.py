@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from pipeline.worker.contract import ModelContext
+from reproci.worker.contract import ModelContext
 from zoo_common import LABELS, SAMPLES, VOCAB, factories, gen
 
 CTC_VOCAB = 32  # character vocabulary of the CTC heads; id 0 is the pad (CTC blank)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pipeline.worker.contract import ModelContext
+from reproci.worker.contract import ModelContext
 from zoo_common import SEQ, VOCAB, factories, images, token_rows, tokenizer
 
 IMAGE, PATCH = 32, 8

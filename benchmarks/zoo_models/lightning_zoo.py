@@ -1,5 +1,5 @@
 """Lightning: LightningModules with LightningDataModules, as written for a Lightning Trainer,
-through ``pipeline.adapters.lightning.lightning_setup``; torchmetrics inside the training step
+through ``reproci.adapters.lightning.lightning_setup``; torchmetrics inside the training step
 (a stateful ``Accuracy`` that the step updates and logs, and ``pearson_corrcoef`` as part of
 the loss itself).
 
@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 from zoo_common import BATCH, LABELS, SAMPLES, VOCAB, SEQ
 
 try:
@@ -150,7 +150,7 @@ class CorrelatedRegressor(pl.LightningModule):
 def _fit(ctx: ModelContext, module: pl.LightningModule, data: Any, collate_fn: Any = None, **kw: Any) -> TrainSetup:
     """``Trainer(...).fit(module, datamodule)`` as reproci trains it; the factory seeds
     (``seed_everything``) before it builds the module, as a Lightning script does."""
-    from pipeline.adapters.lightning import lightning_setup
+    from reproci.adapters.lightning import lightning_setup
 
     dm = RandomDataModule(data, seed=ctx.seed + 17, collate_fn=collate_fn)
     dm.setup("fit")

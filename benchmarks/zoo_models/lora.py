@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 from zoo_common import args, collator, hf, labelled_text, seeded, text
 
 import hf_text

@@ -26,7 +26,7 @@ import hf_audio
 import hf_seq2seq
 import hf_text
 import hf_vision
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 from zoo_common import BATCH, HELD_OUT, build, dataset
 
 

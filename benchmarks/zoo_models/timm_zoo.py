@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 from zoo_common import BATCH, LABELS, images, seeded
 
 

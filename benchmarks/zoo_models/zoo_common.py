@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 
 SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0-4; synthetic text never uses them
 PAD, UNK, CLS, SEP, MASK = range(len(SPECIAL))
@@ -92,8 +92,8 @@ def args(**kw: Any) -> Any:
 
 def hf(ctx: ModelContext, model: torch.nn.Module, data: list, collator: Any = None, training_args: Any = None,
        held: list | None = None, **setup: Any) -> TrainSetup:
-    """The model through ``pipeline.adapters.hf.hf_setup`` as Trainer would train it."""
-    from pipeline.adapters.hf import hf_setup
+    """The model through ``reproci.adapters.hf.hf_setup`` as Trainer would train it."""
+    from reproci.adapters.hf import hf_setup
 
     return hf_setup(ctx, model, training_args if training_args is not None else args(), train_dataset=data,
                     data_collator=collator, eval_dataset=held, **setup)

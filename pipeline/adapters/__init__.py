@@ -1,11 +1,11 @@
 """Adapters: a model as its library trains it, turned into a ``TrainSetup`` in one call.
 
-- ``pipeline.adapters.hf.hf_setup``: a Hugging Face model, its dataset and collator, and the
+- ``reproci.adapters.hf.hf_setup``: a Hugging Face model, its dataset and collator, and the
   ``TrainingArguments`` knobs that change results.
-- ``pipeline.adapters.lightning.lightning_setup``: a ``LightningModule`` as it is.
+- ``reproci.adapters.lightning.lightning_setup``: a ``LightningModule`` as it is.
 
 They run in the worker, inside the image: each imports only the standard library, torch,
-numpy, ``pipeline.worker`` and its own library (there, with the model it adapts). This file
+numpy, ``reproci.worker`` and its own library (there, with the model it adapts). This file
 imports nothing, so the orchestrator never needs either library. Each library family is an
 extra of the package: ``pip install 'reproci[hf]'`` (transformers, accelerate) and
 ``pip install 'reproci[lightning]'`` (pytorch-lightning); where one is missing, importing an

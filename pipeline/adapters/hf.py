@@ -1,6 +1,6 @@
 """A Hugging Face model, dataset and collator, trained as ``Trainer`` would, as a TrainSetup.
 
-    from pipeline.adapters.hf import hf_setup
+    from reproci.adapters.hf import hf_setup
 
     def build(ctx):
         torch.manual_seed(ctx.seed)
@@ -50,7 +50,7 @@ import transformers
 from transformers import Trainer
 from transformers.trainer_utils import RemoveColumnsCollator
 
-from pipeline.worker.contract import ContractError, ModelContext, TrainSetup
+from reproci.worker.contract import ContractError, ModelContext, TrainSetup
 
 
 def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, train_dataset: Any,
@@ -130,8 +130,8 @@ def _autocast(args: Any, device: torch.device) -> Any:
 
 
 def _eval_loss(held: Any, device: torch.device, autocast: Any) -> Any:
-    from pipeline.worker.data.batchtree import to_device
-    from pipeline.worker.contract import loss_of
+    from reproci.worker.data.batchtree import to_device
+    from reproci.worker.contract import loss_of
 
     def eval_fn(model: torch.nn.Module) -> dict[str, float]:
         losses = []

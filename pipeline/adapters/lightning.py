@@ -1,6 +1,6 @@
 """A LightningModule, as it is, as a TrainSetup: no rewrite of its training code.
 
-    from pipeline.adapters.lightning import lightning_setup
+    from reproci.adapters.lightning import lightning_setup
 
     def build(ctx):
         return lightning_setup(ctx, MyModule(), grad_clip=1.0, accumulate=2)
@@ -48,8 +48,8 @@ from typing import Any
 
 import torch
 
-from pipeline.worker.contract import ContractError, ModelContext, TrainSetup, loss_of
-from pipeline.worker.steppers import EveryEpoch
+from reproci.worker.contract import ContractError, ModelContext, TrainSetup, loss_of
+from reproci.worker.steppers import EveryEpoch
 
 try:
     import lightning.pytorch as pl
@@ -236,7 +236,7 @@ def _validation(module: Any, source: Any, device: torch.device, autocast: Any) -
             getattr(type(source), "val_dataloader", None) in (None, base.val_dataloader):
         return None  # no validation of its own (the base hooks raise)
     val = source.val_dataloader
-    from pipeline.worker.data.batchtree import to_device
+    from reproci.worker.data.batchtree import to_device
 
     def eval_fn(model: Any) -> dict[str, float]:
         out = []

@@ -12,11 +12,14 @@ from ..errors import WorkerFailed
 from ..worker.process import progress
 from ..worker.process.spec import WorkerSpec
 
-CODE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pipeline/ and reference_models/
+# The directory holding reproci's own folder: a checkout's root (with reference_models/ and
+# docker/ beside pipeline/, which an editable install maps to the name reproci), or an install's
+# site-packages (with reproci/ and reference_models/).
+CODE_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ManifestImage(Protocol):
-    """What a backend reads of a manifest entry (pipeline.images.ImageEntry)."""
+    """What a backend reads of a manifest entry (reproci.images.ImageEntry)."""
 
     @property
     def name(self) -> str: ...
@@ -39,7 +42,7 @@ def take_line(line: str, tail: deque[str], on_step: OnStep | None) -> None:
 
 
 class BackendOptions(Protocol):
-    """What a backend reads of the run options (pipeline.options.RunOptions, where the
+    """What a backend reads of the run options (reproci.options.RunOptions, where the
     image is resolved against the manifest once)."""
 
     @property
@@ -106,7 +109,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
                on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
-        """Run ``python -m pipeline.worker spec_file`` to completion or timeout; refused (see
+        """Run ``python -m reproci.worker spec_file`` to completion or timeout; refused (see
         ``refuse_if_closed``) once the backend is left, even while the run was starting.
         ``on_step(step, stop)`` hears the worker's step progress lines as they come; ``on_start()``
         is called as the worker's process really starts (after any fork server's or container's start)."""

@@ -10,7 +10,7 @@ that: the next run on the same host removes the containers whose reproci process
 
 Before any worker, a preflight container checks the image: python3 there, torch and
 numpy findable, GPUs visible when asked for. The image comes resolved in the options
-(``pipeline.options.build`` looks the manifest up once).
+(``reproci.options.build`` looks the manifest up once).
 """
 
 from __future__ import annotations

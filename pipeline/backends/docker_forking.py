@@ -3,7 +3,7 @@
 Off by default: one container per run stays the default. With it, each model gets a
 long-lived server container per launch environment (and set of mounts), started as that
 model's first run needs it; every run is forked there from the server, which imported torch
-once (``pipeline.worker.forkserver``). Measured on this project's machine
+once (``reproci.worker.forkserver``). Measured on this project's machine
 (``benchmarks/container_overhead.py``): a container start costs about 0.2 s, a fresh
 interpreter's imports about 3 s, so a forked run saves most of a run's fixed cost.
 
@@ -46,7 +46,7 @@ def server_for(make_container: Callable[..., Any], model: str, env: dict[str, st
     def make() -> ForkServer:
         sock_dir = Path(tempfile.mkdtemp(prefix="reproci-fork-"))
         tracked = make_container(
-            ["python3", "-m", "pipeline.worker.forkserver", "--listen", str(SOCK / "control")], role="fork-server",
+            ["python3", "-m", "reproci.worker.forkserver", "--listen", str(SOCK / "control")], role="fork-server",
             labels={"reproci.run_id": run_dir.name, "reproci.model": model, "reproci.role": "fork-server"},
             environment=env, working_dir=str(RUN), mounts=[*binds, Bind(sock_dir, SOCK, read_only=False)])
         container = tracked.__enter__()

@@ -4,8 +4,7 @@ Pure translations, no engine needed. The image brings python3, torch and numpy (
 digest identifies the toolchain alone); reproci brings the worker code, mounted
 read-only at run time. Inside a container:
 
-    /reproci/code/pipeline, /reproci/code/reference_models,
-    /reproci/code/reproci (the public API plugins import)      read-only, on PYTHONPATH
+    /reproci/code/reproci, /reproci/code/reference_models     read-only, on PYTHONPATH
     /reproci/plugins/<id>                                      read-only: a plugin model's directory
     /reproci/run                                               read-write: results/<run_id>
     /tmp                                                       tmpfs, also HOME
@@ -22,12 +21,11 @@ from typing import Any
 
 from ..worker.process import launch
 from ..worker.process.spec import WorkerSpec
-from .base import CODE_ROOT
 
 CODE = PurePosixPath("/reproci/code")
 RUN = PurePosixPath("/reproci/run")
 PLUGINS = PurePosixPath("/reproci/plugins")
-CODE_PACKAGES = ("pipeline", "reference_models", "reproci")  # what the worker and plugins import from the project
+CODE_PACKAGES = ("reproci", "reference_models")  # what the worker and plugins import from the project
 PATH_FIELDS = ("output", "resume_from")  # spec fields holding paths besides *_path (relative: to the spec's directory)
 
 
@@ -38,9 +36,16 @@ class Bind:
     read_only: bool = True
 
 
-def code_binds(code_root: Path = CODE_ROOT) -> list[Bind]:
-    """The worker's packages, each mounted read-only under /reproci/code (nothing else of the checkout)."""
-    return [Bind(code_root / p, CODE / p) for p in CODE_PACKAGES]
+def code_binds() -> list[Bind]:
+    """The worker's packages, each mounted read-only under /reproci/code by its import name
+    (nothing else of the checkout): each from the directory it was imported from here, which
+    for reproci in a checkout is the source folder pipeline/."""
+    return [Bind(package_dir(p), CODE / p) for p in CODE_PACKAGES]
+
+
+def package_dir(name: str) -> Path:
+    """The host directory of one of reproci's packages, as imported by this process."""
+    return Path(str(importlib.import_module(name).__file__)).resolve().parent
 
 
 def plugin_target(host_dir: Path) -> PurePosixPath:

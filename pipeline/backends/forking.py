@@ -1,5 +1,5 @@
 """Fork servers: one preloaded server per distinct launch environment
-(``pipeline.worker.forkserver``), each forking the worker runs launched with that environment;
+(``reproci.worker.forkserver``), each forking the worker runs launched with that environment;
 this module is the launcher's side of the protocol (``forkpool`` keeps the servers).
 
 A forked run is a new process, with its own allocator and no CUDA context (the server never

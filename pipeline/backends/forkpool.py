@@ -23,7 +23,7 @@ def local_server(python: str, env: dict[str, str], code_root: Path, spawner: Thr
         # Started from the spawner's thread, which lives as long as the servers do: the
         # kernel's parent-death signal fires when the *thread* that forked a process ends.
         proc = spawner.submit(
-            subprocess.Popen, [python, "-m", "pipeline.worker.forkserver", "--fd", str(theirs.fileno())],
+            subprocess.Popen, [python, "-m", "reproci.worker.forkserver", "--fd", str(theirs.fileno())],
             env=env, cwd=str(code_root), pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True).result()
     finally:

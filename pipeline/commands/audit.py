@@ -13,7 +13,7 @@ from ..errors import UsageError
               "torch.use_deterministic_algorithms docs, both ways; exit 1 on any difference.")
 def audit_cmd(check_table: bool) -> None:
     """Check the op audit's table against the torch of this Python (models are audited by
-    `reproci run --stage audit`; an image's torch by `python3 -m pipeline.worker.audit.audit_check` inside it)."""
+    `reproci run --stage audit`; an image's torch by `python3 -m reproci.worker.audit.audit_check` inside it)."""
     if not check_table:
         raise UsageError("reproci audit --check-table compares the audit's table with this torch's docs; "
                          "to audit models run `reproci run --stage audit`")

@@ -1,4 +1,4 @@
-"""``reproci compare``: is a change inside seed noise? (``pipeline.compare`` does the work.)"""
+"""``reproci compare``: is a change inside seed noise? (``reproci.compare`` does the work.)"""
 
 from __future__ import annotations
 

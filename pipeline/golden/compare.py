@@ -20,7 +20,7 @@ CAUSAL_KIND_ORDER = {"buffer": 0, "grad": 1, "optim": 2, "param": 3, "state": 4}
 
 # What a row holds for a tensor a run does not have at that step (no gradient there: a layer
 # skipped, a branch not taken, a frozen parameter), in records of FINGERPRINT_SCHEME; the
-# worker's ``pipeline.worker.state.fingerprint.ABSENT`` (that module needs torch; this one must not).
+# worker's ``reproci.worker.state.fingerprint.ABSENT`` (that module needs torch; this one must not).
 ABSENT = -(2**63)
 FINGERPRINT_SCHEME = "bitsum-every-grad-v2"
 
@@ -52,7 +52,7 @@ class Divergence:
     # The first differing tensor exists at that step in one run only ("a": the first run given
     # to first_divergence, "b": the second; a gradient in one, none in the other): no magnitude.
     only_in: str | None = None
-    op: dict[str, Any] | None = None  # the first op whose output differs in that step (pipeline.golden.ops)
+    op: dict[str, Any] | None = None  # the first op whose output differs in that step (reproci.golden.ops)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,5 +1,5 @@
 """The first op whose output differs between two recordings of the same step
-(``pipeline.worker.audit.oprecord``): which aten op, in which module, at which source line, in
+(``reproci.worker.audit.oprecord``): which aten op, in which module, at which source line, in
 the forward pass, the backward pass or the optimizer, and by how much."""
 
 from __future__ import annotations

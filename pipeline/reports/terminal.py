@@ -40,7 +40,7 @@ def verdict_table(document: dict[str, Any]) -> Table:
 def print_report(document: dict[str, Any], console: Console, results_path: str | None = None,
                  err: Console | None = None) -> None:
     """The verdict table and each model's verdict message on ``console`` (the results); its
-    warnings and the NEW notice on ``err`` (see ``pipeline.console``)."""
+    warnings and the NEW notice on ``err`` (see ``reproci.console``)."""
     err = err or console
     console.print(verdict_table(document))
     for m in verdicts.by_severity(document.get("models", [])):

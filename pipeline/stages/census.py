@@ -1,5 +1,5 @@
 """The state census compared: private state of runs A and C at the resume point and after
-the next step (``pipeline.worker.state.census`` takes it).
+the next step (``reproci.worker.state.census`` takes it).
 
 One rule for state outside the checkpoint: what a trainer's checkpoint holds is restored;
 everything else the harness can reach is the plugin's private state, never restored on its

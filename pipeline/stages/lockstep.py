@@ -4,7 +4,7 @@ Each run of a pair is its own process with its own mode, started together; after
 each waits for a turn before every step and reports the step's end, so the modes alternate
 step by step (order flipped every round: A B, B A, A B, ...). Whatever the neighbours on a
 shared machine do, they do it to both modes alike, at the time scale of one step. On a CPU
-the workers also move to the same CPUs for their turns (pipeline.worker.turns.Turns):
+the workers also move to the same CPUs for their turns (reproci.worker.turns.Turns):
 on different CPUs each would keep its own neighbours for the whole run.
 
 A turn is one byte through a FIFO in the model's run folder (``<name>.go``, answered on

@@ -2,7 +2,7 @@
 
 Per model and repetition, one fresh process per mode (strict, default, optionally
 bookkeeping), so flags read at start-up are honest. The processes of a repetition start
-together and, after their warm-up steps, take turns step by step (pipeline.stages.lockstep),
+together and, after their warm-up steps, take turns step by step (reproci.stages.lockstep),
 so whatever else runs on a shared machine slows every mode alike; where FIFOs are not
 available, or when each mode is a job of ``--world-size`` ranks under DDP (whose steps
 wait on one another's all-reduce), they run one after another, in ABBA order across

@@ -5,7 +5,7 @@ Per model, K strict runs (``--seeds K``, default 5) on the same image with seeds
 Each run records its final training loss and, when the plugin offers an ``eval_fn``, its
 held-out metrics. The stage keeps per metric the per-seed values, their mean and sample
 standard deviation; ``reproci compare`` and the golden comparison judge a difference of
-means against that spread with Welch's interval (``pipeline.stats``).
+means against that spread with Welch's interval (``reproci.stats``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m pipeline.worker SPEC.json``: one fresh-process training run. Its exit codes
+"""``python -m reproci.worker SPEC.json``: one fresh-process training run. Its exit codes
 are in ``exitcodes.py``; on failure an error record (status "error") is written in place
 of the run record, and its ``error_kind`` is what the orchestrator reads."""
 
@@ -82,7 +82,7 @@ def die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     die_with_parent()
     if len(argv) != 1:
-        print("usage: python -m pipeline.worker SPEC.json", file=sys.stderr)
+        print("usage: python -m reproci.worker SPEC.json", file=sys.stderr)
         return EXIT_USAGE
     spec_file = Path(argv[0]).resolve()
     from .process.spec import WorkerSpec, for_rank, resolve

@@ -114,7 +114,7 @@ def _split(ref: str) -> tuple[str, str]:
     return target, attr
 
 
-# The optional libraries a plugin, an example or an adapter (pipeline.adapters) imports, by
+# The optional libraries a plugin, an example or an adapter (reproci.adapters) imports, by
 # import name: (the distribution to install, the extra of pyproject.toml that installs it).
 OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
     "transformers": ("transformers", "hf"), "accelerate": ("accelerate", "hf"), "tokenizers": ("tokenizers", "hf"),
@@ -125,7 +125,7 @@ _REQUIRES = re.compile(r"\brequires\W+([A-Za-z_][\w-]*)")  # transformers' "requ
 
 
 def model_name(ref: str) -> str:
-    """The name results give the model of ``ref`` (as ``pipeline.models.resolve`` names it)."""
+    """The name results give the model of ``ref`` (as ``reproci.models.resolve`` names it)."""
     from reference_models import REGISTRY
 
     if ref in REGISTRY:
@@ -264,7 +264,7 @@ def validate(setup: object, ref: str) -> TrainSetup:
     from .steppers import Optimizers, Schedules
 
     if not isinstance(setup, TrainSetup):
-        raise ContractError(f"{ref} returned {type(setup).__name__}, not pipeline.worker.contract.TrainSetup")
+        raise ContractError(f"{ref} returned {type(setup).__name__}, not reproci.worker.contract.TrainSetup")
     if not isinstance(setup.model, torch.nn.Module):
         raise ContractError(f"{ref}: TrainSetup.model is not a torch.nn.Module")
     if isinstance(setup.optimizer, (list, tuple)) and setup.optimizer \

@@ -1,4 +1,4 @@
-"""``python -m pipeline.worker.forkserver --fd FD | --listen PATH``: a preloaded server that
+"""``python -m reproci.worker.forkserver --fd FD | --listen PATH``: a preloaded server that
 forks worker runs.
 
 Started by the local backend once per distinct launch environment, with exactly the
@@ -14,7 +14,7 @@ which this run's status is reported and the write end of the pipe that becomes t
 stdout and stderr. The server forks; the child makes itself a session leader (a process group
 the launcher can kill whole), takes the pipe as fds 1 and 2 and ``/dev/null`` as 0, reseeds
 what Python and numpy seed from the OS at start, reports ``{"pid": N}``, and runs
-``python -m pipeline.worker PATH`` in place (``runpy``), exiting as that interpreter would.
+``python -m reproci.worker PATH`` in place (``runpy``), exiting as that interpreter would.
 The server reports ``{"status": CODE}`` (a negative CODE: killed by that signal) when the
 child ends, or ``{"refused": WHY}`` when it will not fork. ``{"kill": PID}`` kills a run's
 process group (a launcher outside the server's pid namespace cannot).
@@ -43,7 +43,7 @@ from typing import Any
 # torch._inductor.config: torch.use_deterministic_algorithms imports it (seconds, on a CPU)
 PRELOAD = ("torch", "numpy", "torch.optim", "torch._dynamo", "torch._inductor.config", "torch.utils.data",
            "torch.distributed",
-           "pipeline.worker.train", "pipeline.worker.audit.audit", "pipeline.worker.audit.oprecord")
+           "reproci.worker.train", "reproci.worker.audit.audit", "reproci.worker.audit.oprecord")
 EXIT_SETUP = 70  # the child could not be set up (no run started): the launcher starts a fresh process
 
 
@@ -192,7 +192,7 @@ class Server:
 
 
 def run_child(request: dict[str, Any]) -> int:
-    """In the forked child: become what ``python -m pipeline.worker SPEC`` run in ``cwd``
+    """In the forked child: become what ``python -m reproci.worker SPEC`` run in ``cwd``
     would be at its start, tell the launcher the pid, and run the worker."""
     from .__main__ import die_with_parent
 
@@ -208,14 +208,14 @@ def run_child(request: dict[str, Any]) -> int:
 
             blaspool.give(request["blas_threads"])
         sys.argv = ["-m", request["spec"]]
-        sys.modules.pop("pipeline.worker.__main__", None)  # `-m` runs it as __main__ only, never imported
+        sys.modules.pop("reproci.worker.__main__", None)  # `-m` runs it as __main__ only, never imported
     except Exception as e:  # noqa: BLE001 - no run started: the launcher starts a fresh process
         print(f"reproci fork server: could not set up the run: {e}", file=sys.stderr)
         return EXIT_SETUP
     _send(status, {"pid": os.getpid()})
     status.close()
     try:
-        runpy.run_module("pipeline.worker", run_name="__main__", alter_sys=True)
+        runpy.run_module("reproci.worker", run_name="__main__", alter_sys=True)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return 0
@@ -244,7 +244,7 @@ def main(argv: list[str]) -> int:
     die_with_parent()  # with the launcher's pid, then its children's parent is this process
     control = control_socket(argv)
     if control is None:
-        print("usage: python -m pipeline.worker.forkserver (--fd FD | --listen PATH)", file=sys.stderr)
+        print("usage: python -m reproci.worker.forkserver (--fd FD | --listen PATH)", file=sys.stderr)
         return 2
     os.environ["REPROCI_PARENT_PID"] = str(os.getpid())
     from .process import blaspool

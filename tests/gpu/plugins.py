@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 
 
 def _data(ctx: ModelContext, n: int = 512, features: int = 16):

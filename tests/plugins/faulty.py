@@ -7,7 +7,7 @@ import time
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 
 
 def _base(ctx: ModelContext, **kw) -> TrainSetup:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 
 ENV = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG",
        "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "PYTHONUNBUFFERED", "REPROCI_TEST_VAR")
@@ -37,7 +37,7 @@ def _write(facts: dict) -> None:
 
 def _numpy_blas_threads() -> int | None:
     """The thread count numpy's OpenBLAS runs with (read from the library itself)."""
-    from pipeline.worker.process import blaspool
+    from reproci.worker.process import blaspool
 
     functions = blaspool._library_functions()
     return int(functions[1]()) if functions else None
@@ -75,7 +75,7 @@ def facts(ctx: ModelContext) -> TrainSetup:
         "path0": sys.path[0],
         "cwd": os.getcwd(),
         "main": [main.__name__, getattr(main.__spec__, "name", None), os.path.basename(main.__file__)],
-        "main_imported": "pipeline.worker.__main__" in sys.modules,
+        "main_imported": "reproci.worker.__main__" in sys.modules,
         "signals": {name: _handler(getattr(signal, name)) for name in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGPIPE")},
         "session_leader": os.getsid(0) == os.getpid() == os.getpgid(0),
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))[:3],

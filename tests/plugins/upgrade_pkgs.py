@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.worker.contract import ModelContext, TrainSetup
+from reproci.worker.contract import ModelContext, TrainSetup
 
 
 def build(ctx: ModelContext) -> TrainSetup:

@@ -1,5 +1,5 @@
 """The audit's table against a torch's own list, both ways: ``reproci audit --check-table``, or
-in an image that has only python3 and torch: ``python3 -m pipeline.worker.audit.audit_check``
+in an image that has only python3 and torch: ``python3 -m reproci.worker.audit.audit_check``
 (stdlib and torch only). Exit 0 when every item is covered and no entry is stale, else 1."""
 
 from __future__ import annotations

@@ -49,11 +49,11 @@ _NO_KERNEL = "strict mode raises on CUDA: torch has no deterministic CUDA kernel
 _CPU_SERIAL = "on the CPU, strict mode takes a serial deterministic kernel instead of the parallel one: slower"
 _LAST_WRITE = "with repeated indices, which write wins is unspecified on CUDA unless strict; strict mode fixes it: slower"
 # Measured by benchmarks/audit_fixes.py (2 cores, 1 thread, torch 2.13 CPU; on CUDA: benchmarks/gpu_check.sh)
-SEGMENT_SUM = ("a sorted segment sum (pipeline.worker.audit.fixes.segment_sum: argsort + torch.segment_reduce, no atomics; "
+SEGMENT_SUM = ("a sorted segment sum (reproci.worker.audit.fixes.segment_sum: argsort + torch.segment_reduce, no atomics; "
                "measured 7–10× the op on the CPU, where the op is already deterministic)")
-EMBEDDING_FIX = ("pipeline.worker.audit.fixes.DeterministicEmbedding: the weight gradient as a sorted segment sum "
+EMBEDDING_FIX = ("reproci.worker.audit.fixes.DeterministicEmbedding: the weight gradient as a sorted segment sum "
                  "(measured 2.9× the embedding's forward+backward on the CPU; on CUDA it replaces the atomic adds)")
-CUMSUM_FIX = ("pipeline.worker.audit.fixes.cumsum_by_matmul (a triangular matmul, deterministic; measured 3.3× cumsum over "
+CUMSUM_FIX = ("reproci.worker.audit.fixes.cumsum_by_matmul (a triangular matmul, deterministic; measured 3.3× cumsum over "
               "128 positions on the CPU) for short dimensions, or cumsum in float64 on the CPU")
 _CONV = tuple(f"torch.nn.{m} when called on CUDA tensor" for m in
               ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"))

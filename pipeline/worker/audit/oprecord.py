@@ -1,6 +1,6 @@
 """Every aten op of one training step, in execution order: what it was, where in the model
 it ran, and a digest of its outputs. Two runs recorded at the step where they first differ
-name the first op whose output differs (``pipeline.golden.ops``).
+name the first op whose output differs (``reproci.golden.ops``).
 
 Recording is for probe replays only (it is slow: anomaly mode, a Python stack per op); the
 normal runs never pay for it. Forward ops take their module from forward hooks and their

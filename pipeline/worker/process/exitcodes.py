@@ -1,4 +1,4 @@
-"""Exit codes of ``python -m pipeline.worker``. Standard library only: the orchestrator
+"""Exit codes of ``python -m reproci.worker``. Standard library only: the orchestrator
 reads them too (a container that cannot import torch has no record to read).
 
 Exit codes have their own range, apart from the CLI's (0 pass, 1 repro failure, 3 drift,

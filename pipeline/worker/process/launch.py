@@ -66,12 +66,12 @@ def torchrun_dir(spec_file: str) -> str:
 
 
 def worker_command(python: str, spec_file: str, *, world_size: int = 1) -> list[str]:
-    """The command line of one worker run: ``python -m pipeline.worker SPEC``, or, above one
+    """The command line of one worker run: ``python -m reproci.worker SPEC``, or, above one
     rank, the same module under torchrun (``torch.distributed.run``: one node, ``world_size``
     processes, a free rendezvous port, its files in ``torchrun_dir``), so it works alike on the
     host and in a container. The rendezvous is on the loopback address: a container without a
     network cannot resolve its own host name, which torchrun would otherwise advertise to the ranks."""
-    worker = ["-m", "pipeline.worker", spec_file]
+    worker = ["-m", "reproci.worker", spec_file]
     if world_size <= 1:
         return [python, *worker]
     return [python, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",

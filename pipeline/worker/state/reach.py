@@ -18,7 +18,7 @@ from . import rng
 from .bits import flat_int
 
 MAX_CONTAINER = 64  # elements of a list, tuple or dict looked at (a dataset's samples are data, not state)
-_WORKER_PACKAGE = __name__.rsplit(".", 2)[0]  # "pipeline.worker"
+_WORKER_PACKAGE = __name__.rsplit(".", 2)[0]  # "reproci.worker"
 _HARNESS_PREFIX = _WORKER_PACKAGE + "."
 _WORKER_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _SKIP_NAMES = {"__weakref__", "__dict__", "_iterator", "_lock", "_cache", "__cached__"}
