@@ -277,7 +277,7 @@ def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
 
 # --- the wheel ---
 
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "reproci", "docker")
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "docker")
 
 
 def build_wheel(dest: Path) -> Path:
@@ -288,7 +288,7 @@ def build_wheel(dest: Path) -> Path:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, src / name, symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".cache"))
-        elif (ROOT / name).exists():
+        else:
             shutil.copy2(ROOT / name, src / name)
     out = dest / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),

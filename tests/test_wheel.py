@@ -4,7 +4,6 @@ shipped manifest from any directory."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,27 +13,15 @@ import pytest
 
 from reproci import __version__, images
 
-from .helpers import ROOT
+from .helpers import ROOT, build_wheel
 
-SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "docker")
 RECIPES = "reproci/_recipes/docker"
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     """The wheel pip builds from a copy of the sources (the checkout is left as it is)."""
-    src = tmp_path_factory.mktemp("src")
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".cache"))
-        else:
-            shutil.copy2(ROOT / name, src / name)
-    out = src / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(src)], check=True, capture_output=True, text=True, timeout=600)
-    (built,) = out.glob("reproci-*.whl")
-    return zipfile.ZipFile(built)
+    return zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel")))
 
 
 @pytest.mark.slow
