@@ -23,7 +23,7 @@ README_MAX_LINES = 200
 RUN_COMMAND = ("python3 -m venv .venv && .venv/bin/pip install -c constraints-dev.txt -e . "
                "&& .venv/bin/reproci run")
 TEST_COMMAND = ("python3 -m venv .venv && .venv/bin/pip install -c constraints-dev.txt -e '.[test]' "
-                "&& .venv/bin/python -m pytest")
+                "&& .venv/bin/python -m pytest -n auto --dist loadgroup")
 
 SHELL_LANGS = {"bash", "console", "sh", "shell"}
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)\s*$")
