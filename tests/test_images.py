@@ -141,12 +141,17 @@ def test_the_default_manifest_is_the_working_directorys_else_the_one_beside_the_
     assert images.resolve("gpu-b")[0] == "reproci/gpu-b:2" and images.resolve("cpu-torch2.13")[1] is None
 
 
-def test_images_list_shows_every_image_and_says_when_the_engine_is_not_there(
-        cli, manifest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def listed(cli, manifest: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], str]:
+    """The lines and stderr of `reproci images list --manifest MANIFEST` with no engine to ask (exit 0)."""
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
     code, out, err = cli("images", "list", "--manifest", str(manifest))
     assert code == 0, err
-    lines = out.splitlines()
+    return out.splitlines(), err
+
+
+def test_images_list_shows_every_image_and_says_when_the_engine_is_not_there(
+        cli, manifest: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines, err = listed(cli, manifest, monkeypatch)
     assert lines[0].split() == ["name", "reference", "digest"]
     assert lines[1].split() == ["cpu-a", "reproci/cpu-a:1", "?"]
     assert lines[2].strip().split(", ") == ["python 3.11", "torch 2.13.0+cpu", "numpy 2.4.6", "cudnn 9.1.0.70",
@@ -236,10 +241,7 @@ def test_requirements_are_read_beside_the_manifest_each_image_came_from(own: Pat
 
 def test_images_list_says_which_manifest_each_image_came_from(
         cli, own: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
-    code, out, err = cli("images", "list", "--manifest", str(own))
-    assert code == 0, err
-    lines = out.splitlines()
+    lines, _ = listed(cli, own, monkeypatch)
     assert [line.split()[0] for line in lines[1:-2:2]] == SHIPPED_NAMES + ["my-cpu"]
     assert "torch 2.13.1+cpu" in lines[-3]  # my-cpu's packages, from its own lock file
     still_shipped = [n for n in SHIPPED_NAMES if n != "cuda12.4-torch2.5"]
