@@ -171,7 +171,8 @@ def left_behind(where: Path | None = None, *, pid: int | None = None, engine: An
         left = [str(p) for p in started_by(where, pid=pid)]
         if engine is not None and pid is not None:
             left += [f"container {c.id[:12]} ({c.labels.get('reproci', '?')}, {c.status})"
-                     for c in engine.containers.list(all=True, filters={"label": f"reproci.pid={pid}"})]
+                     for c in engine.containers.list(all=True, filters={"label": f"reproci.pid={pid}"},
+                                                   ignore_removed=True)]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)

@@ -82,7 +82,8 @@ def reproci(cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: f
 
 
 def containers_of(client, pid: int) -> list:
-    return client.containers.list(all=True, filters={"label": f"reproci.pid={pid}"})
+    """Containers of the run with PID, in any state; one removed while listing (a probe ending) is left out."""
+    return client.containers.list(all=True, filters={"label": f"reproci.pid={pid}"}, ignore_removed=True)
 
 
 @pytest.fixture(scope="module")
@@ -350,3 +351,33 @@ def test_images_list_shows_the_built_image_with_its_digest_and_torch(engine, tmp
     line = next(x for x in run.stdout.splitlines() if x.startswith("cpu-torch2.13 "))
     assert IMAGE in line and engine.images.get(IMAGE).id[:19] in line
     assert "torch 2.13.0+cpu" in run.stdout
+
+
+def test_a_container_removed_while_listing_does_not_stop_the_sweep(engine, monkeypatch):
+    """The engine lists containers, then answers 404 for one that ended in between (a probe, another run's
+    clean-up). Listing by label and the label sweep use the list alone, so they never ask about one that is gone."""
+    import docker.errors
+
+    from reproci.backends.docker_engine import Engine
+
+    label = f"reproci.test-sweep={os.getpid()}"
+    made = [engine.api.create_container(BASE, command=["true"], labels={"reproci.test-sweep": str(os.getpid())})["Id"]
+            for _ in range(2)]
+    ours = Engine(engine)
+
+    def gone(*_a, **_k):
+        raise docker.errors.NotFound("No such container")
+
+    try:
+        monkeypatch.setattr(engine.api, "inspect_container", gone)
+        assert sorted(cid for cid, labels in ours.labels_of(label) if labels) == sorted(made)
+        ours.remove_labelled(label)
+        monkeypatch.undo()
+        assert engine.api.containers(all=True, filters={"label": label}) == []
+    finally:
+        monkeypatch.undo()
+        for cid in made:
+            try:
+                engine.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                pass

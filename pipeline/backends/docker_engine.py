@@ -109,24 +109,31 @@ class Engine:
             return False
         return True
 
+    def _listed(self, label: str) -> list[dict]:
+        """The engine's list entries (``Id``, ``Labels``, ``State``...) of every container, in any state, that
+        carries ``label``, in one call. ``containers.list`` would inspect each entry afterwards, and a container
+        removed between the two calls (a probe finishing, another run's clean-up) would fail the whole list."""
+        return self.client.api.containers(all=True, filters={"label": label})
+
     def labelled(self, label: str) -> list[str]:
         """IDs of containers, in any state, that carry ``label`` (``key`` or ``key=value``)."""
-        return [c.id for c in self.client.containers.list(all=True, filters={"label": label})]
+        return [c["Id"] for c in self._listed(label)]
 
     def labels_of(self, label: str) -> list[tuple[str, dict[str, str]]]:
         """(ID, labels) of every container, in any state, that carries ``label``."""
         try:
-            return [(c.id, dict(c.labels)) for c in self.client.containers.list(all=True, filters={"label": label})]
+            return [(c["Id"], dict(c.get("Labels") or {})) for c in self._listed(label)]
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return []
 
     def remove_labelled(self, label: str) -> None:
         """Remove every container that carries ``label``, as far as the engine still answers."""
         try:
-            for cid in self.labelled(label):
-                self.client.api.remove_container(cid, force=True)
+            ids = self.labelled(label)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
-            pass
+            return
+        for cid in ids:
+            self.remove(cid)  # one already gone, or one the engine refuses, does not stop the others
 
     def output(self, image: str, command: list[str], timeout: float = 300) -> str:
         """What ``command`` prints in a fresh, networkless container of ``image`` (removed after)."""
