@@ -55,23 +55,33 @@ def find_results(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_shards(paths: Iterable[Path]) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
-    """(path, document) per image, newest run per image name, and notes on superseded runs."""
-    by_image: dict[str, tuple[Path, dict[str, Any]]] = {}
+    """(path, document) per shard, in the order found, and notes on superseded runs. Of two runs of
+    one image that share a model the newer wins; runs of one image's other models (the cells of
+    ``reproci matrix --format k8s``, one model each) are all kept."""
+    loaded = [(path, results.load(path)) for path in find_results(paths)]
+    kept: dict[str, list[int]] = {}
     notes: list[str] = []
-    for path in find_results(paths):
-        doc = results.load(path)
+    newest_first = sorted(range(len(loaded)), key=lambda i: (str(loaded[i][1].get("created", "")), i), reverse=True)
+    for i in newest_first:
+        path, doc = loaded[i]
         name = str((doc.get("image") or {}).get("name") or "local")
-        if name in by_image:
-            kept, dropped = sorted([by_image[name], (path, doc)], key=lambda pd: str(pd[1].get("created", "")))[::-1]
-            notes.append(f"{name}: kept {kept[0]} ({kept[1].get('created')}), ignored older {dropped[0]}")
-            by_image[name] = kept
+        newer = next((j for j in kept.get(name, []) if _overlap(loaded[j][1], doc)), None)
+        if newer is None:
+            kept.setdefault(name, []).append(i)
         else:
-            by_image[name] = (path, doc)
-    return list(by_image.values()), notes
+            notes.append(f"{name}: kept {loaded[newer][0]} ({loaded[newer][1].get('created')}), ignored older {path}")
+    return [loaded[i] for i in sorted(i for ids in kept.values() for i in ids)], notes[::-1]
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two runs of one image checked a model in common (a run without models overlaps all)."""
+    names_a, names_b = ({m.get("model") for m in d.get("models", [])} for d in (a, b))
+    return not names_a or not names_b or bool(names_a & names_b)
 
 
 def expected_images(matrix: str | None) -> list[dict[str, Any]]:
-    """The rows of a matrix (the JSON text ``reproci matrix`` printed, or a file holding it)."""
+    """The rows of a matrix (the JSON text ``reproci matrix`` printed, or a file holding it); a row
+    may list its ``models`` (``--format k8s``: one cell each), then each is expected too."""
     if not matrix:
         return []
     text = matrix
@@ -82,7 +92,8 @@ def expected_images(matrix: str | None) -> list[dict[str, Any]]:
             raise UsageError(f"--matrix {matrix!r} is neither matrix JSON nor a readable file: {e}") from e
     try:
         rows = json.loads(text)["include"]
-        return [{"image": str(row["image"]), "tag": row.get("tag")} for row in rows]
+        return [{"image": str(row["image"]), "tag": row.get("tag"),
+                 **({"models": [str(m) for m in row["models"]]} if row.get("models") else {})} for row in rows]
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--matrix is not the output of `reproci matrix` ({e}); pass that JSON unchanged") from e
 
@@ -129,6 +140,9 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
     present = {str(v) for row in shard_rows for v in ((row["image"] or {}).get("name") or "local",
                                                        (row["image"] or {}).get("reference")) if v}
     missing = [row["image"] for row in expected if row["image"] not in present and row.get("tag") not in present]
+    cells = {(m["image"], m["model"]) for m in models}
+    missing += [f"{row['image']} ({model})" for row in expected if row["image"] not in missing
+                for model in row.get("models", ()) if (row["image"], model) not in cells]
     codes = [row["exit_code"] for row in shard_rows] + [errors.EXIT_INFRA] * len(missing)
     vs = [m["verdict"] for m in models]
     return {
@@ -139,7 +153,8 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
         "shards": shard_rows,
         "missing": missing,
         "models": models,
-        "summary": {"verdicts": {v: vs.count(v) for v in sorted(set(vs))}, "images": len(shard_rows),
+        "summary": {"verdicts": {v: vs.count(v) for v in sorted(set(vs))},
+                    "images": len({(row["image"] or {}).get("name") or "local" for row in shard_rows}),
                     "recorded": sum(1 for m in models if (m.get("golden") or {}).get("recorded")),
                     "models": len(models), "missing": len(missing), "exit_code": most_serious(codes)},
     }

@@ -78,8 +78,14 @@ def resolve(text: str) -> ModelRef:
         raise ModelError(f"cannot find model module {target!r} (from --model {text}); install its package, "
                          "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory")
     check_syntax(Path(spec.origin), text)
-    return ModelRef(name=f"{target.rpartition('.')[2]}.{factory}" if factory != "build" else target.rpartition(".")[2],
-                    ref=text, source=Path(spec.origin), plugin=True, description=f"plugin {text}")
+    return ModelRef(name=module_model_name(target, factory), ref=text, source=Path(spec.origin), plugin=True,
+                    description=f"plugin {text}")
+
+
+def module_model_name(module: str, factory: str) -> str:
+    """The short name of the model ``module:factory`` (in tables, results and goldens)."""
+    last = module.rpartition(".")[2]
+    return f"{last}.{factory}" if factory != "build" else last
 
 
 def resolve_all(texts: tuple[str, ...]) -> tuple[ModelRef, ...]:

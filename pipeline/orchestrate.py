@@ -76,11 +76,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             for stage in stages:
                 stage.conclude(run, document)
             verdicts.summarize(document)  # counts and the exit code, once every verdict is in
-            alerts_out = _alert(options, document)
-            if alerts_out:
-                document["alerts"] = alerts_out
-            path = results.write(run_dir, document)
-            history.record(options.results_dir, document)  # results/history/: trends for `reproci report`
+            path = publish(options, run_dir, document)
             golden_check.cleanup(options, run_dir, document)
             for cache in run_dir.glob("*/inductor-cache-*"):  # any stage's compiled code: rebuilt by a re-run
                 shutil.rmtree(cache, ignore_errors=True)
@@ -91,6 +87,17 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     finally:
         if torch_import is not None:
             torch_import.join()  # the interpreter does not exit halfway through torch's import (a second Ctrl-C aside)
+
+
+def publish(options: RunOptions, run_dir: Path, document: results.ResultsDocument) -> Path:
+    """A finished run's alerts (annotations, step summary, webhook), its results file and its
+    history entry (results/history/: trends for `reproci report`); the results file's path."""
+    alerts_out = _alert(options, document)
+    if alerts_out:
+        document["alerts"] = alerts_out
+    path = results.write(run_dir, document)
+    history.record(options.results_dir, document)
+    return path
 
 
 def _import_torch_beside() -> threading.Thread | None:

@@ -78,6 +78,8 @@ def document_exit_code(document: dict[str, Any]) -> int:
     """
     opts = document.get("options") or {}
     models = document.get("models") or []
+    if document.get("lost_cells"):  # --backend ray: a cell that never came back is no verdict, and not a pass
+        return errors.EXIT_INFRA
     vs = [str(m.get("verdict", ERROR)) for m in models]
     ci = bool(opts.get("ci"))
     if (document.get("golden") or {}).get("updated"):

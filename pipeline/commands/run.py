@@ -17,6 +17,13 @@ from ..reports.terminal import print_report, print_throughput
 
 _OPTIONS = [
     click.option("--image", help="Container image to run in (manifest name or any reference). Omit for the local backend."),
+    click.option("--backend", type=click.Choice(["local", "docker", "ray"]), default=None,
+                 help="Where the runs execute: local (no --image), docker (--image), or ray: each model a cell on a "
+                      "Ray cluster, run there by the local or Docker backend, merged here (needs reproci[ray]).",
+                 ),
+    click.option("--address", help="--backend ray: the cluster, HOST:PORT (default: $RAY_ADDRESS, else a local cluster)."),
+    click.option("--node-label", "node_labels", multiple=True,
+                 help="--backend ray: only nodes with this label, KEY=VALUE (repeatable), e.g. ray.io/accelerator-type=H100."),
     click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
     click.option("--model", "-m", "models", multiple=True,
                   help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. Default: all reference models."),
@@ -74,12 +81,43 @@ def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def run_and_report(kwargs: dict[str, Any]) -> None:
+# what a cell of --backend ray is not given: the driver's own (cluster/cell.py sets the rest)
+DRIVER_ONLY = {"backend", "address", "node_labels", "models", "results_dir", "goldens_dir", "update_golden",
+               "keep_checkpoints", "webhook", "ci"}
+
+
+def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
+    """--backend checked against --image; the Ray backend's options (None for the others)."""
+    backend, address, labels = kwargs.pop("backend", None), kwargs.pop("address", None), kwargs.pop("node_labels", ())
+    if backend == "local" and kwargs.get("image") not in (None, "local"):
+        raise options_mod.UsageError("--backend local runs without a container: leave out --image, or use --backend docker")
+    if backend == "docker" and kwargs.get("image") in (None, "local"):
+        raise options_mod.UsageError("--backend docker runs in a container: name it with --image")
+    if backend != "ray":
+        if address or labels:
+            raise options_mod.UsageError(f"{'--address' if address else '--node-label'} places cells on a Ray cluster: "
+                                         "add --backend ray")
+        return backend, None
+    from ..cluster import ray_driver
+
+    return backend, ray_driver.cluster_options(address, labels)
+
+
+def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None = None) -> None:
     """Build the options once, run every stage, print the tables, exit with the verdict's code."""
+    given = dict(kwargs)
+    backend, cluster = _backend(kwargs)
     opts = options_mod.build(kwargs)
     out, err = console.stdout(), console.stderr()
+    lost: list[str] = []
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
-        document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
+        if cluster is not None:
+            from ..cluster import ray_driver
+
+            args = ray_driver.argv_of(params or [], given, DRIVER_ONLY) + (("--ci",) if opts.ci else ("--no-ci",))
+            document, path, lost = ray_driver.run_cells(opts, cluster, args, progress)
+        else:
+            document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     if "determinism" in opts.stages:
         print_report(document, out, str(path), err)
     if "throughput" in opts.stages:
@@ -95,6 +133,8 @@ def run_and_report(kwargs: dict[str, Any]) -> None:
         out.print(f"golden recorded: {g['file']} (review and commit it)")
     elif g.get("refused"):
         err.print(f"[bold red]error:[/] {g['refused']}")
+    for line in lost:
+        err.print(f"[bold red]error:[/] {line}", highlight=False)
     code = document["summary"]["exit_code"]
     if code:
         raise SystemExit(code)
@@ -102,6 +142,7 @@ def run_and_report(kwargs: dict[str, Any]) -> None:
 
 @click.command("run")
 @run_options
-def run_cmd(**kwargs: Any) -> None:
+@click.pass_context
+def run_cmd(ctx: click.Context, **kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage (and any other --stage)."""
-    run_and_report(kwargs)
+    run_and_report(kwargs, ctx.command.params)

@@ -20,7 +20,7 @@ def update_command(options: RunOptions) -> str:
     if options.image_name != (golden_name(options.image, options.image_entry) if options.image else "local"):
         args += ["--image-name", options.image_name]
     if [m.name for m in options.models] != list(REGISTRY):
-        args += [a for m in options.models for a in ("-m", _shown(m, options.project_root))]
+        args += [a for m in options.models for a in ("-m", shown(m, options.project_root))]
     if options.profile != "quick":
         args += ["--profile", options.profile]
     if options.steps != PROFILES[options.profile]:
@@ -43,7 +43,7 @@ def update_command(options: RunOptions) -> str:
     return shlex.join(args)
 
 
-def _shown(model: ModelRef, root: Path) -> str:
+def shown(model: ModelRef, root: Path) -> str:
     """A model as ``-m`` names it: a plugin file inside the working directory by its path from
     there (where the command is run), any other by its reference."""
     path, _, factory = model.ref.rpartition(":")

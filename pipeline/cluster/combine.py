@@ -1,0 +1,120 @@
+"""The cells' results made one: the document, run directory and golden a single machine
+would have written for the same run.
+
+Each cell's run directory is unpacked into the driver's run directory (a model's records
+live under its own folder, so cells never collide), its models join the document in the
+order the run named them, and every part of a cell's text that spoke of the cell alone (its
+own ``golden update`` command, its goldens copy) is made to speak of the whole run.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .. import results, verdicts
+from ..golden import store as golden_store
+from ..golden.advice import update_command
+from ..options import RunOptions
+from . import cell as cell_mod
+
+ONE_RUN_KEYS = ("run_id", "created", "summary")  # set by the driver for the whole run
+
+
+def unpack_cells(done: list[cell_mod.CellResult], run_dir: Path) -> list[dict[str, Any]]:
+    """Each cell's run directory unpacked into ``run_dir``; its document, in the order given."""
+    docs = []
+    for r in done:
+        if r.run_tar is None:
+            continue
+        where = Path(tempfile.mkdtemp(prefix=f".cell-{r.name}-", dir=run_dir))
+        try:
+            cell_mod.unpack(r.run_tar, where)
+            docs.append(json.loads((where / "results.json").read_text()))
+            for entry in where.iterdir():
+                if entry.name != "results.json":
+                    entry.rename(run_dir / entry.name)
+        finally:
+            cell_mod.remove(where)
+    return docs
+
+
+def document(options: RunOptions, run_id: str, created: str, seconds: float,
+             docs: list[dict[str, Any]]) -> results.ResultsDocument:
+    """One document from the cells' documents: the first cell's image, environment, packages
+    and options (one image and one device kind: they are the same in every cell), every
+    cell's models, the run's own id, time and summary."""
+    first = docs[0]
+    order = {m.name: i for i, m in enumerate(options.models)}
+    models = sorted((m for d in docs for m in d.get("models") or []), key=lambda m: order.get(m.get("model"), len(order)))
+    command = update_command(options)
+    for d in docs:
+        own = (d.get("golden") or {}).get("update_command")
+        if own and own != command:
+            for m in d.get("models") or []:
+                _replace_text(m, own, command)
+    doc = results.new_document(**{k: v for k, v in first.items() if k not in ("schema", "version", "complete", "models",
+                                                                             *ONE_RUN_KEYS)})
+    doc.update(run_id=run_id, created=created, models=models)
+    golden = _golden_section(docs, command)
+    if golden is not None:
+        doc["golden"] = golden
+    doc["summary"] = {"verdicts": {}, "exit_code": None, "seconds": round(seconds, 3)}
+    ordered = {k: doc[k] for k in first if k in doc}  # the keys in the order one machine writes them
+    ordered.update({k: v for k, v in doc.items() if k not in ordered})
+    verdicts.summarize(ordered)
+    return ordered  # type: ignore[return-value]
+
+
+def _golden_section(docs: list[dict[str, Any]], command: str) -> dict[str, Any] | None:
+    sections = [d["golden"] for d in docs if d.get("golden")]
+    if not sections:
+        return None
+    out = dict(sections[0], update_command=command)
+    out["existed"] = any(s.get("existed") for s in sections)
+    out["updated"] = False  # the driver's write says so (write_golden)
+    refused = [s["refused"] for s in sections if s.get("refused")]
+    if refused:
+        out["refused"] = "; ".join(dict.fromkeys(refused))
+    else:
+        out.pop("refused", None)
+    return out
+
+
+def _replace_text(value: Any, old: str, new: str) -> Any:
+    """Every string inside ``value`` (dicts and lists, in place) with ``old`` replaced by ``new``."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            value[k] = _replace_text(v, old, new)
+    elif isinstance(value, list):
+        value[:] = [_replace_text(v, old, new) for v in value]
+    elif isinstance(value, str):
+        return value.replace(old, new)
+    return value
+
+
+def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.CellResult]) -> None:
+    """The driver, alone, records the golden: only when every cell recorded its part (each
+    passed its own checks), from the parts the cells sent back."""
+    section = doc.get("golden")
+    if not options.update_golden or section is None or section.get("refused"):
+        return
+    parts = []
+    with tempfile.TemporaryDirectory(prefix="reproci-cell-goldens-") as tmp:
+        for r in done:
+            d = Path(tmp) / r.name
+            d.mkdir()
+            for name, data in r.golden_files.items():
+                (d / name).write_bytes(data)
+            part = golden_store.load(d, options.image_name)
+            if part is None:
+                section["refused"] = f"golden not updated: cell {r.name} recorded none"
+                return
+            parts.append(part)
+        path = golden_store.write_combined(options.goldens_dir, options.image_name, doc, parts)
+    section.update(updated=True, file=str(path))
+    summary_keys = {"verdicts", "exit_code"}
+    if summary_keys <= set(doc.get("summary") or {}):
+        verdicts.summarize(doc)  # drift is now this update's evidence, as on one machine

@@ -1,0 +1,368 @@
+"""``reproci run --backend ray``: the run's cells as tasks on a Ray cluster.
+
+The driver (the machine where ``reproci run`` was typed) connects to the cluster named by
+``--address`` (else ``RAY_ADDRESS``, else a local cluster for trying it out), asks every node
+it may use for its Python, Ray and reproci versions (and, for ``--image``, whether a Docker
+engine answers there), and refuses with one line when they differ from its own. It then
+places each cell (one model of the run: one image, one device kind) on a node, round robin
+over the nodes that match ``--node-label`` and hold the cell's resources (``num_gpus`` for
+CUDA runs), pinned there so that a lost node can be named. Each task runs reproci's own
+``run`` for its model on that node, Docker or local backend (``cell.run``); its run
+directory and any golden it recorded come back, and the driver makes them one results file,
+one verdict and one golden (``combine``), as one machine would have.
+
+Ctrl-C cancels every task: each stops its run as Ctrl-C would (workers, containers, files)
+before the driver exits 130. A node that dies mid-cell is an infrastructure error for that
+cell (exit 5, the node named), never a verdict; the other cells' results are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .. import __version__, console, errors, results
+from ..errors import InfrastructureError, ReprociError, UsageError
+from ..golden.advice import shown
+from ..options import RunOptions
+from . import cell as cell_mod
+from . import combine
+
+PROBE_TIMEOUT_S = 120.0
+EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pt", "*.ckpt", ".cache", "node_modules"]
+
+
+@dataclass(frozen=True, eq=False)  # one per node: compared and hashed by identity
+class Node:
+    id: str
+    ip: str
+    labels: dict[str, str]
+    resources: dict[str, float]
+
+    @property
+    def name(self) -> str:
+        return f"{self.ip} ({self.id[:8]})"
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """The Ray backend's own options, checked once: where the cluster is and which nodes to use."""
+
+    address: str | None
+    node_labels: tuple[tuple[str, str], ...]
+
+
+def cluster_options(address: str | None, node_labels: Iterable[str], env: dict[str, str] | None = None) -> ClusterOptions:
+    env = dict(os.environ) if env is None else env
+    pairs = []
+    for text in node_labels:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--node-label {text!r} is not KEY=VALUE; write e.g. --node-label ray.io/accelerator-type=H100")
+        pairs.append((key.strip(), value.strip()))
+    return ClusterOptions(address=address or env.get("RAY_ADDRESS") or None, node_labels=tuple(pairs))
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise UsageError("--backend ray needs Ray on this machine and every node: pip install 'reproci[ray]' "
+                         "(the same Ray and Python versions everywhere)") from e
+    return ray
+
+
+def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
+    """Join the cluster (or start a local one), with the project as every task's working directory."""
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # each cell's lines are its own: never folded across cells
+    if console.is_log(sys.stderr):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # a CI log gets the cells' lines without colour codes
+    excludes = EXCLUDES + [f"/{p}" for p in _inside(options.project_root, options.results_dir)]
+    kwargs: dict[str, Any] = {"runtime_env": {"working_dir": str(options.project_root), "excludes": excludes},
+                              "logging_level": "ERROR", "log_to_driver": True}
+    if cluster.address is None:
+        kwargs["include_dashboard"] = False
+    try:
+        ray.init(address=cluster.address, **kwargs)
+    except ConnectionError as e:
+        raise InfrastructureError(f"cannot reach the Ray cluster at {cluster.address} ({_first_line(e)}); start it with "
+                                  "`ray start --head` there, or pass --address HOST:PORT") from e
+    except RuntimeError as e:
+        if "version mismatch" in str(e).lower():
+            raise InfrastructureError(f"this machine and the Ray cluster at {cluster.address} run different versions "
+                                      f"({_first_line(e)}); install the same Ray and Python on both") from e
+        raise InfrastructureError(f"cannot join the Ray cluster at {cluster.address or '(local)'}: {_first_line(e)}") from e
+    except ValueError as e:
+        raise InfrastructureError(f"the Ray cluster refused this run's project directory: {_first_line(e)}; "
+                                  "make the project smaller or add a .gitignore for large files") from e
+
+
+def _inside(root: Path, path: Path) -> list[str]:
+    try:
+        return [str(path.resolve().relative_to(root.resolve()))]
+    except ValueError:
+        return []
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def nodes(ray: Any, cluster: ClusterOptions) -> list[Node]:
+    """The live nodes whose labels match every ``--node-label``, in a stable order."""
+    found = [Node(id=n["NodeID"], ip=n.get("NodeManagerAddress", "?"), labels=dict(n.get("Labels") or {}),
+                  resources=dict(n.get("Resources") or {})) for n in ray.nodes() if n.get("Alive")]
+    matching = [n for n in found if all(n.labels.get(k) == v for k, v in cluster.node_labels)]
+    if not matching:
+        want = ", ".join(f"{k}={v}" for k, v in cluster.node_labels)
+        raise InfrastructureError(f"no live node of the Ray cluster has the labels {want} ({len(found)} node(s) alive); "
+                                  "start one with `ray start --labels KEY=VALUE`, or change --node-label")
+    return sorted(matching, key=lambda n: (n.ip, n.id))
+
+
+def probe() -> dict[str, Any]:
+    """On a node: what the driver compares with its own versions, and whether Docker answers."""
+    import platform
+
+    import ray
+
+    docker_ok: str | None = None
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.close()
+    except Exception as e:  # the SDK missing, the engine down: the node cannot run --image cells
+        docker_ok = _first_line(e)
+    return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__, "docker": docker_ok}
+
+
+def check_versions(probed: dict[Node, dict[str, Any]], own: dict[str, str]) -> None:
+    """One line naming the first node whose Python, Ray or reproci differs from the driver's."""
+    for node, got in probed.items():
+        differ = [f"{k} {got.get(k)} (this machine {own[k]})" for k in ("python", "ray", "reproci") if got.get(k) != own[k]]
+        if differ:
+            raise InfrastructureError(f"node {node.name} runs {', '.join(differ)}; install the same Python, Ray and "
+                                      "reproci versions on the driver and every node")
+
+
+def own_versions() -> dict[str, str]:
+    import platform
+
+    import ray
+
+    return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__}
+
+
+def usable(ray: Any, candidates: list[Node], options: RunOptions) -> list[Node]:
+    """The nodes that can run this run's cells: versions checked, Docker for --image, GPUs for CUDA."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(num_cpus=0, max_retries=0)(probe)
+    refs = {n: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote()
+            for n in candidates}
+    probed: dict[Node, dict[str, Any]] = {}
+    for node, ref in refs.items():
+        try:
+            probed[node] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
+        except Exception as e:
+            raise InfrastructureError(f"node {node.name} did not answer reproci's probe ({_first_line(e)}); check it "
+                                      "with `ray status`, or leave it out with --node-label") from e
+    check_versions(probed, own_versions())
+    gpus = options.world_size if options.device == "cuda" else 0
+    fit = [n for n in candidates if n.resources.get("GPU", 0) >= gpus and n.resources.get("CPU", 0) >= 1]
+    if options.image is not None:
+        fit = [n for n in fit if probed[n]["docker"] is None]
+    if not fit:
+        why = []
+        if gpus:
+            why.append(f"{gpus} GPU(s)")
+        if options.image is not None:
+            why.append("a Docker engine (" + "; ".join(f"{n.name}: {probed[n]['docker']}" for n in candidates
+                                                       if probed[n]["docker"]) + ")")
+        raise InfrastructureError(f"no node of the Ray cluster has {' and '.join(why) or 'a CPU free'} for these cells; "
+                                  "add such a node or change --node-label")
+    return fit
+
+
+def golden_files(options: RunOptions) -> dict[str, bytes]:
+    """The image's golden and its sidecar, as the cells need them to compare (nothing if none)."""
+    from ..golden import store as golden_store
+
+    path = golden_store.path_for(options.goldens_dir, options.image_name)
+    if not path.is_file():
+        return {}
+    files = {path.name: path.read_bytes()}
+    for side in options.goldens_dir.glob(f"{options.image_name}.*.npz"):
+        files[side.name] = side.read_bytes()
+    return files
+
+
+def cell_goldens_dir(options: RunOptions) -> str:
+    """The goldens directory as the cells name it: the driver's, relative to the project, so
+    that every path and command a cell writes reads the same on the driver."""
+    inside = _inside(options.project_root, options.goldens_dir)
+    return inside[0] if inside else "goldens"
+
+
+def cell_name(options: RunOptions, model: str) -> str:
+    return f"{model}@{options.image_name}"
+
+
+def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str, ...],
+              progress: Callable[[str], None]) -> tuple[results.ResultsDocument, Path, list[str]]:
+    """Run every cell on the cluster; return the combined document, its path, and one line per
+    cell lost (its node died, or its run ended without results)."""
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    started = time.monotonic()
+    connect(ray, cluster, options)
+    try:
+        fit = usable(ray, nodes(ray, cluster), options)
+        goldens = golden_files(options)
+        task = ray.remote(max_retries=0)(cell_mod.run)
+        gpus = options.world_size if options.device == "cuda" else 0
+        pending: dict[Any, tuple[cell_mod.CellSpec, Node]] = {}
+        for i, model in enumerate(options.models):
+            node = fit[i % len(fit)]
+            spec = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root), args=cell_args,
+                                     goldens_dir=cell_goldens_dir(options), golden_files=goldens,
+                                     update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
+            ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
+                               num_cpus=min(options.threads, max(1, int(node.resources.get("CPU", 1)))),
+                               num_gpus=gpus, name=f"cell {spec.name}").remote(spec)
+            pending[ref] = (spec, node)
+            progress(f"cell {spec.name}: placed on node {node.name}")
+        done, lost = _collect(ray, pending, progress)
+        return _finish(options, done, lost, pending, started)
+    finally:
+        ray.shutdown()
+
+
+def _collect(ray: Any, pending: dict[Any, tuple[cell_mod.CellSpec, Node]],
+             progress: Callable[[str], None]) -> tuple[list[cell_mod.CellResult], list[tuple[str, int]]]:
+    done: list[cell_mod.CellResult] = []
+    lost: list[tuple[str, int]] = []  # (line, exit code)
+    waiting = list(pending)
+    try:
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1, timeout=None)
+            for ref in ready:
+                spec, node = pending[ref]
+                try:
+                    r: cell_mod.CellResult = ray.get(ref)
+                except ray.exceptions.RayTaskError as e:  # the task itself failed on the node
+                    lost.append((f"cell {spec.name} failed on node {node.name}: {_first_line(e.cause or e)}",
+                                 errors.EXIT_RUN_ERROR))
+                    continue
+                except ray.exceptions.RayError as e:  # the worker or the whole node went away
+                    alive = any(n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes())
+                    what = "was lost" if alive else "was lost: the node died"
+                    lost.append((f"cell {spec.name} on node {node.name} {what} ({type(e).__name__}); "
+                                 "run the cell again", errors.EXIT_INFRA))
+                    progress(f"cell {spec.name}: lost with node {node.name}")
+                    continue
+                if r.run_tar is None:
+                    said = next((line for line in reversed(r.stderr_tail) if line.strip()), f"exit {r.exit_code}")
+                    lost.append((f"cell {spec.name} on node {node.name}: {said.removeprefix('error: ')}", r.exit_code))
+                else:
+                    done.append(r)
+                progress(f"cell {spec.name}: finished on node {node.name} in {r.seconds:.1f} s (exit {r.exit_code})")
+    except KeyboardInterrupt:
+        _cancel(ray, waiting)
+        raise
+    order = {spec.name: i for i, (spec, _) in enumerate(pending.values())}
+    return sorted(done, key=lambda r: order[r.name]), lost
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Cancel every task still running, then wait while each stops its run and its containers."""
+    for ref in refs:
+        try:
+            ray.cancel(ref)
+        except Exception:
+            pass
+    deadline = time.monotonic() + cell_mod.CANCEL_GRACE_S + 10
+    left = list(refs)
+    while left and time.monotonic() < deadline:
+        try:
+            _, left = ray.wait(left, num_returns=len(left), timeout=1.0)
+        except KeyboardInterrupt:
+            break  # a second Ctrl-C: leave now
+
+
+def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]],
+            pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
+            ) -> tuple[results.ResultsDocument, Path, list[str]]:
+    if not done:
+        line, code = lost[0] if lost else ("no cell returned results", errors.EXIT_INFRA)
+        more = f" (and {len(lost) - 1} more cell(s))" if len(lost) > 1 else ""
+        raise _error(code, line + more)
+    run_id = results.new_run_id(options.image_name)
+    run_dir = (options.results_dir / run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        docs = combine.unpack_cells(done, run_dir)
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        doc = combine.document(options, run_id, created, time.monotonic() - started, docs)
+        combine.write_golden(options, doc, done)
+        if lost:
+            doc["lost_cells"] = [line for line, _ in lost]
+            doc["summary"]["exit_code"] = errors.EXIT_INFRA  # as verdicts.document_exit_code reads it back
+        from ..orchestrate import publish
+
+        path = publish(options, run_dir, doc)
+        placed = {spec.name: node for spec, node in pending.values()}
+        _write_cells(run_dir, done, placed, lost)
+        return doc, path, [line for line, _ in lost]
+    except BaseException:
+        results.discard(run_dir)
+        raise
+
+
+def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[str, Node],
+                 lost: list[tuple[str, int]]) -> None:
+    """``cells.json`` beside the results: where each cell ran and for how long (not part of
+    results.json, which reads as one machine's)."""
+    import json
+
+    from .. import atomic
+
+    rows = [{"cell": r.name, "node_id": placed[r.name].id, "node_ip": placed[r.name].ip, "host": r.host,
+             "labels": placed[r.name].labels, "seconds": r.seconds, "exit_code": r.exit_code} for r in done]
+    atomic.write_text(run_dir / "cells.json", json.dumps({"cells": rows, "lost": [line for line, _ in lost]},
+                                                         indent=2) + "\n")
+
+
+def _error(code: int, line: str) -> ReprociError:
+    err = ReprociError(line)
+    err.return_code = code
+    return err
+
+
+def argv_of(params: Iterable[Any], values: dict[str, Any], skip: set[str]) -> tuple[str, ...]:
+    """The command-line flags that give ``values`` back to a click command with ``params``
+    (the options the user set, as the user set them; ``skip``: the names the cell sets itself)."""
+    out: list[str] = []
+    for p in params:
+        v = values.get(p.name)
+        if p.name in skip or v is None or v == () or v is False and p.is_flag and not p.secondary_opts:
+            continue
+        flag = p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0]
+        if p.is_flag:
+            out.append(flag if v else p.secondary_opts[0]) if p.secondary_opts else out.append(flag)
+        elif p.multiple:
+            for item in v:
+                out += [flag, str(item)]
+        else:
+            out += [flag, str(v)]
+    return tuple(out)
+
