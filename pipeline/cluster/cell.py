@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 STDERR_TAIL = 40  # lines of the cell's stderr that come back with its result
 CANCEL_GRACE_S = 60.0  # how long a cancelled cell's run has to stop its workers and containers
 PR_SET_PDEATHSIG = 1
+ORPHAN_POLL_S = 0.5
 PROGRESS = re.compile(r"\[\s*[\d.]+ s\] |error: ")  # a run's progress lines (reports/progress.py) and errors
 
 
@@ -67,6 +69,9 @@ def _die_with_parent() -> None:
     """In the child: SIGTERM when the task's process dies (its node lost), so the run stops its
     containers and removes its files like a cancelled CI job; then a session of its own, so a
     signal to the task's process group does not kill it before it can."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # a Ray worker's thread blocks signals, and exec keeps the mask
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
@@ -112,6 +117,8 @@ def run(spec: CellSpec, project: Path | None = None) -> CellResult:
         proc = subprocess.Popen(command(spec, "results"), cwd=where, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
         tail: list[str] = []
+        watchdog = threading.Thread(target=_stop_when_orphaned, args=(proc, os.getppid()), daemon=True)
+        watchdog.start()
         try:
             assert proc.stderr is not None
             for line in proc.stderr:
@@ -126,6 +133,16 @@ def run(spec: CellSpec, project: Path | None = None) -> CellResult:
                           golden_files=_goldens(spec, where) if spec.update_golden else {},
                           host=socket.gethostname(), node_ip=_node_ip(), seconds=round(time.monotonic() - started, 3),
                           stderr_tail=tail)
+
+
+def _stop_when_orphaned(proc: subprocess.Popen, parent: int) -> None:
+    """Stop the run if the process that started this one goes (a Ray worker's parent is its
+    node's raylet: the node is lost, and no one will read this cell's result)."""
+    while proc.poll() is None:
+        if os.getppid() != parent:
+            _stop(proc)
+            return
+        time.sleep(ORPHAN_POLL_S)
 
 
 def _stop(proc: subprocess.Popen) -> None:

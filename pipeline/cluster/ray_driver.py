@@ -264,8 +264,9 @@ def _collect(ray: Any, pending: dict[Any, tuple[cell_mod.CellSpec, Node]],
                                  errors.EXIT_RUN_ERROR))
                     continue
                 except ray.exceptions.RayError as e:  # the worker or the whole node went away
-                    alive = any(n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes())
-                    what = "was lost" if alive else "was lost: the node died"
+                    died = isinstance(e, ray.exceptions.NodeDiedError) or not any(
+                        n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes())
+                    what = "was lost: the node died" if died else "was lost"
                     lost.append((f"cell {spec.name} on node {node.name} {what} ({type(e).__name__}); "
                                  "run the cell again", errors.EXIT_INFRA))
                     progress(f"cell {spec.name}: lost with node {node.name}")

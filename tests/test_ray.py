@@ -1,0 +1,280 @@
+"""``reproci run --backend ray`` on a real Ray cluster: a head and labelled nodes started here, on
+the loopback address of a network namespace this module makes (Ray otherwise binds the host's
+own address), stopped by their process IDs. The cells run in the CPU test image through a real
+Docker engine and compare with the committed golden.
+
+Skipped, with the reason, where Ray is not installed or no Docker engine answers; required where
+REPROCI_REQUIRE_RAY=1 (.ci/run sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from reproci import errors
+
+from .helpers import ROOT, interruptible
+
+pytestmark = pytest.mark.docker
+IMAGE = "cpu-torch2.13"
+TAG = "reproci/cpu-torch2.13:1"
+PORT = 6379
+ENV_FOR_RAY = {  # a dead node is noticed within seconds, not the default half a minute
+    "RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_initial_delay_ms": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
+    # token authentication, as a cluster should run, with a token of this module's own
+    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex,
+}
+
+
+def _ray_bin() -> Path:
+    return Path(sys.executable).with_name("ray")
+
+
+class Cluster:
+    """A local Ray cluster in a network namespace of its own: ``node(label)`` starts a node
+    (``ray start --block``, its own process group), ``kill(node)`` takes one down at once."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.netns = f"reproci-{os.getpid()}"
+        self.prefix: list[str] = []
+        self.nodes: dict[str, subprocess.Popen] = {}
+        self.address = f"127.0.0.1:{PORT}"
+        self.temp_dir = Path(f"/tmp/rt{os.getpid()}")  # Ray's socket paths must stay short
+
+    def open(self) -> None:
+        made = subprocess.run(["ip", "netns", "add", self.netns], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.fail(f"cannot make a network namespace for the Ray cluster ({made.stderr.strip()}): "
+                        "these tests run as root, as CI does")
+        subprocess.run(["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"], check=True)
+        self.prefix = ["ip", "netns", "exec", self.netns]
+        self.node("head", head=True)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **ENV_FOR_RAY, "PYTHONPATH": str(ROOT), "CI": ""}
+
+    def node(self, role: str, *, head: bool = False) -> subprocess.Popen:
+        where = ["--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"] if head else \
+            [f"--address={self.address}"]
+        log = open(self.tmp / f"ray-{role}.log", "w")
+        proc = subprocess.Popen([*self.prefix, str(_ray_bin()), "start", "--block", *where, "--node-ip-address=127.0.0.1",
+                                 "--num-cpus=1", "--disable-usage-stats", f"--labels=reproci.test/role={role}"],
+                                env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.nodes[role] = proc
+        self._wait_for(len(self.nodes), f"node {role} (log: {log.name})")
+        return proc
+
+    def _wait_for(self, count: int, what: str) -> None:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            out = subprocess.run([*self.prefix, str(_ray_bin()), "status", f"--address={self.address}"],
+                                 capture_output=True, text=True, env=self.env())
+            if out.returncode == 0 and len(re.findall(r"^\s*1 node_", out.stdout, re.M)) >= count:
+                return
+            time.sleep(1)
+        pytest.fail(f"the Ray cluster did not show {count} node(s) in 90 s: {what}")
+
+    def kill(self, role: str) -> None:
+        os.killpg(self.nodes[role].pid, signal.SIGKILL)
+        self.nodes[role].wait()
+
+    def close(self) -> None:
+        for proc in reversed(list(self.nodes.values())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.nodes.values():
+            try:
+                proc.wait(timeout=5)  # a node drains for up to 30 s; these have nothing left to drain
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def reproci(self, cwd: Path, *args: str, **popen) -> subprocess.Popen:
+        """The real CLI, as the driver, inside the cluster's namespace."""
+        return subprocess.Popen([*self.prefix, sys.executable, "-m", "reproci.cli", "run", "--backend", "ray",
+                                 "--address", self.address, *args], cwd=cwd, env={**self.env(), "COLUMNS": "200"},
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    import docker
+
+    problem = None
+    try:
+        client = docker.from_env()
+        client.ping()
+        client.images.get(TAG)
+    except docker.errors.ImageNotFound:
+        problem = f"image {TAG} is missing: run `bash .ci/docker-setup.sh`"
+    except docker.errors.DockerException as e:
+        problem = f"no Docker engine answers ({e}): run `bash .ci/docker-setup.sh`"
+    if problem:
+        if os.environ.get("REPROCI_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"REPROCI_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(problem)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(engine, tmp_path_factory) -> Iterator[Cluster]:
+    try:
+        import ray  # noqa: F401
+    except ImportError as e:
+        if os.environ.get("REPROCI_REQUIRE_RAY") == "1":
+            pytest.fail(f"REPROCI_REQUIRE_RAY=1 but Ray does not import ({e}); `pip install -e '.[test]'` installs it")
+        pytest.skip(f"Ray is not installed ({e}): `pip install 'reproci[ray]'`")
+    c = Cluster(tmp_path_factory.mktemp("ray"))
+    try:
+        c.open()
+        c.node("worker")
+        yield c
+    finally:
+        c.close()
+    assert not _ray_processes(c.temp_dir), "a Ray process of the test cluster outlived it"
+
+
+def _ray_processes(temp_dir: Path) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(temp_dir) in line and "ps -eo" not in line]
+
+
+def project(tmp_path: Path) -> Path:
+    """A project holding the committed golden of the CPU image, and nothing else."""
+    (tmp_path / "goldens").mkdir(parents=True)
+    for f in (ROOT / "goldens").glob(f"{IMAGE}.*"):
+        shutil.copy(f, tmp_path / "goldens" / f.name)
+    return tmp_path
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def cells(cwd: Path) -> dict:
+    run = json.loads((cwd / "results" / "latest.json").read_text())["run_id"]
+    return json.loads((cwd / "results" / run / "cells.json").read_text())
+
+
+def test_two_cells_run_on_two_nodes_and_pass_against_the_committed_golden(cluster, tmp_path):
+    cwd = project(tmp_path)
+    code, out, err = finish(cluster.reproci(cwd, "--image", IMAGE, "-m", "conv", "-m", "embedding"))
+    assert code == 0, out + err
+    doc = json.loads((cwd / "results" / "latest.json").read_text())
+    assert [(m["model"], m["verdict"]) for m in doc["models"]] == [("conv", "PASS"), ("embedding", "PASS")]
+    assert doc["image"]["id"].startswith("sha256:") and doc["image"]["reference"] == TAG
+    placed = cells(cwd)["cells"]
+    assert {c["cell"] for c in placed} == {f"conv@{IMAGE}", f"embedding@{IMAGE}"}
+    assert len({c["node_id"] for c in placed}) == 2, placed  # one cell a node
+    assert re.search(r"cell conv@cpu-torch2.13: placed on node 127\.0\.0\.1 \(\w{8}\)", err), err
+    assert "golden recorded" not in out  # the driver writes goldens, and only when asked
+
+
+def _normalised(doc: dict) -> dict:
+    """A results document without what differs between any two runs: times, run ids, hosts."""
+    timing = re.compile(r"(^|_)(s|seconds|created|run_id|host|hostname|at)$|_s$")
+
+    def strip(v):
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if not timing.search(k)}
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        return v
+
+    return strip(doc)
+
+
+def test_a_cell_placed_by_label_gives_the_results_file_of_one_machine(cluster, tmp_path):
+    ray_cwd, one_cwd = project(tmp_path / "ray"), project(tmp_path / "one")
+    code, out, err = finish(cluster.reproci(ray_cwd, "--image", IMAGE, "-m", "embedding",
+                                            "--node-label", "reproci.test/role=worker"))
+    assert code == 0, out + err
+    assert [c["labels"]["reproci.test/role"] for c in cells(ray_cwd)["cells"]] == ["worker"]
+    one = subprocess.run([sys.executable, "-m", "reproci.cli", "run", "--image", IMAGE, "-m", "embedding"],
+                         cwd=one_cwd, env={**cluster.env(), "COLUMNS": "200"}, capture_output=True, text=True,
+                         timeout=600)
+    assert one.returncode == 0, one.stdout + one.stderr
+    on_ray = json.loads((ray_cwd / "results" / "latest.json").read_text())
+    on_one = json.loads((one_cwd / "results" / "latest.json").read_text())
+    assert _normalised(on_ray) == _normalised(on_one)
+    assert list(on_ray) == list(on_one)  # the same keys in the same order: the same file, times aside
+
+
+def _worker_containers(engine, since: float) -> list:
+    return [c for c in engine.containers.list(all=True, filters={"label": "reproci=worker"}, ignore_removed=True)
+            if c.attrs["Created"] and time.mktime(time.strptime(c.attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")) >= since - 5]
+
+
+def _wait_for_container(engine, since: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(c.status == "running" for c in _worker_containers(engine, since)):
+            return
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=60) if proc.poll() is not None else ("", "")
+    pytest.fail(f"no cell container started: {out}{err}")
+
+
+def _gone(engine, since: float, within: float = 90) -> list:
+    deadline = time.monotonic() + within
+    while True:
+        left = [c.name for c in _worker_containers(engine, since)]
+        cells_left = [line for line in _ps() if "reproci-cell-" in line or "--results-dir results --goldens-dir" in line]
+        if not left and not cells_left or time.monotonic() > deadline:
+            return left + cells_left
+        time.sleep(0.5)
+
+
+def _ps() -> list[str]:
+    return subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+
+
+def test_ctrl_c_cancels_every_cell_and_leaves_no_container_or_process(cluster, engine, tmp_path):
+    cwd = project(tmp_path)
+    since = time.time()
+    proc = cluster.reproci(cwd, "--image", IMAGE, "-m", "conv", "-m", "embedding", "--steps", "400",
+                           preexec_fn=interruptible)
+    _wait_for_container(engine, since, proc)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, timeout=120)
+    assert code == errors.EXIT_INTERRUPTED, out + err
+    assert "interrupted" in err
+    assert _gone(engine, since) == []
+    assert not [d for d in (cwd / "results").glob("*/")] if (cwd / "results").is_dir() else True, "a run folder stayed"
+
+
+def test_a_node_killed_mid_cell_is_an_infrastructure_error_that_names_it(cluster, engine, tmp_path):
+    cluster.node("victim")
+    cwd = project(tmp_path)
+    since = time.time()
+    proc = cluster.reproci(cwd, "--image", IMAGE, "-m", "conv", "--steps", "400",
+                           "--node-label", "reproci.test/role=victim")
+    _wait_for_container(engine, since, proc)
+    cluster.kill("victim")
+    code, out, err = finish(proc, timeout=180)
+    assert code == errors.EXIT_INFRA, out + err
+    placed = re.search(r"cell conv@cpu-torch2\.13: placed on node (127\.0\.0\.1 \(\w{8}\))", err)
+    assert placed, err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and placed.group(1) in lines[0] and "died" in lines[0], err
+    assert "PASS" not in out and "FAIL" not in out  # never a verdict
+    assert _gone(engine, since) == []  # the cell's run stopped its container when its task died
