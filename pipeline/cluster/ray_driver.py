@@ -26,27 +26,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .. import __version__, console, errors, results
+from .. import console, errors, results
 from ..errors import InfrastructureError, ReprociError, UsageError
 from ..golden.advice import shown
 from ..options import RunOptions
 from . import cell as cell_mod
 from . import combine
+from .placement import Node, first_line, nodes, usable
 
-PROBE_TIMEOUT_S = 120.0
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pt", "*.ckpt", ".cache", "node_modules"]
-
-
-@dataclass(frozen=True, eq=False)  # one per node: compared and hashed by identity
-class Node:
-    id: str
-    ip: str
-    labels: dict[str, str]
-    resources: dict[str, float]
-
-    @property
-    def name(self) -> str:
-        return f"{self.ip} ({self.id[:8]})"
 
 
 @dataclass(frozen=True)
@@ -90,15 +78,15 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
     try:
         ray.init(address=cluster.address, **kwargs)
     except ConnectionError as e:
-        raise InfrastructureError(f"cannot reach the Ray cluster at {cluster.address} ({_first_line(e)}); start it with "
+        raise InfrastructureError(f"cannot reach the Ray cluster at {cluster.address} ({first_line(e)}); start it with "
                                   "`ray start --head` there, or pass --address HOST:PORT") from e
     except RuntimeError as e:
         if "version mismatch" in str(e).lower():
             raise InfrastructureError(f"this machine and the Ray cluster at {cluster.address} run different versions "
-                                      f"({_first_line(e)}); install the same Ray and Python on both") from e
-        raise InfrastructureError(f"cannot join the Ray cluster at {cluster.address or '(local)'}: {_first_line(e)}") from e
+                                      f"({first_line(e)}); install the same Ray and Python on both") from e
+        raise InfrastructureError(f"cannot join the Ray cluster at {cluster.address or '(local)'}: {first_line(e)}") from e
     except ValueError as e:
-        raise InfrastructureError(f"the Ray cluster refused this run's project directory: {_first_line(e)}; "
+        raise InfrastructureError(f"the Ray cluster refused this run's project directory: {first_line(e)}; "
                                   "make the project smaller or add a .gitignore for large files") from e
 
 
@@ -107,89 +95,6 @@ def _inside(root: Path, path: Path) -> list[str]:
         return [str(path.resolve().relative_to(root.resolve()))]
     except ValueError:
         return []
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
-def nodes(ray: Any, cluster: ClusterOptions) -> list[Node]:
-    """The live nodes whose labels match every ``--node-label``, in a stable order."""
-    found = [Node(id=n["NodeID"], ip=n.get("NodeManagerAddress", "?"), labels=dict(n.get("Labels") or {}),
-                  resources=dict(n.get("Resources") or {})) for n in ray.nodes() if n.get("Alive")]
-    matching = [n for n in found if all(n.labels.get(k) == v for k, v in cluster.node_labels)]
-    if not matching:
-        want = ", ".join(f"{k}={v}" for k, v in cluster.node_labels)
-        raise InfrastructureError(f"no live node of the Ray cluster has the labels {want} ({len(found)} node(s) alive); "
-                                  "start one with `ray start --labels KEY=VALUE`, or change --node-label")
-    return sorted(matching, key=lambda n: (n.ip, n.id))
-
-
-def probe() -> dict[str, Any]:
-    """On a node: what the driver compares with its own versions, and whether Docker answers."""
-    import platform
-
-    import ray
-
-    docker_ok: str | None = None
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-        client.close()
-    except Exception as e:  # the SDK missing, the engine down: the node cannot run --image cells
-        docker_ok = _first_line(e)
-    return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__, "docker": docker_ok}
-
-
-def check_versions(probed: dict[Node, dict[str, Any]], own: dict[str, str]) -> None:
-    """One line naming the first node whose Python, Ray or reproci differs from the driver's."""
-    for node, got in probed.items():
-        differ = [f"{k} {got.get(k)} (this machine {own[k]})" for k in ("python", "ray", "reproci") if got.get(k) != own[k]]
-        if differ:
-            raise InfrastructureError(f"node {node.name} runs {', '.join(differ)}; install the same Python, Ray and "
-                                      "reproci versions on the driver and every node")
-
-
-def own_versions() -> dict[str, str]:
-    import platform
-
-    import ray
-
-    return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__}
-
-
-def usable(ray: Any, candidates: list[Node], options: RunOptions) -> list[Node]:
-    """The nodes that can run this run's cells: versions checked, Docker for --image, GPUs for CUDA."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    remote = ray.remote(num_cpus=0, max_retries=0)(probe)
-    refs = {n: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote()
-            for n in candidates}
-    probed: dict[Node, dict[str, Any]] = {}
-    for node, ref in refs.items():
-        try:
-            probed[node] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
-        except Exception as e:
-            raise InfrastructureError(f"node {node.name} did not answer reproci's probe ({_first_line(e)}); check it "
-                                      "with `ray status`, or leave it out with --node-label") from e
-    check_versions(probed, own_versions())
-    gpus = options.world_size if options.device == "cuda" else 0
-    fit = [n for n in candidates if n.resources.get("GPU", 0) >= gpus and n.resources.get("CPU", 0) >= 1]
-    if options.image is not None:
-        fit = [n for n in fit if probed[n]["docker"] is None]
-    if not fit:
-        why = []
-        if gpus:
-            why.append(f"{gpus} GPU(s)")
-        if options.image is not None:
-            why.append("a Docker engine (" + "; ".join(f"{n.name}: {probed[n]['docker']}" for n in candidates
-                                                       if probed[n]["docker"]) + ")")
-        raise InfrastructureError(f"no node of the Ray cluster has {' and '.join(why) or 'a CPU free'} for these cells; "
-                                  "add such a node or change --node-label")
-    return fit
 
 
 def golden_files(options: RunOptions) -> dict[str, bytes]:
@@ -226,7 +131,7 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str
     started = time.monotonic()
     connect(ray, cluster, options)
     try:
-        fit = usable(ray, nodes(ray, cluster), options)
+        fit = usable(ray, nodes(ray, cluster.node_labels), options)
         goldens = golden_files(options)
         task = ray.remote(max_retries=0)(cell_mod.run)
         gpus = options.world_size if options.device == "cuda" else 0
@@ -260,7 +165,7 @@ def _collect(ray: Any, pending: dict[Any, tuple[cell_mod.CellSpec, Node]],
                 try:
                     r: cell_mod.CellResult = ray.get(ref)
                 except ray.exceptions.RayTaskError as e:  # the task itself failed on the node
-                    lost.append((f"cell {spec.name} failed on node {node.name}: {_first_line(e.cause or e)}",
+                    lost.append((f"cell {spec.name} failed on node {node.name}: {first_line(e.cause or e)}",
                                  errors.EXIT_RUN_ERROR))
                     continue
                 except ray.exceptions.RayError as e:  # the worker or the whole node went away

@@ -32,7 +32,7 @@ def update_cmd(**kwargs: Any) -> None:
     Takes every option of `reproci run`. Refuses to record from a run that is not
     reproducible by itself (NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR) and says why.
     """
-    run_and_report({**kwargs, "update_golden": True}, click.get_current_context().command.params)
+    run_and_report({**kwargs, "update_golden": True})
 
 
 def _require(goldens_dir: Path, name: str) -> store.Golden:

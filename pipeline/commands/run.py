@@ -106,6 +106,7 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
 def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None = None) -> None:
     """Build the options once, run every stage, print the tables, exit with the verdict's code."""
     given = dict(kwargs)
+    params = click.get_current_context().command.params if params is None else params
     backend, cluster = _backend(kwargs)
     opts = options_mod.build(kwargs)
     out, err = console.stdout(), console.stderr()
@@ -114,7 +115,7 @@ def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None 
         if cluster is not None:
             from ..cluster import ray_driver
 
-            args = ray_driver.argv_of(params or [], given, DRIVER_ONLY) + (("--ci",) if opts.ci else ("--no-ci",))
+            args = ray_driver.argv_of(params, given, DRIVER_ONLY) + (("--ci",) if opts.ci else ("--no-ci",))
             document, path, lost = ray_driver.run_cells(opts, cluster, args, progress)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
@@ -142,7 +143,6 @@ def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None 
 
 @click.command("run")
 @run_options
-@click.pass_context
-def run_cmd(ctx: click.Context, **kwargs: Any) -> None:
+def run_cmd(**kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage (and any other --stage)."""
-    run_and_report(kwargs, ctx.command.params)
+    run_and_report(kwargs)

@@ -227,29 +227,6 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
     return path
 
 
-def write_combined(goldens_dir: Path, image_name: str, document: dict[str, Any], parts: list[Golden]) -> Path:
-    """Record the goldens that several cells recorded apart (``reproci run --backend ray``: one
-    model each, on their nodes) as one file, as one run of them all would have: each model's
-    entry and arrays as its cell recorded them, under this document's run id. Models of the old
-    file that no cell re-recorded are kept on the same terms as ``write``."""
-    path = path_for(goldens_dir, image_name)
-    with locked(goldens_dir, image_name):
-        try:
-            old = load(goldens_dir, image_name)
-        except GoldenError:
-            old = None
-        recorded = {name: g for part in parts for name, g in part.models.items()}
-        kept = {} if old is None else _kept_models(old, dict.fromkeys(recorded), document)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        arrays: dict[str, np.ndarray] = {}
-        models_yaml: dict[str, Any] = {}
-        for name, g in sorted({**kept, **recorded}.items()):
-            models_yaml[name] = {**g.entry, "run_id": document.get("run_id")} if name in recorded else g.entry
-            _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
-        _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
-    return path
-
-
 def _kept_models(old: Golden, records: dict[str, Any], document: dict[str, Any]) -> dict[str, ModelGolden]:
     """The models of the old file that this update keeps: those not re-recorded, which may
     only stay beside the new ones when image, packages and environment are the same."""

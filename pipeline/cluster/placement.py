@@ -1,0 +1,110 @@
+"""Which nodes of a Ray cluster a run's cells may use: the live nodes that carry every
+``--node-label``, each asked (by a task pinned to it) for its Python, Ray and reproci versions
+and, for ``--image``, whether a Docker engine answers there; a node that differs from the
+driver is refused in one line, before any cell starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__
+from ..errors import InfrastructureError
+from ..options import RunOptions
+
+PROBE_TIMEOUT_S = 120.0
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+@dataclass(frozen=True, eq=False)  # one per node: compared and hashed by identity
+class Node:
+    id: str
+    ip: str
+    labels: dict[str, str]
+    resources: dict[str, float]
+
+    @property
+    def name(self) -> str:
+        return f"{self.ip} ({self.id[:8]})"
+
+
+def nodes(ray: Any, node_labels: tuple[tuple[str, str], ...]) -> list[Node]:
+    """The live nodes whose labels match every ``--node-label``, in a stable order."""
+    found = [Node(id=n["NodeID"], ip=n.get("NodeManagerAddress", "?"), labels=dict(n.get("Labels") or {}),
+                  resources=dict(n.get("Resources") or {})) for n in ray.nodes() if n.get("Alive")]
+    matching = [n for n in found if all(n.labels.get(k) == v for k, v in node_labels)]
+    if not matching:
+        want = ", ".join(f"{k}={v}" for k, v in node_labels)
+        raise InfrastructureError(f"no live node of the Ray cluster has the labels {want} ({len(found)} node(s) alive); "
+                                  "start one with `ray start --labels KEY=VALUE`, or change --node-label")
+    return sorted(matching, key=lambda n: (n.ip, n.id))
+
+
+def probe() -> dict[str, Any]:
+    """On a node: what the driver compares with its own versions, and whether Docker answers."""
+    import platform
+
+    import ray
+
+    docker_ok: str | None = None
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.close()
+    except Exception as e:  # the SDK missing, the engine down: the node cannot run --image cells
+        docker_ok = first_line(e)
+    return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__, "docker": docker_ok}
+
+
+def check_versions(probed: dict[Node, dict[str, Any]], own: dict[str, str]) -> None:
+    """One line naming the first node whose Python, Ray or reproci differs from the driver's."""
+    for node, got in probed.items():
+        differ = [f"{k} {got.get(k)} (this machine {own[k]})" for k in ("python", "ray", "reproci") if got.get(k) != own[k]]
+        if differ:
+            raise InfrastructureError(f"node {node.name} runs {', '.join(differ)}; install the same Python, Ray and "
+                                      "reproci versions on the driver and every node")
+
+
+def own_versions() -> dict[str, str]:
+    import platform
+
+    import ray
+
+    return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__}
+
+
+def usable(ray: Any, candidates: list[Node], options: RunOptions) -> list[Node]:
+    """The nodes that can run this run's cells: versions checked, Docker for --image, GPUs for CUDA."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(num_cpus=0, max_retries=0)(probe)
+    refs = {n: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote()
+            for n in candidates}
+    probed: dict[Node, dict[str, Any]] = {}
+    for node, ref in refs.items():
+        try:
+            probed[node] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
+        except Exception as e:
+            raise InfrastructureError(f"node {node.name} did not answer reproci's probe ({first_line(e)}); check it "
+                                      "with `ray status`, or leave it out with --node-label") from e
+    check_versions(probed, own_versions())
+    gpus = options.world_size if options.device == "cuda" else 0
+    fit = [n for n in candidates if n.resources.get("GPU", 0) >= gpus and n.resources.get("CPU", 0) >= 1]
+    if options.image is not None:
+        fit = [n for n in fit if probed[n]["docker"] is None]
+    if not fit:
+        why = []
+        if gpus:
+            why.append(f"{gpus} GPU(s)")
+        if options.image is not None:
+            why.append("a Docker engine (" + "; ".join(f"{n.name}: {probed[n]['docker']}" for n in candidates
+                                                       if probed[n]["docker"]) + ")")
+        raise InfrastructureError(f"no node of the Ray cluster has {' and '.join(why) or 'a CPU free'} for these cells; "
+                                  "add such a node or change --node-label")
+    return fit

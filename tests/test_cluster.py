@@ -1,0 +1,116 @@
+"""The Ray backend's parts that need no cluster: a cell's command line given back from the
+user's options, the one-line refusals, version checks, a cell's directory, and a lost cell's
+exit code. The backend on a real cluster is tests/test_ray.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from reproci import errors, verdicts
+from reproci.cluster import cell, placement, ray_driver
+from reproci.commands.run import DRIVER_ONLY, run_cmd
+
+
+def parsed(*argv: str) -> dict:
+    return run_cmd.make_context("run", list(argv)).params
+
+
+@pytest.mark.parametrize("argv", [
+    ("--image", "cpu-torch2.13", "--steps", "8", "--resume-at", "4", "-s", "determinism", "-s", "throughput"),
+    ("--no-fork-server", "--compile", "--compile-mode", "max-autotune", "--threads", "2", "--seed", "7"),
+    ("--fork-server", "--amp", "bf16", "--bisect", "--cpu-isa", "avx2", "--timeout", "90.5", "--jobs", "2"),
+    ("--config", "ci/reproci.yaml", "--slowdown-fails", "--repetitions", "3", "--world-size", "2", "--device", "cuda"),
+])
+def test_a_cells_arguments_give_back_every_option_the_user_gave(argv):
+    given = parsed(*argv, "-m", "conv", "--results-dir", "out", "--update-golden", "--backend", "ray")
+    args = ray_driver.argv_of(run_cmd.params, given, DRIVER_ONLY)
+    back = parsed(*args)
+    assert {k: v for k, v in back.items() if k not in DRIVER_ONLY} == \
+        {k: v for k, v in given.items() if k not in DRIVER_ONLY}
+    assert not {"-m", "--results-dir", "--update-golden", "--backend"} & set(args)  # the cell sets its own
+
+
+def test_a_cell_runs_one_model_with_the_drivers_goldens_path_and_records_only_when_asked():
+    spec = cell.CellSpec(name="conv@local", model="conv", args=("--steps", "8"), goldens_dir="goldens")
+    assert cell.command(spec, "results")[3:] == ["run", "--steps", "8", "-m", "conv", "--results-dir", "results",
+                                                 "--goldens-dir", "goldens"]
+    assert cell.command(spec.__class__(**{**spec.__dict__, "update_golden": True}), "results")[-1] == "--update-golden"
+
+
+def test_a_cells_directory_links_the_project_and_holds_only_the_shipped_golden(tmp_path):
+    project, where = tmp_path / "project", tmp_path / "cell"
+    (project / "goldens").mkdir(parents=True)
+    (project / "goldens" / "local.yaml").write_text("the project's, not shipped")
+    (project / "results").mkdir()
+    (project / "reproci.yaml").write_text("steps: 8\n")
+    (project / "mymodel.py").write_text("")
+    where.mkdir()
+    spec = cell.CellSpec(name="m@local", model="mymodel.py:build", args=(), goldens_dir="goldens",
+                         golden_files={"local.yaml": b"shipped"})
+    cell.prepare(spec, project, where)
+    assert sorted(p.name for p in where.iterdir()) == ["goldens", "mymodel.py", "reproci.yaml"]
+    assert (where / "reproci.yaml").is_symlink() and (where / "reproci.yaml").read_text() == "steps: 8\n"
+    assert not (where / "goldens").is_symlink() and (where / "goldens" / "local.yaml").read_bytes() == b"shipped"
+
+
+def test_a_cells_run_directory_travels_as_a_tar_and_unpacks_in_place(tmp_path):
+    run = tmp_path / "results" / "20260101T000000Z-local-1"
+    (run / "conv").mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    (run / "conv" / "A.json").write_text("[1]")
+    data = cell._pack(tmp_path / "results")
+    cell.unpack(data, tmp_path / "out")
+    assert (tmp_path / "out" / "conv" / "A.json").read_text() == "[1]"
+    assert cell._pack(tmp_path / "nothing") is None
+
+
+@pytest.mark.parametrize("labels,fragment", [(["gpu"], "is not KEY=VALUE"), (["=x"], "is not KEY=VALUE")])
+def test_a_node_label_that_is_not_key_equals_value_is_refused(labels, fragment):
+    with pytest.raises(errors.UsageError, match=fragment):
+        ray_driver.cluster_options(None, labels, env={})
+
+
+def test_the_address_comes_from_the_flag_then_ray_address_then_a_local_cluster():
+    assert ray_driver.cluster_options("h:1", (), env={"RAY_ADDRESS": "e:2"}).address == "h:1"
+    assert ray_driver.cluster_options(None, (), env={"RAY_ADDRESS": "e:2"}).address == "e:2"
+    assert ray_driver.cluster_options(None, ("a=b",), env={}) == ray_driver.ClusterOptions(None, (("a", "b"),))
+
+
+def test_a_node_with_other_versions_is_refused_in_one_line_that_names_it():
+    node = placement.Node(id="abcdef0123456789", ip="10.0.0.7", labels={}, resources={})
+    own = {"python": "3.11.7", "ray": "2.60.0", "reproci": "0.1.0"}
+    placement.check_versions({node: dict(own)}, own)
+    with pytest.raises(errors.InfrastructureError) as e:
+        placement.check_versions({node: {**own, "ray": "2.59.0"}}, own)
+    assert str(e.value).startswith("node 10.0.0.7 (abcdef01) runs ray 2.59.0 (this machine 2.60.0)")
+    assert "\n" not in str(e.value)
+
+
+def test_without_ray_installed_the_backend_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(errors.UsageError, match=r"pip install 'reproci\[ray\]'"):
+        ray_driver._ray()
+
+
+def test_a_lost_cell_makes_the_results_an_infrastructure_failure_however_the_others_went():
+    doc = {"options": {}, "models": [{"model": "conv", "verdict": verdicts.PASS}]}
+    assert verdicts.document_exit_code(doc) == errors.EXIT_PASS
+    doc["lost_cells"] = ["cell embedding@local on node 10.0.0.7 (abcdef01) was lost: the node died"]
+    assert verdicts.document_exit_code(doc) == errors.EXIT_INFRA
+
+
+@pytest.mark.parametrize("argv,fragment", [
+    (("--address", "h:1"), "--address places cells on a Ray cluster: add --backend ray"),
+    (("--node-label", "a=b"), "--node-label places cells on a Ray cluster: add --backend ray"),
+    (("--backend", "docker"), "--backend docker runs in a container: name it with --image"),
+    (("--backend", "local", "--image", "cpu-torch2.13"), "--backend local runs without a container"),
+    (("--backend", "ray", "--node-label", "nolabel"), "--node-label 'nolabel' is not KEY=VALUE"),
+])
+def test_backend_options_that_do_not_fit_are_one_line_usage_errors(cli, tmp_path: Path, monkeypatch, argv, fragment):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("run", *argv)
+    assert code == errors.EXIT_USAGE and fragment in err and err.count("error:") == 1, err
+    assert not (tmp_path / "results").exists()
