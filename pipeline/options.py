@@ -24,6 +24,7 @@ from .worker.process.spec import FAULTS
 STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
+MAX_THREADS = 1024  # a bound on --threads: more than any host's cores; a typo is refused before a pool is made
 SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 - 1
 
 
@@ -228,6 +229,9 @@ def _resources(pick: Settings) -> dict[str, Any]:
     threads = int(pick("threads", 1))
     if threads < 1:
         raise UsageError(f"{pick.said('threads')} must be at least 1")
+    if threads > MAX_THREADS:
+        raise UsageError(f"{pick.said('threads')} {threads} is more than {MAX_THREADS} intra-op threads a run; "
+                         "give the number of cores a run should use (1 for goldens that hold on every host)")
     world_size = _world_size(pick)
     jobs = pick("jobs", None)
     jobs = default_jobs(threads * world_size) if jobs is None else int(jobs)
@@ -284,8 +288,17 @@ def _image(pick: Settings, env: Mapping[str, str]) -> dict[str, Any]:
     reference, entry = images.resolve(image) if image else (None, None)
     cpu_isa = _cpu_isa(pick, entry, env)
     return {"image": image, "image_reference": reference, "image_entry": entry,
-            "image_name": pick("image_name", None) or (golden_name(image, entry) if image else "local"),
+            "image_name": _image_name(pick) or (golden_name(image, entry) if image else "local"),
             "cpu_isa": None if cpu_isa == "native" else cpu_isa}
+
+
+def _image_name(pick: Settings) -> str | None:
+    """``--image-name``, which names a file in the goldens directory: no path of its own."""
+    name = pick("image_name", None)
+    if name is not None and (not str(name).strip() or "/" in str(name) or str(name).startswith(".")):
+        raise UsageError(f"{pick.said('image_name')} {name!r} names a golden file: use a name without slashes that does "
+                         "not start with a dot, e.g. cuda12.6-torch2.7")
+    return None if name is None else str(name)
 
 
 def _cpu_isa(pick: Settings, entry: images.ImageEntry | None, env: Mapping[str, str]) -> str | None:

@@ -173,6 +173,9 @@ def test_a_compile_mode_equal_to_the_default_is_accepted_without_compile(tmp_pat
     ("steps: 1\n", {"steps": 1}, "--steps must be at least 2 (got 1)"),  # the command line wins, and is named
     ("stages: [speed]\n", {}, "reproci.yaml: unknown stage 'speed'"),
     ("threads: 0\n", {}, "reproci.yaml: threads must be at least 1"),
+    ("", {"threads": 20000}, "--threads 20000 is more than 1024 intra-op threads a run"),
+    ("", {"image_name": "../cpu"}, "--image-name '../cpu' names a golden file: use a name without slashes"),
+    ("image_name: .hidden\n", {}, "reproci.yaml: image_name '.hidden' names a golden file"),
     ("seed: -3\n", {}, "reproci.yaml: seed -3 is out of range"),
     ("resume_at: 40\n", {}, "reproci.yaml: resume_at must be between 1 and steps-1 = 29 (got 40)"),
     ("compile: true\n", {"compile_mode": "max-autotune", "compile_": None}, None),  # the file's compile counts
