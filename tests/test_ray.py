@@ -105,9 +105,9 @@ class Cluster:
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
-    def reproci(self, cwd: Path, *args: str, **popen) -> subprocess.Popen:
+    def reproci(self, cwd: Path, *args: str, verb: tuple[str, ...] = ("run",), **popen) -> subprocess.Popen:
         """The real CLI, as the driver, inside the cluster's namespace."""
-        return subprocess.Popen([*self.prefix, sys.executable, "-m", "reproci.cli", "run", "--backend", "ray",
+        return subprocess.Popen([*self.prefix, sys.executable, "-m", "reproci.cli", *verb, "--backend", "ray",
                                  "--address", self.address, *args], cwd=cwd, env={**self.env(), "COLUMNS": "200"},
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
@@ -278,3 +278,24 @@ def test_a_node_killed_mid_cell_is_an_infrastructure_error_that_names_it(cluster
     assert len(lines) == 1 and placed.group(1) in lines[0] and "died" in lines[0], err
     assert "PASS" not in out and "FAIL" not in out  # never a verdict
     assert _gone(engine, since) == []  # the cell's run stopped its container when its task died
+
+
+def test_the_driver_alone_records_one_golden_from_the_cells_and_one_machine_passes_against_it(cluster, tmp_path):
+    """Local backend on the nodes (no image): each cell records its model's part in its own
+    directory; the project's goldens folder gets one file, written by the driver."""
+    short = ("-m", "embedding", "-m", "conv", "--steps", "8", "--resume-at", "4")
+    code, out, err = finish(cluster.reproci(tmp_path, *short, verb=("golden", "update")))
+    assert code == 0, out + err
+    assert "golden recorded: goldens/local.yaml" in out
+    import yaml
+
+    golden = yaml.safe_load((tmp_path / "goldens" / "local.yaml").read_text())
+    run_id = json.loads((tmp_path / "results" / "latest.json").read_text())["run_id"]
+    assert sorted(golden["models"]) == ["conv", "embedding"]
+    assert {m["run_id"] for m in golden["models"].values()} == {run_id} == {golden["recorded"]["run_id"]}
+    assert len(list((tmp_path / "goldens").glob("local.*.npz"))) == 1
+    one = subprocess.run([sys.executable, "-m", "reproci.cli", "run", *short], cwd=tmp_path,
+                         env={**cluster.env(), "COLUMNS": "200"}, capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stdout + one.stderr
+    doc = json.loads((tmp_path / "results" / "latest.json").read_text())
+    assert [(m["model"], m["verdict"]) for m in doc["models"]] == [("embedding", "PASS"), ("conv", "PASS")]
