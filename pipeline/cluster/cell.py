@@ -122,8 +122,8 @@ def run(spec: CellSpec, project: Path | None = None) -> CellResult:
         try:
             assert proc.stderr is not None
             for line in proc.stderr:
-                if PROGRESS.match(line):  # Ray forwards it to the driver; the findings come in the results
-                    print(f"[{spec.name}] {line.rstrip()}", file=sys.stderr, flush=True)
+                if PROGRESS.match(line):  # Ray forwards it to the driver, after the task's name (the cell's)
+                    print(line.rstrip(), file=sys.stderr, flush=True)
                 tail = (tail + [line.rstrip()])[-STDERR_TAIL:]
             code = proc.wait()
         except BaseException:
