@@ -114,3 +114,19 @@ def test_backend_options_that_do_not_fit_are_one_line_usage_errors(cli, tmp_path
     code, out, err = cli("run", *argv)
     assert code == errors.EXIT_USAGE and fragment in err and err.count("error:") == 1, err
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("threads,world,jobs,given,node_cpus,want", [
+    (1, 1, 3, False, 8, (3, ("--jobs", "3"))),   # A, B and another run beside: three cores
+    (1, 1, 3, False, 2, (2, ("--jobs", "2"))),   # the node's two cores, and the runs they hold
+    (4, 1, 3, False, 8, (8, ("--jobs", "2"))),
+    (1, 2, 1, True, 16, (2, ())),                 # --jobs given: kept, and its cores asked for
+    (8, 1, 1, False, 4, (4, ("--jobs", "1"))),    # more threads than the node: all of it, one run
+])
+def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, given, node_cpus, want):
+    from reproci.options import RunOptions
+    from reproci.models import resolve_all
+
+    options = RunOptions(models=resolve_all(("conv",)), threads=threads, world_size=world, jobs=jobs)
+    node = placement.Node(id="n" * 16, ip="10.0.0.1", labels={}, resources={"CPU": float(node_cpus)})
+    assert ray_driver.cell_cpus(options, node, given) == want

@@ -72,7 +72,7 @@ class Cluster:
             [f"--address={self.address}"]
         log = open(self.tmp / f"ray-{role}.log", "w")
         proc = subprocess.Popen([*self.prefix, str(_ray_bin()), "start", "--block", *where, "--node-ip-address=127.0.0.1",
-                                 "--num-cpus=1", "--disable-usage-stats", f"--labels=reproci.test/role={role}"],
+                                 "--num-cpus=2", "--disable-usage-stats", f"--labels=reproci.test/role={role}"],
                                 env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.nodes[role] = proc
         self._wait_for(len(self.nodes), f"node {role} (log: {log.name})")

@@ -117,6 +117,17 @@ def cell_goldens_dir(options: RunOptions) -> str:
     return inside[0] if inside else "goldens"
 
 
+def cell_cpus(options: RunOptions, node: Node, jobs_given: bool) -> tuple[int, tuple[str, ...]]:
+    """The CPUs a cell asks of its node, so that cells never share cores a run counts on (the
+    throughput stage times them): its runs at once × ``--threads`` × ``--world-size``, at most
+    the node's; and, unless ``--jobs`` was given, the ``--jobs`` that fits them."""
+    per_run = options.threads * options.world_size
+    node_cpus = max(1, int(node.resources.get("CPU", 1)))
+    runs = options.jobs if jobs_given else min(3, max(1, node_cpus // per_run))
+    cpus = max(1, min(node_cpus, per_run * runs))
+    return cpus, () if jobs_given else ("--jobs", str(max(1, cpus // per_run)))
+
+
 def cell_name(options: RunOptions, model: str) -> str:
     return f"{model}@{options.image_name}"
 
@@ -138,12 +149,12 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str
         pending: dict[Any, tuple[cell_mod.CellSpec, Node]] = {}
         for i, model in enumerate(options.models):
             node = fit[i % len(fit)]
-            spec = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root), args=cell_args,
-                                     goldens_dir=cell_goldens_dir(options), golden_files=goldens,
+            cpus, jobs = cell_cpus(options, node, "--jobs" in cell_args)
+            spec = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
+                                     args=cell_args + jobs, goldens_dir=cell_goldens_dir(options), golden_files=goldens,
                                      update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
             ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
-                               num_cpus=min(options.threads, max(1, int(node.resources.get("CPU", 1)))),
-                               num_gpus=gpus, name=f"cell {spec.name}").remote(spec)
+                               num_cpus=cpus, num_gpus=gpus, name=f"cell {spec.name}").remote(spec)
             pending[ref] = (spec, node)
             progress(f"cell {spec.name}: placed on node {node.name}")
         done, lost = _collect(ray, pending, progress)
