@@ -130,3 +130,16 @@ def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, g
     options = RunOptions(models=resolve_all(("conv",)), threads=threads, world_size=world, jobs=jobs)
     node = placement.Node(id="n" * 16, ip="10.0.0.1", labels={}, resources={"CPU": float(node_cpus)})
     assert ray_driver.cell_cpus(options, node, given) == want
+
+
+def test_an_address_where_no_cluster_answers_is_one_infrastructure_error_at_once(cli, tmp_path, monkeypatch):
+    import socket
+
+    pytest.importorskip("ray", reason="Ray is not installed: `pip install -e '.[test]'` installs it")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("run", "--backend", "ray", "--address", f"127.0.0.1:{port}", "-m", "embedding")
+    assert code == errors.EXIT_INFRA and err.startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}"), err
+    assert err.count("error:") == 1 and not (tmp_path / "results").exists()

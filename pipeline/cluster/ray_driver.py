@@ -34,6 +34,7 @@ from . import cell as cell_mod
 from . import combine
 from .placement import Node, first_line, nodes, usable
 
+CONNECT_TIMEOUT_S = 10.0
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pt", "*.ckpt", ".cache", "node_modules"]
 
 
@@ -75,6 +76,8 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
                               "logging_level": "ERROR", "log_to_driver": True}
     if cluster.address is None:
         kwargs["include_dashboard"] = False
+    else:
+        _reachable(cluster.address)
     try:
         ray.init(address=cluster.address, **kwargs)
     except ConnectionError as e:
@@ -88,6 +91,20 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
     except ValueError as e:
         raise InfrastructureError(f"the Ray cluster refused this run's project directory: {first_line(e)}; "
                                   "make the project smaller or add a .gitignore for large files") from e
+
+
+def _reachable(address: str) -> None:
+    """A ``HOST:PORT`` that does not answer is refused at once (Ray itself waits a minute and more)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", ray://...: Ray's own forms
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise InfrastructureError(f"cannot reach the Ray cluster at {address} ({e.strerror or e}); start its head with "
+                                  "`ray start --head --port PORT` there, or pass the right --address HOST:PORT") from e
 
 
 def _inside(root: Path, path: Path) -> list[str]:
