@@ -17,7 +17,7 @@ from reference_models import REGISTRY
 from . import cpu_flags, images
 from .config_file import CONFIG_FILE, CONFIG_KEYS, Settings, load_config  # noqa: F401 (re-exported)
 from .errors import ConfigError, InfrastructureError, UsageError
-from .golden.folder import require_folder
+from .golden.folder import golden_file_name, require_folder
 from .models import ModelRef, resolve_all
 from .worker.process.spec import FAULTS
 
@@ -288,17 +288,9 @@ def _image(pick: Settings, env: Mapping[str, str]) -> dict[str, Any]:
     reference, entry = images.resolve(image) if image else (None, None)
     cpu_isa = _cpu_isa(pick, entry, env)
     return {"image": image, "image_reference": reference, "image_entry": entry,
-            "image_name": _image_name(pick) or (golden_name(image, entry) if image else "local"),
+            "image_name": golden_file_name(pick("image_name", None), pick.said("image_name"))
+            or (golden_name(image, entry) if image else "local"),
             "cpu_isa": None if cpu_isa == "native" else cpu_isa}
-
-
-def _image_name(pick: Settings) -> str | None:
-    """``--image-name``, which names a file in the goldens directory: no path of its own."""
-    name = pick("image_name", None)
-    if name is not None and (not str(name).strip() or "/" in str(name) or str(name).startswith(".")):
-        raise UsageError(f"{pick.said('image_name')} {name!r} names a golden file: use a name without slashes that does "
-                         "not start with a dot, e.g. cuda12.6-torch2.7")
-    return None if name is None else str(name)
 
 
 def _cpu_isa(pick: Settings, entry: images.ImageEntry | None, env: Mapping[str, str]) -> str | None:

@@ -5,14 +5,16 @@ driver is refused in one line, before any cell starts."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .. import __version__
 from ..errors import InfrastructureError
 from ..options import RunOptions
 
 PROBE_TIMEOUT_S = 120.0
+RETRY_S = 1.0  # between asks of a node that is not yet schedulable
 
 
 def first_line(e: BaseException) -> str:
@@ -52,14 +54,41 @@ def probe() -> dict[str, Any]:
 
     docker_ok: str | None = None
     try:
-        import docker
+        from ..backends.docker_engine import Engine
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-        client.close()
+        Engine.connect().close()
     except Exception as e:  # the SDK missing, the engine down: the node cannot run --image cells
         docker_ok = first_line(e)
     return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__, "docker": docker_ok}
+
+
+def probe_all(ray: Any, candidates: list[Node]) -> tuple[dict[Node, dict[str, Any]], dict[Node, str]]:
+    """Each node's answer to ``probe`` (a task pinned to it), and why each that gave none did not.
+    A node that joined a moment ago is not yet schedulable: it is asked again until the deadline."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    remote = ray.remote(num_cpus=0, max_retries=0)(probe)
+    probed: dict[Node, dict[str, Any]] = {}
+    failed: dict[Node, str] = {}
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    left = list(candidates)
+    while left:
+        refs = {n: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote()
+                for n in left}
+        left = []
+        for node, ref in refs.items():
+            try:
+                probed[node] = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+            except ray.exceptions.TaskUnschedulableError as e:
+                if time.monotonic() < deadline - RETRY_S:
+                    left.append(node)
+                else:
+                    failed[node] = first_line(e)
+            except Exception as e:
+                failed[node] = first_line(e)
+        if left:
+            time.sleep(RETRY_S)
+    return probed, failed
 
 
 def check_versions(probed: dict[Node, dict[str, Any]], own: dict[str, str]) -> None:
@@ -79,21 +108,17 @@ def own_versions() -> dict[str, str]:
     return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__}
 
 
-def usable(ray: Any, candidates: list[Node], options: RunOptions) -> list[Node]:
+def usable(ray: Any, candidates: list[Node], options: RunOptions, progress: Callable[[str], None]) -> list[Node]:
     """The nodes that can run this run's cells: versions checked, Docker for --image, GPUs for CUDA."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    remote = ray.remote(num_cpus=0, max_retries=0)(probe)
-    refs = {n: remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.id, soft=False)).remote()
-            for n in candidates}
-    probed: dict[Node, dict[str, Any]] = {}
-    for node, ref in refs.items():
-        try:
-            probed[node] = ray.get(ref, timeout=PROBE_TIMEOUT_S)
-        except Exception as e:
-            raise InfrastructureError(f"node {node.name} did not answer reproci's probe ({first_line(e)}); check it "
-                                      "with `ray status`, or leave it out with --node-label") from e
+    probed, failed = probe_all(ray, candidates)
+    for node, why in failed.items():
+        progress(f"node {node.name} left out: it did not answer reproci's probe ({why})")
+    if not probed:
+        node, why = next(iter(failed.items()))
+        raise InfrastructureError(f"no node answered reproci's probe: node {node.name}: {why}; check the nodes with "
+                                  "`ray status`, or choose others with --node-label")
     check_versions(probed, own_versions())
+    candidates = [n for n in candidates if n in probed]
     gpus = options.world_size if options.device == "cuda" else 0
     fit = [n for n in candidates if n.resources.get("GPU", 0) >= gpus and n.resources.get("CPU", 0) >= 1]
     if options.image is not None:

@@ -159,7 +159,7 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str
     started = time.monotonic()
     connect(ray, cluster, options)
     try:
-        fit = usable(ray, nodes(ray, cluster.node_labels), options)
+        fit = usable(ray, nodes(ray, cluster.node_labels), options, progress)
         goldens = golden_files(options)
         task = ray.remote(max_retries=0)(cell_mod.run)
         gpus = options.world_size if options.device == "cuda" else 0

@@ -13,3 +13,11 @@ def require_folder(goldens_dir: Path, said: str = "--goldens-dir") -> None:
     (the flag, or the config file's key)."""
     if goldens_dir.exists() and not goldens_dir.is_dir():
         raise UsageError(f"{said} {goldens_dir} is a file, not a directory; name the directory that holds the goldens")
+
+
+def golden_file_name(name: object, said: str) -> str | None:
+    """``--image-name`` (``said``: as the user gave it), which names a golden file: no path of its own."""
+    if name is not None and (not str(name).strip() or "/" in str(name) or str(name).startswith(".")):
+        raise UsageError(f"{said} {name!r} names a golden file: use a name without slashes that does not start "
+                         "with a dot, e.g. cuda12.6-torch2.7")
+    return None if name is None else str(name)
