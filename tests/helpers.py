@@ -66,6 +66,29 @@ def installed(*names: str) -> list[Any]:
     return [importlib.import_module(n) for n in names]
 
 
+def docker_client(*images: str) -> Any:
+    """The Docker SDK client, with ``images`` present; skip (or fail under REPROCI_REQUIRE_DOCKER=1)
+    without an engine or an image. The caller closes it."""
+    import docker
+
+    problem = None
+    try:
+        client = docker.from_env()
+        client.ping()
+        for ref in images:
+            try:
+                client.images.get(ref)
+            except docker.errors.ImageNotFound:
+                problem = f"image {ref} is missing: run `bash .ci/docker-setup.sh`"
+    except docker.errors.DockerException as e:
+        problem = f"no Docker engine answers ({e}): run `bash .ci/docker-setup.sh`"
+    if problem:
+        if os.environ.get("REPROCI_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"REPROCI_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(problem)
+    return client
+
+
 def said(stderr: str) -> list[str]:
     """What reproci said on stderr, its progress lines (``[  12.3 s] conv: run A ...``) aside."""
     return [line for line in stderr.strip().splitlines() if not re.match(r"^\[\s*\d+\.\d s\] ", line)]

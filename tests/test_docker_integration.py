@@ -24,7 +24,7 @@ import pytest
 
 from reproci import errors
 
-from .helpers import PLUGINS, ROOT, interruptible, left_behind, model_entry
+from .helpers import PLUGINS, ROOT, docker_client, interruptible, left_behind, model_entry
 
 pytestmark = pytest.mark.docker
 IMAGE = "reproci/cpu-torch2.13:1"
@@ -36,23 +36,7 @@ FAULTY = PLUGINS / "faulty.py"
 @pytest.fixture(scope="module")
 def engine():
     """The Docker SDK client; skip (or fail under REPROCI_REQUIRE_DOCKER=1) without an engine and the image."""
-    import docker
-
-    problem = None
-    try:
-        client = docker.from_env()
-        client.ping()
-        for ref in (IMAGE, BASE):
-            try:
-                client.images.get(ref)
-            except docker.errors.ImageNotFound:
-                problem = f"image {ref} is missing: run `bash .ci/docker-setup.sh`"
-    except docker.errors.DockerException as e:
-        problem = f"no Docker engine answers ({e}): run `bash .ci/docker-setup.sh`"
-    if problem:
-        if os.environ.get("REPROCI_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"REPROCI_REQUIRE_DOCKER=1 but {problem}")
-        pytest.skip(problem)
+    client = docker_client(IMAGE, BASE)
     yield client
     client.close()
 

@@ -25,7 +25,7 @@ import pytest
 
 from reproci import errors
 
-from .helpers import ROOT, interruptible
+from .helpers import ROOT, docker_client, interruptible
 
 pytestmark = pytest.mark.docker
 IMAGE = "cpu-torch2.13"
@@ -114,21 +114,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def engine():
-    import docker
-
-    problem = None
-    try:
-        client = docker.from_env()
-        client.ping()
-        client.images.get(TAG)
-    except docker.errors.ImageNotFound:
-        problem = f"image {TAG} is missing: run `bash .ci/docker-setup.sh`"
-    except docker.errors.DockerException as e:
-        problem = f"no Docker engine answers ({e}): run `bash .ci/docker-setup.sh`"
-    if problem:
-        if os.environ.get("REPROCI_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"REPROCI_REQUIRE_DOCKER=1 but {problem}")
-        pytest.skip(problem)
+    client = docker_client(TAG)
     yield client
     client.close()
 
