@@ -131,9 +131,11 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
             started.append(time.monotonic())
             if on_launch is not None:
                 on_launch()
+        called = time.monotonic()
         result = ctx.backend.launch(spec, spec_file, timeout=ctx.timeout, on_start=on_start,
                                     on_step=lambda step, stop: ctx.on_step(spec.model_name, spec.role, step, stop))
-        launched = started[0] if started else time.monotonic() - result.seconds
+        ended = time.monotonic()
+        launched = started[0] if started else ended - result.seconds
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:g} s; raise --timeout or use a smaller profile",
                            kind="timeout")
@@ -161,14 +163,15 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         where = f"; traceback in {_shown(Path(record.get('record_file') or out))}" if kind == "crash" and record.get(
             "traceback") else ""
         raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}{where}", kind=kind)
-    record["wall_s"] = result.seconds
+    record["wall_s"] = ended - launched  # the run's own process, from its start to its end
+    record["start_wait_s"] = launched - called  # a fork server's or container's start, paid before it
     record["launch"] = result.launch
     record["launched_at"] = launched  # time.monotonic() as the process started (after any wait for a slot)
     done = len(record.get("losses") or [])
     train_s = (record.get("timings") or {}).get("train_s")
     rate = record.get("steps_per_s") or (done / train_s if done and train_s else None)
     ctx.progress(f"{spec.model_name}: run {spec.role} done: {done} steps, "
-                 f"{f'{rate:.1f} steps/s, ' if rate else ''}{result.seconds:.1f} s")
+                 f"{f'{rate:.1f} steps/s, ' if rate else ''}{record['wall_s']:.1f} s")
     return record
 
 

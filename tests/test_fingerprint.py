@@ -1,5 +1,7 @@
+import pytest
 import torch
 
+from reproci.worker.data import batchsum
 from reproci.worker.data.batchsum import batch_checksum
 from reproci.worker.state.bits import flat_int
 from reproci.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
@@ -148,6 +150,27 @@ def test_batch_checksum_sees_one_ulp_and_handles_every_dtype():
               torch.arange(5, dtype=torch.uint8), torch.arange(-3, 3, dtype=torch.int8), torch.tensor(1.5)):
         assert batch_checksum(t).dtype == torch.int64
     assert batch_checksum(torch.tensor([2**40, 0])).item() != batch_checksum(torch.tensor([0, 2**40])).item()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_cpu_batch_checksums_equal_the_reference_arithmetic(seed):
+    """On the CPU both batch checksums run in numpy; their values are those of the torch
+    ops every other device runs, for every width, sign, shape and extreme value."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = [
+        torch.randn(64, 7, generator=g), torch.randn(3, 4, 5, generator=g).to(torch.bfloat16),
+        torch.randint(-2**62, 2**62, (33, 6), generator=g), torch.tensor([2**63 - 1, -2**63, 0, -1]),
+        torch.randint(0, 255, (17, 3), generator=g, dtype=torch.uint8), torch.rand(9, generator=g) > 0.5,
+        torch.randint(-128, 127, (5, 2), generator=g, dtype=torch.int8), torch.randn(8, 3, generator=g).half(),
+        torch.tensor(1.5), torch.zeros(0, 4), torch.randn(6, 2, generator=g, dtype=torch.float64),
+        torch.randint(-2**31, 2**31 - 1, (40,), generator=g, dtype=torch.int32),
+        torch.randn(4, 6, generator=g).t(),  # not contiguous
+    ]
+    for t in tensors:
+        assert batchsum._cpu_checksum([t], {}).item() == batchsum._device_checksum([t]).item(), t.dtype
+        assert batchsum._cpu_contents([t]).item() == batchsum._device_contents([t]).item(), t.dtype
+    assert batchsum._cpu_checksum(tensors, {}).item() == batchsum._device_checksum(tensors).item()
+    assert batchsum._cpu_contents(tensors).item() == batchsum._device_contents(tensors).item()
 
 
 def test_initial_row_sees_an_unseeded_initialisation():

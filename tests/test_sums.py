@@ -14,7 +14,10 @@ def _mixed(seed: int) -> list[torch.Tensor]:
     return [torch.randn(1000, generator=g), torch.empty(0), torch.randn(3, 5, generator=g).to(torch.bfloat16),
             torch.randn(7, generator=g, dtype=torch.float64), torch.rand(9, generator=g) > 0.5,
             torch.randint(-2**62, 2**62, (11,), generator=g), torch.randint(0, 255, (5,), generator=g).to(torch.uint8),
-            torch.randn(2, generator=g).half(), torch.empty(0, dtype=torch.float64), torch.tensor(3.0)]
+            torch.randn(2, generator=g).half(), torch.empty(0, dtype=torch.float64), torch.tensor(3.0),
+            # large enough to be reduced where they lie, of each width
+            torch.randn(5000, generator=g), torch.randint(-2**62, 2**62, (4100,), generator=g),
+            torch.randn(4096, generator=g).to(torch.bfloat16), torch.rand(6000, generator=g) > 0.5]
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -99,7 +99,8 @@ def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
         "final_sha256": record.get("final_sha256"),
         "start_step": record.get("start_step"),
         "end_step": record.get("end_step"),
-        "wall_s": round(record.get("wall_s", 0.0), 3),
+        "wall_s": round(record.get("wall_s", 0.0), 3),  # the run's process, start to end
+        "start_wait_s": round(record.get("start_wait_s", 0.0), 3),  # its server's or container's start before it
         "setup_s": round(t.get("setup_s", 0.0), 3),
         "train_s": round(t.get("train_s", 0.0), 3),
         "attested": bool(record.get("attestation", {}).get("ok")),

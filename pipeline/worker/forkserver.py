@@ -264,7 +264,9 @@ def main(argv: list[str]) -> int:
     request = Server(control).serve()
     if request is None:
         return 0
-    return run_child({**request, "blas_threads": blas_threads})
+    from .__main__ import leave
+
+    leave(run_child({**request, "blas_threads": blas_threads}))  # as the run's own interpreter would end
 
 
 if __name__ == "__main__":

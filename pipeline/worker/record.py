@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS, batch_checksum, conte
 from .state.checkpoint import LoopPosition
 from .contract import TrainSetup
 from .controls import ControlWatch
+from .evaluate import evaluate
 from .faults import Faults
 from .state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
 from .process.spec import WorkerSpec
@@ -154,3 +156,16 @@ def _timing_fields(clock: StepClock, start: Start, steps_taken: int, batch_size:
         "peak_memory_kind": peak[1],
         "profiled_steps": max(clock.profile_steps - 1, 0),
     }
+
+
+def evaluated(out: dict[str, Any], spec: WorkerSpec, setup: TrainSetup, clock: StepClock, build_s: float) -> None:
+    """The held-out evaluation the spec asks for, after the final hash (it never touches it),
+    and the timings of a run's time outside its steps: the plugin's factory (``build_s``, of
+    set-up), the checkpoints (``checkpoint_s``, of training), the checks, final hash and
+    record after the last step (``finish_s``) and the plugin's eval_fn (``eval_s``)."""
+    t_eval = time.perf_counter()
+    if spec.evaluate:
+        out["eval"] = evaluate(setup, spec.model_ref)
+    eval_s = time.perf_counter() - t_eval
+    out["timings"].update(build_s=build_s, checkpoint_s=clock.checkpoint_s, eval_s=eval_s,
+                          finish_s=t_eval - clock.ended)

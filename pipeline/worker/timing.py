@@ -49,6 +49,7 @@ class StepClock:
         self.step_times: list[float] = []
         self.data_times: list[float] = []  # the part of each timed step spent waiting for its batch
         self.ended = since  # set by stop()
+        self.checkpoint_s = 0.0  # of the training time, what writing checkpoints took
         self.peak: tuple[int | None, str | None] | None = None
         self.ops: list[dict[str, Any]] | None = None
         self._profiler: Any = None

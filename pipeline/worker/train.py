@@ -22,7 +22,6 @@ from .data.batches import Accumulated, EpochEnds, epoch_batches, next_batch
 from .state.checkpoint import LoopPosition, Resume, extra_sha256
 from .contract import ModelContext, TrainSetup, load_factory, loss_of, validate
 from .controls import ControlWatch
-from .evaluate import evaluate
 from .faults import Faults
 from .process.progress import StepLine
 from .process.spec import WorkerSpec, resolve
@@ -75,7 +74,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
            faults: Faults, start: record.Start, rank: distributed.Rank) -> dict[str, Any]:
     """Set the model up (or restore it), take the steps, then hash and record the result."""
     listings = perturb.reverse_listings() if spec.reverse_listing else None
-    setup, own = _set_up(spec, spec_file, device, rank)
+    setup, own, build_s = _set_up(spec, spec_file, device, rank)
     spec = dataclasses.replace(spec, checkpoint_at=resume_point(spec, setup))
     perturbed = _perturb(spec, spec_file, setup, device, listings)
     net, ddp, compiled, cache = _step_module(spec, spec_file, setup, own, rank)
@@ -111,7 +110,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
         points.after_step(setup, pos.step)
         trace.step(loss)
         clock.step_taken(pos.step, fetch_s)
-        _save_checkpoints(spec, spec_file, setup, pos, attestations, extra_hashes)
+        _save_checkpoints(spec, spec_file, setup, pos, attestations, extra_hashes, clock)
         clock.step_ended()
         step_line(pos.step)
         if in_turn:
@@ -132,9 +131,8 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     out["checkpoint_at"] = spec.checkpoint_at
     out["census"] = points.to_record()
     out["extra_state_sha256"] = extra_hashes if setup.get_extra_state is not None else None
-    if spec.evaluate:
-        out["eval"] = evaluate(setup, spec.model_ref)  # after the hash: evaluation never touches it
     out["distributed"] = distributed.describe(rank, ddp)
+    record.evaluated(out, spec, setup, clock, build_s)
     return out
 
 
@@ -209,21 +207,23 @@ def _attest(spec: WorkerSpec) -> dict[str, Any]:
 
 
 def _set_up(spec: WorkerSpec, spec_file: Path, device: torch.device,
-            rank: distributed.Rank) -> tuple[TrainSetup, torch.nn.Module | None]:
+            rank: distributed.Rank) -> tuple[TrainSetup, torch.nn.Module | None, float]:
     """The plugin's TrainSetup, checked against the contract, its model on the device and training,
-    with a GradScaler under fp16; and the plugin's own compiled model, if it compiled one."""
+    with a GradScaler under fp16; the plugin's own compiled model, if any; the factory's seconds."""
     ctx = ModelContext(profile=spec.profile, device=device, seed=spec.seed, rank=rank.rank, world_size=rank.world_size,
                        steps=spec.steps)
     plugin_paths = [str(resolve(spec_file, p)) for p in spec.plugin_paths]
     factory = load_factory(spec.model_ref, plugin_paths)
+    t_build = time.perf_counter()
     setup = validate(factory(ctx), spec.model_ref)
+    build_s = time.perf_counter() - t_build  # the plugin's own set-up: its model, data and optimizer
     own = execution.unwrap(setup)
     setup.model.to(device)
     setup.model.train()
     for module in setup.state_modules.values():
         module.to(device)
     execution.ensure_scaler(spec.amp, setup, device)
-    return setup, own
+    return setup, own, build_s
 
 
 def _resume(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.device,
@@ -291,16 +291,18 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
 
 
 def _save_checkpoints(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: LoopPosition,
-                      attestations: dict[str, Any], extra_hashes: dict[str, str | None]) -> None:
-    """The checkpoints the spec asks for at this step. The resume check's checkpoint
-    (``checkpoint_at``) also re-attests the controls: the record shows they still held
-    where the resumed run picks up."""
+                      attestations: dict[str, Any], extra_hashes: dict[str, str | None], clock: StepClock) -> None:
+    """The checkpoints the spec asks for at this step, timed on ``clock``. The resume check's
+    checkpoint (``checkpoint_at``) also re-attests the controls: the record shows they still
+    held where the resumed run picks up."""
+    t0 = time.perf_counter()
     if spec.checkpoint_at is not None and pos.step == spec.checkpoint_at:
         checkpoint.save(str(resolve(spec_file, spec.checkpoint_path)), setup, pos)
         attestations["checkpoint"] = _attest(spec)
         extra_hashes["checkpoint"] = extra_sha256(setup)
     if pos.step in spec.checkpoint_steps:
         checkpoint.save(str(resolve(spec_file, spec.checkpoint_pattern.format(step=pos.step))), setup, pos)
+    clock.checkpoint_s += time.perf_counter() - t0
 
 
 def _dump_states(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: LoopPosition) -> None:

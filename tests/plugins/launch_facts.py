@@ -4,18 +4,22 @@
   hash seed and hashes, threads, environment, argv, path, working directory, signal
   handlers, session, open descriptors, ``__main__``, a first Python and numpy random draw;
   then trains a tiny linear model.
+  At its end it leaves ``exit.txt``: what a non-daemon thread it started and an ``atexit``
+  handler wrote as the process ended, and a line it printed unflushed (the run's log).
 - ``hangs``: starts a grandchild (``sleep 600``), writes both pids to ``facts.json``
   and never returns, as a stuck model does.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -58,6 +62,25 @@ def _setup(ctx: ModelContext) -> TrainSetup:
                       loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), batch_size=4)
 
 
+def _on_exit(lines: list[str]) -> None:
+    lines.append("atexit")
+    with open("exit.txt", "w") as f:
+        f.write(" ".join(lines))
+    print("unflushed line at exit", end="")  # the stream is flushed as the interpreter ends
+
+
+def _exit_witnesses() -> None:
+    """A non-daemon thread still working as the run returns, and an atexit handler after it:
+    an interpreter's exit joins the thread first, then runs the handler."""
+    lines: list[str] = []
+
+    def late() -> None:
+        time.sleep(0.3)
+        lines.append("thread")
+    threading.Thread(target=late).start()
+    atexit.register(_on_exit, lines)
+
+
 def facts(ctx: ModelContext) -> TrainSetup:
     main = sys.modules["__main__"]
     _write({
@@ -84,6 +107,7 @@ def facts(ctx: ModelContext) -> TrainSetup:
         "numpy_random": float(np.random.random()),
         "pid": os.getpid(),
     })
+    _exit_witnesses()
     return _setup(ctx)
 
 

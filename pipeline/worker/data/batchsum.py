@@ -40,6 +40,11 @@ def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = No
         return None
     if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
         return _cpu_checksum(tensors, workspace)
+    return _device_checksum(tensors)
+
+
+def _device_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``batch_checksum`` in torch ops, on the tensors' devices (the reference arithmetic)."""
     acc = None
     with no_fill():
         for i, t in enumerate(tensors):
@@ -53,8 +58,7 @@ def batch_checksum(batch: object, workspace: dict[Any, torch.Tensor] | None = No
 def _cpu_checksum(tensors: list[torch.Tensor], workspace: dict[Any, Any] | None) -> torch.Tensor:
     total = 0
     for i, t in enumerate(tensors):
-        bits = np_bits(t)
-        words = bits.view(np.int32) if bits.itemsize == 8 else bits if bits.dtype == np.int32 else bits.astype(np.int32)
+        words = _np_words(t)
         products = workspace.get(("np", words.size)) if workspace is not None else None
         if products is None:
             products = np.empty(words.size, dtype=np.int32)
@@ -64,6 +68,26 @@ def _cpu_checksum(tensors: list[torch.Tensor], workspace: dict[Any, Any] | None)
         s = int(np.add.reduce(products, dtype=np.int32)) % 2**32
         total += s * (2 * i + 1)
     return torch.tensor(total, dtype=torch.int64)
+
+
+def _cpu_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``contents_checksum`` on the CPU: numpy's int64 products and sums wrap as torch's do,
+    so every value is the same (a handful of numpy calls a tensor instead of a dozen ops)."""
+    total = 0
+    for i, t in enumerate(tensors):
+        rows = _np_words(t).reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
+        weights = _np_weights(rows.shape[1]).astype(np.int64)
+        sums = np.einsum("ij,j->i", rows.astype(np.int64), weights)  # each row's weighted sum, wrapping
+        s = sums & 0xFFFFFFFF
+        mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # int64 products wrap, and only the low 32 bits are kept
+        total += (int(mixed.sum(dtype=np.int64)) % 2**32) * (2 * i + 1)
+    return torch.tensor(total, dtype=torch.int64)
+
+
+def _np_words(t: torch.Tensor) -> np.ndarray:
+    """``_words`` of a CPU tensor, as a numpy array."""
+    bits = np_bits(t)
+    return bits.view(np.int32) if bits.itemsize == 8 else bits if bits.dtype == np.int32 else bits.astype(np.int32)
 
 
 def _position_weights(n: int, device: torch.device) -> torch.Tensor:
@@ -129,6 +153,13 @@ def contents_checksum(batch: object) -> torch.Tensor | None:
     tensors = tensors_of(batch)
     if not tensors:
         return None
+    if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
+        return _cpu_contents(tensors)
+    return _device_contents(tensors)
+
+
+def _device_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``contents_checksum`` in torch ops, on the tensors' devices (the reference arithmetic)."""
     total = None
     with no_fill():
         for i, t in enumerate(tensors):

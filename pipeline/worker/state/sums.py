@@ -17,15 +17,23 @@ _INDEX_CACHE_MAX = 1024  # layouts kept; a gradient present at some steps only m
 _INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
 
+_DIRECT = 4096  # elements from which an array is reduced by itself: a copy costs more than the call
+
+
 def array_sums(arrays: list[np.ndarray], workspace: dict[Any, Any] | None = None) -> np.ndarray:
-    """Wrapping sum of each flat numpy integer array, as int64, in input order: per width,
-    one copy into a reused buffer and one ``np.add.reduceat`` (a call per array costs more
-    than the adds themselves for the small tensors of a model). Elements of up to 32 bits
-    are widened to int32 as ``np.add.reduce(a, dtype=np.int32)`` would, so the values are
-    those of one reduction per array."""
+    """Wrapping sum of each flat numpy integer array, as int64, in input order. A large array
+    is reduced where it lies (one read); the small ones, per width, are copied into a reused
+    buffer and reduced by one ``np.add.reduceat`` (a call per array costs more than the adds
+    themselves for the small tensors of a model). Elements of up to 32 bits are widened to
+    int32 as ``np.add.reduce(a, dtype=np.int32)`` would, so the values are those of one
+    reduction per array."""
     out = np.zeros(len(arrays), dtype=np.int64)
     workspace = {} if workspace is None else workspace
-    layout = tuple(a.size * (-1 if a.itemsize == 8 else 1) for a in arrays)  # a wide array's size negated
+    for i, a in enumerate(arrays):
+        if a.size >= _DIRECT:
+            out[i] = np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)
+    # the layout of the rest: a wide array's size negated, a large one's left out as empty
+    layout = tuple(0 if a.size >= _DIRECT else a.size * (-1 if a.itemsize == 8 else 1) for a in arrays)
     plan = workspace.get(layout)
     if plan is None:
         plan = _plan(layout)
