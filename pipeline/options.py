@@ -55,6 +55,7 @@ class RunOptions:
     webhook: str | None = None
     keep_checkpoints: bool = False
     fork_server: bool | None = None  # fork runs from preloaded servers; None: on locally, off for Docker
+    fork_servers: Path | None = None  # $REPROCI_FORK_SERVERS: local servers stand there, shared across invocations
     compiled: tuple[str, ...] = ()  # the models run under torch.compile (--compile: all; config: a list)
     compile_mode: str | None = None  # torch.compile's mode; None: its default
     amp: str | None = None  # "bf16" or "fp16": the step under torch.autocast
@@ -100,9 +101,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         raise UsageError(f"{how} compares images: name the new one with --image (the golden names the old one); "
                          "the local backend has one environment only")
     model_texts = pick("models", tuple(REGISTRY))
-    if isinstance(model_texts, str):
-        model_texts = (model_texts,)
-    models = resolve_all(tuple(model_texts))
+    models = resolve_all((model_texts,) if isinstance(model_texts, str) else tuple(model_texts))
     update_golden = bool(pick("update_golden", False))
     if update_golden and "determinism" not in shape["stages"]:
         raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
@@ -125,6 +124,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         fork_server=pick("fork_server", None),
+        fork_servers=Path(env["REPROCI_FORK_SERVERS"]).absolute() if env.get("REPROCI_FORK_SERVERS") else None,
         **_throughput(pick),
         seeds=_seeds(pick),
         slowdown_fails=bool(pick("slowdown_fails", False)),

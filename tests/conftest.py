@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
-from tests.helpers import Cli, real_results
+from tests.helpers import Cli, real_results, stop_standing_servers
 
 
 @pytest.fixture
@@ -19,6 +23,23 @@ def reproci(tmp_path: Path) -> Cli:
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Real results files (two real runs, a golden, edited copies), made once per session."""
     return real_results(tmp_path_factory)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def standing_fork_servers() -> Iterator[Path]:
+    """The reproci invocations of the session share standing fork servers, as a user's repeated
+    invocations may (``REPROCI_FORK_SERVERS``): each launch environment's server starts once,
+    not in every test. They are stopped when the session ends."""
+    folder = Path(tempfile.mkdtemp(prefix="reproci-fs-"))  # short: a Unix socket's path has 108 bytes
+    saved = os.environ.get("REPROCI_FORK_SERVERS")
+    os.environ["REPROCI_FORK_SERVERS"] = str(folder)
+    yield folder
+    if saved is None:
+        os.environ.pop("REPROCI_FORK_SERVERS", None)
+    else:
+        os.environ["REPROCI_FORK_SERVERS"] = saved
+    stop_standing_servers(folder)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

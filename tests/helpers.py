@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,7 +37,9 @@ class Cli:
         self.pid: int | None = None
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        full_env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")}
+        # PYTEST_CURRENT_TEST changes with every test: runs would need a fork server of their own
+        full_env = {k: v for k, v in os.environ.items()
+                    if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "PYTEST_CURRENT_TEST")}
         full_env.update({"CI": "", "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})})
         with subprocess.Popen([sys.executable, "-m", "reproci.cli", *args], cwd=self.cwd, env=full_env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
@@ -180,6 +183,23 @@ def started_by(where: Path | None = None, *, pid: int | None = None) -> list[Pro
         found.update(more)
         grew = bool(more)
     return sorted(found.values(), key=lambda p: p.pid)
+
+
+def standing_servers(folder: Path) -> list[Proc]:
+    """The live standing fork servers of ``folder`` (``REPROCI_FORK_SERVERS``), not the runs
+    they forked (whose command line is theirs: a fork does not exec)."""
+    mark = f"--stand {folder}{os.sep}"
+    marked = [p for p in map(_proc, (int(d) for d in os.listdir("/proc") if d.isdigit())) if p and mark in p.cmdline]
+    return [p for p in marked if p.ppid not in {q.pid for q in marked}]
+
+
+def stop_standing_servers(folder: Path) -> None:
+    """Kill the standing fork servers of ``folder`` (their runs die with them)."""
+    for p in standing_servers(folder):
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def left_behind(where: Path | None = None, *, pid: int | None = None, engine: Any = None,

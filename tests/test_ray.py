@@ -65,7 +65,10 @@ class Cluster:
         self.node("head", head=True)
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, **ENV_FOR_RAY, "PYTHONPATH": str(ROOT), "CI": ""}
+        # Each node's reproci starts its own fork servers, which end with it: a node killed here
+        # takes everything it started along, as a machine that goes down would.
+        outside = {k: v for k, v in os.environ.items() if k not in ("REPROCI_FORK_SERVERS", "PYTEST_CURRENT_TEST")}
+        return {**outside, **ENV_FOR_RAY, "PYTHONPATH": str(ROOT), "CI": ""}
 
     def node(self, role: str, *, head: bool = False) -> subprocess.Popen:
         where = ["--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"] if head else \

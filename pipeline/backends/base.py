@@ -66,6 +66,9 @@ class BackendOptions(Protocol):
     @property
     def fork_server(self) -> bool | None: ...  # fork runs from preloaded servers; None: the backend's default
 
+    @property
+    def fork_servers(self) -> Path | None: ...  # a folder of standing servers, shared across invocations
+
 
 @dataclass(frozen=True)
 class LaunchResult:

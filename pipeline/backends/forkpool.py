@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from .forking import ForkedRun, ForkServer, ServerFailed, kill_process_group
+from .standing import standing_server
 
 MAX_IDLE_SERVERS = 4  # servers kept for keys not in use (each holds torch's pages)
 
@@ -60,7 +61,8 @@ class ForkServers:
     else the server's container fixes), each started as first needed by its ``make``; a
     failure is remembered, so that a key costs at most one failed start."""
 
-    def __init__(self) -> None:
+    def __init__(self, standing: Path | None = None) -> None:
+        self.standing = standing  # a folder of standing servers shared across invocations (``standing``)
         self._servers: OrderedDict[tuple, ForkServer] = OrderedDict()
         self._failed: dict[tuple, str] = {}
         self._retired: list[ForkServer] = []
@@ -71,7 +73,10 @@ class ForkServers:
         self.closed = False
 
     def local(self, python: str, env: dict[str, str], code_root: Path) -> tuple[tuple, Maker]:
-        """The key and maker of the local server for ``env``."""
+        """The key and maker of the local server for ``env``: a standing one where a folder is set."""
+        if self.standing is not None:
+            folder = self.standing
+            return tuple(sorted(env.items())), lambda: standing_server(python, env, code_root, folder)
         return tuple(sorted(env.items())), lambda: local_server(python, env, code_root, self._spawner)
 
     def server(self, key: tuple, make: Maker) -> ForkServer:

@@ -33,7 +33,7 @@ class LocalBackend(Backend):
         self.options = options
         self._procs: dict[subprocess.Popen[bytes] | ForkedRun, bool] = {}  # each running worker: under torchrun?
         self._lock = threading.Lock()
-        self.servers = ForkServers() if options.fork_server is not False else None
+        self.servers = ForkServers(options.fork_servers) if options.fork_server is not False else None
 
     def image_info(self) -> dict[str, Any]:
         return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local"}

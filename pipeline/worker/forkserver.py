@@ -23,49 +23,32 @@ It never forks a process that holds a second thread or a CUDA context: it checks
 every fork and refuses (the launcher then starts a fresh process). It dies with its launcher
 (``die_with_parent``), and its children die with it.
 
+``--stand PATH IDLE_S`` starts a standing server, shared by the reproci invocations that
+launch with the same environment (``backends/standing.py`` finds or starts it): it listens at
+PATH for any number of launchers, greets each with the same hello, kills the runs of a
+launcher whose socket closes (it ended, or was killed), outlives its launchers, and ends
+once no launcher and no run has used it for IDLE_S seconds.
+
 Standard library, torch and numpy only: like the rest of the worker.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import random
 import runpy
-import selectors
-import signal
 import socket
 import sys
-import threading
 from typing import Any
+
+from .process.forks import IDLE_END, Server, send as _send, unsafe  # noqa: F401 - unsafe: the check before every fork
 
 # torch._inductor.config: torch.use_deterministic_algorithms imports it (seconds, on a CPU)
 PRELOAD = ("torch", "numpy", "torch.optim", "torch._dynamo", "torch._inductor.config", "torch.utils.data",
            "torch.distributed",
            "reproci.worker.train", "reproci.worker.audit.audit", "reproci.worker.audit.oprecord")
 EXIT_SETUP = 70  # the child could not be set up (no run started): the launcher starts a fresh process
-
-
-def thread_count() -> int:
-    """Threads of this process, as the kernel counts them (OpenMP, BLAS and CUDA threads too)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-def unsafe() -> str | None:
-    """Why this process must not fork now, or None. A fork copies only the calling thread:
-    a pool thread's locks would be held for ever in the child, and a CUDA context cannot
-    cross a fork."""
-    n = thread_count()
-    if n > 1 or threading.active_count() > 1:
-        return f"the server holds {n} threads"
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return "the server holds a CUDA context"
-    return None
 
 
 def preload() -> None:
@@ -78,117 +61,6 @@ def preload() -> None:
     from .process import envinfo
 
     envinfo.packages()
-
-
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
-    try:
-        sock.send(json.dumps(message).encode())
-    except OSError:
-        pass  # the launcher stopped listening for this run: nothing to tell
-
-
-class Server:
-    def __init__(self, control: socket.socket) -> None:
-        self.control = control
-        self.runs: dict[int, socket.socket] = {}  # child pid -> its status socket
-        self.wake_r, self.wake_w = os.pipe()
-        for fd in (self.wake_r, self.wake_w):
-            os.set_blocking(fd, False)
-        self.selector = selectors.DefaultSelector()
-
-    def serve(self) -> dict[str, Any] | None:
-        """Fork runs until the launcher closes the control socket (returns None), or, in a
-        forked child, return its request."""
-        signal.set_wakeup_fd(self.wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the fd
-        self.selector.register(self.control, selectors.EVENT_READ)
-        self.selector.register(self.wake_r, selectors.EVENT_READ)
-        while True:
-            for key, _ in self.selector.select():
-                if key.fileobj is self.control:
-                    try:
-                        message, fds, _flags, _addr = socket.recv_fds(self.control, 1 << 16, 2)
-                    except InterruptedError:
-                        continue
-                    if not message:
-                        return None  # the launcher is done: children die with this process
-                    request = json.loads(message)
-                    if "kill" in request:
-                        self._kill(int(request["kill"]))
-                        continue
-                    request = self._fork(request, fds)
-                    if request is not None:
-                        return request
-                else:
-                    try:
-                        os.read(self.wake_r, 4096)
-                    except BlockingIOError:
-                        pass
-                    self._reap()
-
-    def _fork(self, request: dict[str, Any], fds: list[int]) -> dict[str, Any] | None:
-        status = socket.socket(fileno=fds[0])
-        out = fds[1]
-        why = unsafe()
-        pid = -1
-        if why is None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            try:
-                pid = os.fork()
-            except OSError as e:
-                why = f"fork failed: {e}"
-        if why is not None:
-            _send(status, {"refused": why})
-            status.close()
-            os.close(out)
-            return None
-        if pid == 0:
-            self._become_child(status, out)
-            return {**request, "status": status}
-        os.close(out)
-        self.runs[pid] = status
-        return None
-
-    def _become_child(self, status: socket.socket, out: int) -> None:
-        """Drop everything of the server's: its signal handling, sockets and pipes."""
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        self.selector.close()
-        self.control.close()
-        for fd in (self.wake_r, self.wake_w):
-            os.close(fd)
-        for s in self.runs.values():
-            s.close()
-        self.runs.clear()
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
-
-    def _kill(self, pid: int) -> None:
-        """A run's whole process group, asked for by a launcher that cannot see this pid."""
-        if pid in self.runs:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def _reap(self) -> None:
-        while self.runs:
-            try:
-                pid, raw = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            sock = self.runs.pop(pid, None)
-            if sock is not None:
-                _send(sock, {"status": os.waitstatus_to_exitcode(raw)})
-                sock.close()
 
 
 def run_child(request: dict[str, Any]) -> int:
@@ -229,22 +101,47 @@ def control_socket(argv: list[str]) -> socket.socket | None:
         return None
     if argv[0] == "--fd":
         return socket.socket(fileno=int(argv[1]))
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(argv[1] + ".tmp")
-    os.rename(argv[1] + ".tmp", argv[1])  # the path appears bound: the launcher never connects too early
-    listener.listen(1)
+    listener = bound(argv[1])
     control, _ = listener.accept()
     listener.close()
     return control
 
 
+def bound(path: str) -> socket.socket:
+    """A listening socket at ``path``, which appears bound: a launcher never connects too early."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path + ".tmp")
+    os.rename(path + ".tmp", path)
+    listener.listen(16)
+    return listener
+
+
+def _refuse_waiting(listener: socket.socket, hello: dict[str, Any]) -> None:
+    """Tell the launchers that connected as a standing server gave up why it did (a failed
+    preload), or that it is gone (idle), rather than leaving them to read a closed socket."""
+    listener.setblocking(False)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        _send(conn, hello if not hello.get("ready") else {"ready": False, "reason": IDLE_END})
+        conn.close()
+
+
 def main(argv: list[str]) -> int:
+    """``--fd FD`` | ``--listen PATH``: a server of one launcher, dying with it. ``--stand PATH
+    IDLE_S``: a standing server at PATH for any launcher, until idle for IDLE_S seconds."""
     from .__main__ import die_with_parent
 
-    die_with_parent()  # with the launcher's pid, then its children's parent is this process
-    control = control_socket(argv)
-    if control is None:
-        print("usage: python -m reproci.worker.forkserver (--fd FD | --listen PATH)", file=sys.stderr)
+    standing = len(argv) == 3 and argv[0] == "--stand"
+    if not standing:
+        die_with_parent()  # with the launcher's pid, then its children's parent is this process
+    listener = bound(argv[1]) if standing else None
+    control = None if standing else control_socket(argv)
+    if control is None and listener is None:
+        print("usage: python -m reproci.worker.forkserver (--fd FD | --listen PATH | --stand PATH IDLE_S)",
+              file=sys.stderr)
         return 2
     os.environ["REPROCI_PARENT_PID"] = str(os.getpid())
     from .process import blaspool
@@ -252,17 +149,22 @@ def main(argv: list[str]) -> int:
     blas_threads = blaspool.hold()  # before numpy loads
     try:
         preload()
+        why = None
     except BaseException as e:  # noqa: BLE001 - the launcher falls back to fresh processes
-        _send(control, {"ready": False, "reason": f"preload failed: {type(e).__name__}: {e}"})
-        return 0
+        why = f"preload failed: {type(e).__name__}: {e}"
     gc.collect()
     gc.freeze()  # the imported modules' objects stay out of the children's collections: fewer copied pages
-    why = unsafe() or (blaspool.check() if blas_threads else None)
-    _send(control, {"ready": why is None, "reason": why, "pid": os.getpid()})
-    if why is not None:
-        return 0
-    request = Server(control).serve()
+    why = why or unsafe() or (blaspool.check() if blas_threads else None)
+    hello = {"ready": why is None, "reason": why, "pid": os.getpid()}
+    if control is not None:
+        _send(control, hello)
+    request = None if why is not None else Server(control, listener=listener, hello=hello,
+                                                  idle_s=float(argv[2]) if standing else 0.0).serve()
     if request is None:
+        if standing:
+            os.unlink(argv[1])
+            _refuse_waiting(listener, hello)  # type: ignore[arg-type]
+            print(f"reproci fork server {os.getpid()}: {why or 'idle'}, exiting", file=sys.stderr)
         return 0
     from .__main__ import leave
 
