@@ -79,8 +79,16 @@ def hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if report.exists():  # a failed test leaves nothing running
         worker = json.loads(report.read_text())
         for pid in (worker["pid"], worker["child"]):
-            if pid and alive(pid):
+            if pid and alive(pid) and _hooked(pid, report):  # never a process that took a finished run's pid
                 os.kill(pid, signal.SIGKILL)
+
+
+def _hooked(pid: int, report: Path) -> bool:
+    """Whether process ``pid`` is one this test's hook started (its environment names ``report``)."""
+    try:
+        return f"REPROCI_TEST_HOOK={report}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def seen(report: Path, within: float = 20.0) -> dict:

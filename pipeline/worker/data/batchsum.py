@@ -76,9 +76,9 @@ def _cpu_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
     total = 0
     for i, t in enumerate(tensors):
         rows = _np_words(t).reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
-        weights = _np_weights(rows.shape[1]).astype(np.int64)
-        sums = np.einsum("ij,j->i", rows.astype(np.int64), weights)  # each row's weighted sum, wrapping
-        s = sums & 0xFFFFFFFF
+        # each row's weighted sum modulo 2**32 (all that the checksum keeps of it), in int32
+        # arithmetic that wraps: half the memory of widening every word to int64 first
+        s = np.einsum("ij,j->i", rows, _np_weights(rows.shape[1])).view(np.uint32).astype(np.int64)
         mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # int64 products wrap, and only the low 32 bits are kept
         total += (int(mixed.sum(dtype=np.int64)) % 2**32) * (2 * i + 1)
     return torch.tensor(total, dtype=torch.int64)
