@@ -8,6 +8,9 @@
    matrix), with the server and with --no-fork-server.
 3. Wall time of the quick determinism + throughput stages, with and without.
    Target: <= 60 s with the server.
+4. Standing servers (``REPROCI_FORK_SERVERS``): the wall time of one short ``reproci run``
+   (one model, 6 steps) that starts its own server, against the same command served by a
+   standing server that an earlier invocation started (alternating, median of --reps each).
 
     python benchmarks/fork_server.py [--reps 5] [--model embedding] [--skip-stages]
 """
@@ -15,6 +18,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,14 +49,40 @@ def latency(backend: LocalBackend, spec: WorkerSpec, work: Path) -> tuple[float,
     return first[0], result.seconds, (result.launch or {}).get("mode", "?")
 
 
-def stage_wall(args: list[str], cwd: Path) -> float:
+def stage_wall(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    cwd.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "reproci.cli", *args, "--results-dir", str(cwd / "results"),
-                          "--goldens-dir", str(ROOT / "goldens")], cwd=cwd, capture_output=True, text=True)
+                          "--goldens-dir", str(ROOT / "goldens")], cwd=cwd, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - t0
     if out.returncode not in (0, 3):
         raise SystemExit(f"reproci {' '.join(args)} exited {out.returncode}: {out.stderr[-800:]}")
     return seconds
+
+
+def standing(model: str, reps: int) -> tuple[float, float]:
+    """Median wall time of ``reproci run -m MODEL --steps 6`` starting its own server, and
+    served by a standing one (started by a first, unmeasured invocation)."""
+    folder = Path(tempfile.mkdtemp(prefix="rfb-"))
+    own = {k: v for k, v in os.environ.items() if k != "REPROCI_FORK_SERVERS"}
+    shared = {**own, "REPROCI_FORK_SERVERS": str(folder)}
+    args = ["run", "-m", model, "--steps", "6"]
+    times: dict[str, list[float]] = {"own": [], "standing": []}
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            stage_wall(args, Path(d), shared)  # starts the standing server
+            for i in range(reps):
+                for name, env in (("own", own), ("standing", shared)):
+                    times[name].append(stage_wall(args, Path(d) / f"{name}{i}", env))
+    finally:
+        for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+            try:
+                if f"--stand {folder}/".encode() in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "):
+                    os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+    return statistics.median(times["own"]), statistics.median(times["standing"])
 
 
 def main() -> None:
@@ -83,6 +115,9 @@ def main() -> None:
     for i, what in enumerate(("to the first step", "to the run's end")):
         print(f"{what:24}{med['fresh'][i]:9.2f}{med['forked'][i]:10.2f}{med['forked'][i] / med['fresh'][i]:7.2f}")
     print("target: forked latency <= 0.2 of fresh")
+    own, shared = standing(args.model, args.reps)
+    print(f"reproci run -m {args.model} --steps 6 (median of {args.reps}): its own server {own:.2f} s, "
+          f"a standing one {shared:.2f} s, ratio {shared / own:.2f}")
     if args.skip_stages:
         return
     print(f"{'':40}{'server s':>9}{'fresh s':>9}{'ratio':>7}")
