@@ -71,8 +71,8 @@ def _cpu_checksum(tensors: list[torch.Tensor], workspace: dict[Any, Any] | None)
 
 
 def _cpu_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``contents_checksum`` on the CPU: numpy's int64 products and sums wrap as torch's do,
-    so every value is the same (a handful of numpy calls a tensor instead of a dozen ops)."""
+    """``contents_checksum`` on the CPU, in numpy arithmetic that wraps as torch's does, so
+    every value is the same (a handful of numpy calls a tensor instead of a dozen ops)."""
     total = 0
     for i, t in enumerate(tensors):
         rows = _np_words(t).reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
