@@ -61,7 +61,8 @@ def standing_server(python: str, env: dict[str, str], code_root: Path, folder: P
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
-        raise ServerFailed(f"REPROCI_FORK_SERVERS={folder} cannot be made ({e.strerror})") from None
+        raise ServerFailed(f"REPROCI_FORK_SERVERS={folder} cannot be made ({e.strerror}): name a folder this user "
+                           "can write, or unset it") from None
     path = socket_path(folder, python, env, code_root)
     if len(str(path)) > MAX_SOCKET_PATH:
         raise ServerFailed(f"REPROCI_FORK_SERVERS={folder} is too long a path for a Unix socket; name a shorter folder")
