@@ -141,6 +141,14 @@ def test_the_key_changes_with_the_environment_the_worker_code_and_the_installed_
     assert standing.socket_path(tmp_path, sys.executable, env, CODE_ROOT) != changed
 
 
+def test_a_folder_others_can_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ServerFailed, match="not this user's alone"):
+        standing.standing_server(sys.executable, _env(), CODE_ROOT, shared)
+
+
 def test_a_folder_too_long_for_a_socket_is_refused_in_one_line(tmp_path):
     with pytest.raises(ServerFailed, match="too long a path for a Unix socket"):
         standing.standing_server(sys.executable, _env(), CODE_ROOT, tmp_path / ("x" * 120))

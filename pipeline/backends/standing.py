@@ -63,6 +63,10 @@ def standing_server(python: str, env: dict[str, str], code_root: Path, folder: P
     except OSError as e:
         raise ServerFailed(f"REPROCI_FORK_SERVERS={folder} cannot be made ({e.strerror}): name a folder this user "
                            "can write, or unset it") from None
+    mode = folder.stat()
+    if mode.st_uid != os.getuid() or mode.st_mode & 0o022:  # a server there runs whatever it is asked to
+        raise ServerFailed(f"REPROCI_FORK_SERVERS={folder} is not this user's alone (another user could stand a "
+                           "server there): name a folder only this user can write")
     path = socket_path(folder, python, env, code_root)
     if len(str(path)) > MAX_SOCKET_PATH:
         raise ServerFailed(f"REPROCI_FORK_SERVERS={folder} is too long a path for a Unix socket; name a shorter folder")
