@@ -167,9 +167,9 @@ def test_the_cpu_batch_checksums_equal_the_reference_arithmetic(seed):
         torch.randn(4, 6, generator=g).t(),  # not contiguous
     ]
     for t in tensors:
-        assert batchsum._cpu_checksum([t], {}).item() == batchsum._device_checksum([t]).item(), t.dtype
+        assert batchsum._cpu_checksum([t]).item() == batchsum._device_checksum([t]).item(), t.dtype
         assert batchsum._cpu_contents([t]).item() == batchsum._device_contents([t]).item(), t.dtype
-    assert batchsum._cpu_checksum(tensors, {}).item() == batchsum._device_checksum(tensors).item()
+    assert batchsum._cpu_checksum(tensors).item() == batchsum._device_checksum(tensors).item()
     assert batchsum._cpu_contents(tensors).item() == batchsum._device_contents(tensors).item()
 
 

@@ -58,7 +58,7 @@ def epoch_order(setup: TrainSetup) -> tuple[dict[str, Any], Any]:
             it = loader_mod.begin_epoch(setup, epoch)
             for i, batch in zip(range(FIRST_BATCHES), it):
                 first_batch = batch if first_batch is None else first_batch
-                s = batch_checksum(batch, {})
+                s = batch_checksum(batch)
                 seen.append(int(s) if s is not None else 0)
             del it  # ends the epoch's worker processes
         epochs.append(drawn[:FIRST_BATCHES])

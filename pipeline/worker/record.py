@@ -58,7 +58,6 @@ class Trace:
         self.batch_contents: list[torch.Tensor] = []
         self.opaque: list[str] = []  # batch leaves the checksums cannot see into, named once
         self.epochs: list[int] = []  # the epoch of each step's batch
-        self._workspace: dict[Any, torch.Tensor] = {}  # reused buffers for the batch checksum
         self.last_batch: Any = None  # where an fp16 overflow is looked for (finite.check_finite)
 
     def batch(self, batch: Any, epoch: int) -> None:
@@ -66,7 +65,7 @@ class Trace:
         self.epochs.append(epoch)
         self.last_batch = batch
         if self.fps is not None:
-            bs = batch_checksum(batch, self._workspace)
+            bs = batch_checksum(batch)
             self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
             # the samples of all of a step's micro-batches, as one multiset (a list of batches is one step's)
             parts = [contents_checksum(b) for b in batch] if type(batch).__name__ == "Accumulated" else [contents_checksum(batch)]
