@@ -120,12 +120,20 @@ class Server:
         return self._fork(request, fds, control)
 
     def _gone(self, control: socket.socket) -> None:
-        """A launcher closed its socket: every run it started and has not seen end is killed."""
+        """A launcher closed its socket (it ended, or was killed). A plain server then ends, and
+        its runs die with it (their parent-death signal); a standing one kills the runs that
+        launcher started itself, as their parent's death would: the run, not what it started
+        (as without a server, a run's own children are the run's to stop)."""
         self.selector.unregister(control)
         self.controls.remove(control)
         control.close()
+        if self.listener is None:
+            return
         for pid in [p for p, c in self.owner.items() if c is control]:
-            self._kill(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _fork(self, request: dict[str, Any], fds: list[int], control: socket.socket) -> dict[str, Any] | None:
         status = socket.socket(fileno=fds[0])
