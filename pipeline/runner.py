@@ -127,8 +127,8 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         ctx.progress(f"{spec.model_name}: run {spec.role} started ({stop} steps{_from(spec)})")
         started: list[float] = []
 
-        def on_start() -> None:  # the process really starts (after a fork server's or container's own start)
-            started.append(time.monotonic())
+        def on_start(at: float | None) -> None:  # the process really starts (after a fork server's or container's own start)
+            started.append(min(at, time.monotonic()) if at is not None else time.monotonic())
             if on_launch is not None:
                 on_launch()
         called = time.monotonic()

@@ -29,6 +29,7 @@ class ManifestImage(Protocol):
 
 
 OnStep = Callable[[int, int], None]
+OnStart = Callable[[float | None], None]
 
 
 def take_line(line: str, tail: deque[str], on_step: OnStep | None) -> None:
@@ -111,8 +112,9 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
-               on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
+               on_step: OnStep | None = None, on_start: OnStart | None = None) -> LaunchResult:
         """Run ``python -m reproci.worker spec_file`` to completion or timeout; refused (see
         ``refuse_if_closed``) once the backend is left, even while the run was starting.
-        ``on_step(step, stop)`` hears the worker's step progress lines as they come; ``on_start()``
-        is called as the worker's process really starts (after any fork server's or container's start)."""
+        ``on_step(step, stop)`` hears the worker's step progress lines as they come; ``on_start(at)``
+        is called as the worker's process really starts (after any fork server's or container's
+        start), ``at`` the ``time.monotonic()`` at which it did where the run said (else None: now)."""

@@ -23,12 +23,12 @@ import threading
 import time
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import InfrastructureError
 from ..worker.process.exitcodes import EXIT_MISSING_DEPENDENCY
 from ..worker.process.spec import WorkerSpec
-from .base import Backend, BackendOptions, LaunchResult, OnStep
+from .base import Backend, BackendOptions, LaunchResult, OnStart, OnStep
 from .container import Container
 from .docker_forking import server_for
 from .forking import ServerFailed, follow, fresh_reason
@@ -114,7 +114,7 @@ class DockerBackend(Backend):
         return out
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
-               on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
+               on_step: OnStep | None = None, on_start: OnStart | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         spec_file = spec_file.resolve()
         run_dir = next((d for d in self._run_dirs if spec_file.is_relative_to(d)), spec_file.parent)
@@ -133,7 +133,7 @@ class DockerBackend(Backend):
             self.refuse_if_closed(spec)  # left while the container was made: close() may not have seen it
             c.start()
             if on_start is not None:
-                on_start()
+                on_start(None)
             code = c.wait(timeout)
             timed_out = code is None
             if timed_out:
@@ -146,7 +146,7 @@ class DockerBackend(Backend):
                             log_tail="\n".join(c.tail), launch={"mode": "container"})
 
     def _forked(self, spec: WorkerSpec, binds: list[Bind], run_dir: Path, inner: PurePosixPath, timeout: float,
-                on_step: OnStep | None, on_start: Callable[[], None] | None) -> LaunchResult | None:
+                on_step: OnStep | None, on_start: OnStart | None) -> LaunchResult | None:
         """--fork-server: the run forked in its model's server container, or None where it
         cannot be (it then gets a container of its own)."""
         assert self.servers is not None
@@ -164,7 +164,7 @@ class DockerBackend(Backend):
                 print(f"warning: {why}; these runs get a container each", file=sys.stderr)
             return None
         if on_start is not None:
-            on_start()
+            on_start(None)
         code, timed_out, tail = follow(run, timeout, on_step)
         return LaunchResult(returncode=code, seconds=time.monotonic() - t0, timed_out=timed_out, log_tail=tail,
                             launch={"mode": "forked", "in": "container"})

@@ -62,10 +62,12 @@ class ServerFailed(Exception):
 class ForkedRun:
     """One run forked by a server: a Popen-like handle (stdout, wait, kill, returncode)."""
 
-    def __init__(self, status: socket.socket, stdout: IO[bytes], pid: int, server: "ForkServer") -> None:
+    def __init__(self, status: socket.socket, stdout: IO[bytes], pid: int, server: "ForkServer",
+                 started: float | None = None) -> None:
         self._status = status
         self.stdout = stdout
         self.pid = pid
+        self.started = started  # time.monotonic() in the run as it started (one clock for the host)
         self.server = server
         self.returncode: int | None = None
 
@@ -154,7 +156,7 @@ class ForkServer:
             ours.close()
             stdout.close()
             raise ServerFailed(str(message.get("refused") or f"the run exited {message.get('status')} as it was set up"))
-        return ForkedRun(ours, stdout, int(message["pid"]), self)
+        return ForkedRun(ours, stdout, int(message["pid"]), self, message.get("started"))
 
     def kill(self, pid: int) -> None:
         """SIGKILL to a forked run's process group (its loader workers too)."""

@@ -12,11 +12,11 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
 from ..worker.process.spec import WorkerSpec
-from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStep, take_line
+from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStart, OnStep, take_line
 from .forking import ForkedRun, ServerFailed, fresh_reason, kill_process_group
 from .forkpool import ForkServers
 
@@ -52,13 +52,13 @@ class LocalBackend(Backend):
         return overridden(env, spec.env)
 
     def launch(self, spec: WorkerSpec, spec_file: Path, *, timeout: float,
-               on_step: OnStep | None = None, on_start: Callable[[], None] | None = None) -> LaunchResult:
+               on_step: OnStep | None = None, on_start: OnStart | None = None) -> LaunchResult:
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
         env = self.environment(spec)
         proc, launch = self._start(spec, spec_file, env)
         if on_start is not None:
-            on_start()
+            on_start(getattr(proc, "started", None))  # a forked run's own clock: this thread may have waited
         with self._lock:
             refused = self.closed  # left while this run started: close() will not see it, so stop it here
             if not refused:

@@ -40,6 +40,7 @@ import random
 import runpy
 import socket
 import sys
+import time
 from typing import Any
 
 from .process.forks import IDLE_END, Server, send as _send, unsafe  # noqa: F401 - unsafe: the check before every fork
@@ -84,7 +85,7 @@ def run_child(request: dict[str, Any]) -> int:
     except Exception as e:  # noqa: BLE001 - no run started: the launcher starts a fresh process
         print(f"reproci fork server: could not set up the run: {e}", file=sys.stderr)
         return EXIT_SETUP
-    _send(status, {"pid": os.getpid()})
+    _send(status, {"pid": os.getpid(), "started": time.monotonic()})  # the host's clock: its launcher reads it too
     status.close()
     try:
         runpy.run_module("reproci.worker", run_name="__main__", alter_sys=True)
