@@ -1,8 +1,9 @@
+import numpy as np
 import pytest
 import torch
 
 from reproci.worker.data import batchsum
-from reproci.worker.data.batchsum import batch_checksum
+from reproci.worker.data.batchsum import batch_checksum, contents_checksum
 from reproci.worker.state.bits import flat_int
 from reproci.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
                                          segment_sums)
@@ -167,10 +168,26 @@ def test_the_cpu_batch_checksums_equal_the_reference_arithmetic(seed):
         torch.randn(4, 6, generator=g).t(),  # not contiguous
     ]
     for t in tensors:
-        assert batchsum._cpu_checksum([t]).item() == batchsum._device_checksum([t]).item(), t.dtype
-        assert batchsum._cpu_contents([t]).item() == batchsum._device_contents([t]).item(), t.dtype
-    assert batchsum._cpu_checksum(tensors).item() == batchsum._device_checksum(tensors).item()
-    assert batchsum._cpu_contents(tensors).item() == batchsum._device_contents(tensors).item()
+        assert batchsum.cpu_checksum([t]) == batchsum.device_checksum([t]).item(), t.dtype
+        assert batchsum.cpu_contents([t]) == batchsum.device_contents([t]).item(), t.dtype
+    assert batchsum.cpu_checksum(tensors) == batchsum.device_checksum(tensors).item()
+    assert batchsum.cpu_contents(tensors) == batchsum.device_contents(tensors).item()
+    assert batch_checksum(tuple(tensors)).item() == batchsum.device_checksum(tensors).item()
+    assert contents_checksum(tuple(tensors)).item() == batchsum.device_contents(tensors).item()
+
+
+def test_position_weights_are_those_of_their_position_whatever_size_was_asked_first():
+    """One weight array per device serves every size as a prefix: a small batch after a large
+    one (and the reverse) reads the weights of its own positions, as the formula gives them."""
+    def formula(n):
+        pos = torch.arange(n, dtype=torch.int64)
+        return (((pos * 2654435761 + 0x7F4A7C15) & 0x7FFFFFFF) | 1).to(torch.int32)
+
+    for n in (5, 70_000, 3, 140_001, 64):
+        assert torch.equal(batchsum._position_weights(n, torch.device("cpu")), formula(n))
+        assert np.array_equal(batchsum._np_weights(n), formula(n).numpy())
+    x = torch.arange(7, dtype=torch.int32)
+    assert batch_checksum(x).item() == int((x.long() * formula(7).long()).sum()) % 2**32
 
 
 def test_initial_row_sees_an_unseeded_initialisation():

@@ -19,7 +19,8 @@ import torch
 from .process import envinfo
 from .data import loader
 from .data import batchtree
-from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS, batch_checksum, contents_checksum
+from .data.batchlog import BatchLog
+from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
 from .state.checkpoint import LoopPosition
 from .contract import TrainSetup
 from .controls import ControlWatch
@@ -54,8 +55,7 @@ class Trace:
             self.initial = {"step": start_step, "names": names, "row": row.tolist()}
         self.fps = StepFingerprints(setup.model, setup.optimizer, setup.state_modules) if fingerprints else None
         self.losses: list[torch.Tensor] = []
-        self.batch_sums: list[torch.Tensor] = []
-        self.batch_contents: list[torch.Tensor] = []
+        self.batches = BatchLog()  # each step's batch checksums
         self.opaque: list[str] = []  # batch leaves the checksums cannot see into, named once
         self.epochs: list[int] = []  # the epoch of each step's batch
         self.last_batch: Any = None  # where an fp16 overflow is looked for (finite.check_finite)
@@ -65,13 +65,8 @@ class Trace:
         self.epochs.append(epoch)
         self.last_batch = batch
         if self.fps is not None:
-            bs = batch_checksum(batch)
-            self.batch_sums.append(bs if bs is not None else torch.zeros((), dtype=torch.int64))
-            # the samples of all of a step's micro-batches, as one multiset (a list of batches is one step's)
-            parts = [contents_checksum(b) for b in batch] if type(batch).__name__ == "Accumulated" else [contents_checksum(batch)]
-            cs = sum((c for c in parts if c is not None), torch.zeros((), dtype=torch.int64)) % 2**32
-            self.batch_contents.append(cs)
-            if len(self.batch_sums) == 1:
+            self.batches.add(batch)
+            if len(self.batches) == 1:
                 self.opaque = batchtree.opaque(batch)
 
     def step(self, loss: torch.Tensor) -> None:
@@ -87,6 +82,7 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
     """The record of a run that finished its steps."""
     strict = spec.mode == "strict"
     loss_values = torch.stack(trace.losses).cpu().tolist() if trace.losses else []
+    batch_sums, batch_contents = trace.batches.values()
     return {
         "schema": "reproci.run",
         "version": RECORD_VERSION,
@@ -116,9 +112,9 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         "fingerprint_scheme": FINGERPRINT_SCHEME,  # what a row holds for a tensor absent at a step
         "tensor_names": trace.fps.names if trace.fps is not None else [],
         "fingerprints": trace.fps.to_lists() if trace.fps is not None else [],
-        "batch_fingerprints": torch.stack(trace.batch_sums).cpu().tolist() if trace.batch_sums else [],
+        "batch_fingerprints": batch_sums,
         "batch_contents_scheme": BATCH_CONTENTS,
-        "batch_contents": torch.stack(trace.batch_contents).cpu().tolist() if trace.batch_contents else [],
+        "batch_contents": batch_contents,
         "batch_opaque": trace.opaque,
         "batch_epochs": trace.epochs,
         "losses": [v if math.isfinite(v) else repr(v) for v in loss_values],
@@ -168,3 +164,4 @@ def evaluated(out: dict[str, Any], spec: WorkerSpec, setup: TrainSetup, clock: S
     eval_s = time.perf_counter() - t_eval
     out["timings"].update(build_s=build_s, checkpoint_s=clock.checkpoint_s, eval_s=eval_s,
                           finish_s=t_eval - clock.ended)
+

@@ -23,8 +23,9 @@ BATCH_CHECKSUM = "position-weighted-v2"
 # sums equal; other samples or other contents (augmentation, masking) change them.
 BATCH_CONTENTS = "row-multiset-v1"
 _MIX = 0x9E3779B1
-_WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
-_NP_WEIGHTS: dict[int, np.ndarray] = {}
+_WEIGHTS: dict[str, torch.Tensor] = {}  # per device
+_NP_WEIGHTS: dict[int, np.ndarray] = {}  # the CPU's, as numpy
+_STARTS: dict[tuple[int, ...], np.ndarray] = {}
 
 
 def batch_checksum(batch: object) -> torch.Tensor | None:
@@ -39,11 +40,11 @@ def batch_checksum(batch: object) -> torch.Tensor | None:
     if not tensors:
         return None
     if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
-        return _cpu_checksum(tensors)
-    return _device_checksum(tensors)
+        return torch.tensor(cpu_checksum(tensors), dtype=torch.int64)
+    return device_checksum(tensors)
 
 
-def _device_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
+def device_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
     """``batch_checksum`` in torch ops, on the tensors' devices (the reference arithmetic)."""
     acc = None
     with no_fill():
@@ -55,31 +56,67 @@ def _device_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
     return acc
 
 
-def _cpu_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
+def cpu_checksum(tensors: list[torch.Tensor], words: list[np.ndarray] | None = None) -> int:
+    """``batch_checksum`` on the CPU, in numpy arithmetic that wraps as torch's does (the same
+    value, as a Python int)."""
     total = 0
     for i, t in enumerate(tensors):
-        words = _np_words(t)
+        w = np_words(t) if words is None else words[i]
         # the int32 products and their int32 sum wrap modulo 2**32: one pass, no buffer of products
-        s = int(np.einsum("i,i->", words, _np_weights(words.size))) % 2**32
+        s = int(np.einsum("i,i->", w, _np_weights(w.size))) % 2**32
         total += s * (2 * i + 1)
-    return torch.tensor(total, dtype=torch.int64)
+    return total
 
 
-def _cpu_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
+def cpu_contents(tensors: list[torch.Tensor], words: list[np.ndarray] | None = None) -> int:
     """``contents_checksum`` on the CPU, in numpy arithmetic that wraps as torch's does, so
-    every value is the same (a handful of numpy calls a tensor instead of a dozen ops)."""
-    total = 0
+    every value is the same (``row_sums``, then ``mix_rows``)."""
+    return mix_rows([row_sums(tensors, words)])[0]
+
+
+def row_sums(tensors: list[torch.Tensor], words: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The first half of the CPU's order-free checksum: each row's weighted sum in wrapping
+    int32 (all that the checksum keeps of it), the rows of every tensor side by side in one
+    array, and where each tensor's rows start in it."""
+    rows = [t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1 for t in tensors]
+    starts = _row_starts(tuple(rows))
+    sums = np.empty(starts[-1] + rows[-1], dtype=np.int32)
     for i, t in enumerate(tensors):
-        rows = _np_words(t).reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
-        # each row's weighted sum modulo 2**32 (all that the checksum keeps of it), in int32
-        # arithmetic that wraps: half the memory of widening every word to int64 first
-        s = np.einsum("ij,j->i", rows, _np_weights(rows.shape[1])).view(np.uint32).astype(np.int64)
-        mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # int64 products wrap, and only the low 32 bits are kept
-        total += (int(mixed.sum(dtype=np.int64)) % 2**32) * (2 * i + 1)
-    return torch.tensor(total, dtype=torch.int64)
+        w = (np_words(t) if words is None else words[i]).reshape(rows[i], -1)
+        np.einsum("ij,j->i", w, _np_weights(w.shape[1]), out=sums[starts[i]:starts[i] + rows[i]])
+    return sums, starts
 
 
-def _np_words(t: torch.Tensor) -> np.ndarray:
+def mix_rows(batches: list[tuple[np.ndarray, np.ndarray]]) -> list[int]:
+    """The second half, for many batches at once (``row_sums`` of each): every row mixed in
+    uint32 (the low 32 bits of the reference's int64 arithmetic), summed per tensor modulo
+    2**32 and weighted by the tensor's place in its batch; one value per batch, equal to
+    ``contents_checksum`` of it. A handful of calls, however many batches."""
+    sums = np.concatenate([b[0] for b in batches]).view(np.uint32) if len(batches) > 1 else batches[0][0].view(np.uint32)
+    offsets = np.cumsum([0] + [b[0].size for b in batches[:-1]])
+    starts = np.concatenate([b[1] + o for b, o in zip(batches, offsets)])
+    mixed = sums * np.uint32(_MIX)  # uint32 products wrap: the low 32 bits, as the reference keeps
+    mixed ^= sums >> 15  # nonlinear in the row: a value moved between rows shows
+    parts = np.add.reduceat(mixed, starts, dtype=np.uint32).tolist()  # each tensor's rows, modulo 2**32
+    out, first = [], 0
+    for b in batches:  # tensor i of a batch counts 2i+1 times (which input it is), in exact Python ints
+        out.append(sum(v * (2 * i + 1) for i, v in enumerate(parts[first:first + b[1].size])))
+        first += b[1].size
+    return out
+
+
+def _row_starts(rows: tuple[int, ...]) -> np.ndarray:
+    """Where each tensor's rows start in the buffer of row sums (every tensor has a row)."""
+    starts = _STARTS.get(rows)
+    if starts is None:
+        starts = np.zeros(len(rows), dtype=np.intp)
+        np.cumsum(rows[:-1], out=starts[1:])
+        if len(_STARTS) < 256:
+            _STARTS[rows] = starts
+    return starts
+
+
+def np_words(t: torch.Tensor) -> np.ndarray:
     """``_words`` of a CPU tensor, as a numpy array."""
     bits = np_bits(t)
     return bits.view(np.int32) if bits.itemsize == 8 else bits if bits.dtype == np.int32 else bits.astype(np.int32)
@@ -88,21 +125,22 @@ def _np_words(t: torch.Tensor) -> np.ndarray:
 def _position_weights(n: int, device: torch.device) -> torch.Tensor:
     """One odd pseudo-random int32 weight per position (Knuth's multiplicative hash): a
     change of one word always changes the sum, and swapping two words changes it unless
-    their difference times the weights' difference vanishes modulo 2**32."""
-    key = (n, str(device))
+    their difference times the weights' difference vanishes modulo 2**32. A weight depends
+    on its position alone, so one array per device, grown to the largest size seen, serves
+    every size as a prefix (batches of varying length add no arrays)."""
+    key = str(device)
     w = _WEIGHTS.get(key)
-    if w is None:
-        pos = torch.arange(n, dtype=torch.int64, device=device)
-        w = (((pos * 2654435761 + 0x7F4A7C15) & 0x7FFFFFFF) | 1).to(torch.int32)
-        _WEIGHTS[key] = w
-    return w
+    if w is None or w.numel() < n:
+        pos = torch.arange(max(n, 2 * w.numel() if w is not None else 0), dtype=torch.int64, device=device)
+        w = _WEIGHTS[key] = (((pos * 2654435761 + 0x7F4A7C15) & 0x7FFFFFFF) | 1).to(torch.int32)
+    return w[:n]
 
 
 def _np_weights(n: int) -> np.ndarray:
-    w = _NP_WEIGHTS.get(n)
-    if w is None:
-        w = _NP_WEIGHTS[n] = _position_weights(n, torch.device("cpu")).numpy()
-    return w
+    w = _NP_WEIGHTS.get(0)
+    if w is None or w.size < n:
+        w = _NP_WEIGHTS[0] = _position_weights(n, torch.device("cpu")).numpy()
+    return w[:n]
 
 
 def _words(t: torch.Tensor) -> torch.Tensor:
@@ -149,11 +187,11 @@ def contents_checksum(batch: object) -> torch.Tensor | None:
     if not tensors:
         return None
     if all(t.device.type == "cpu" for t in tensors):  # the same arithmetic in numpy, without torch's per-op cost
-        return _cpu_contents(tensors)
-    return _device_contents(tensors)
+        return torch.tensor(cpu_contents(tensors), dtype=torch.int64)
+    return device_contents(tensors)
 
 
-def _device_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
+def device_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
     """``contents_checksum`` in torch ops, on the tensors' devices (the reference arithmetic)."""
     total = None
     with no_fill():

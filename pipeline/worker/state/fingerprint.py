@@ -120,8 +120,12 @@ class StepFingerprints:
             self._bind(self._current())
             self._identity = identity
         absent: list[int] = []
-        with no_fill():
-            sums = [g.sums(absent) for g in self._bindings[-1]]
+        groups = self._bindings[-1]
+        if all(g.on_cpu for g in groups):  # numpy sums make no torch buffer to leave unfilled
+            sums = [g.sums(absent) for g in groups]
+        else:
+            with no_fill():
+                sums = [g.sums(absent) for g in groups]
         self.rows.append((len(self._bindings) - 1, sums, tuple(absent)))
 
     def to_lists(self) -> list[list[int]]:
@@ -187,6 +191,7 @@ class _DeviceGroup:
         arrays = list(self.arrays)
         for k in self.stale:
             arrays[k] = np_bits(self.persistent[k][1])
+        first = len(absent)
         for i, p in self.grads:
             g = p.grad
             if g is None:
@@ -194,7 +199,9 @@ class _DeviceGroup:
                 arrays.append(_EMPTY)
             else:
                 arrays.append(np_bits(g))
-        return torch.from_numpy(array_sums(arrays, self._workspace))
+        # The layout follows from which gradients exist: the bound state keeps its sizes, and
+        # a gradient has its parameter's size (in its dense form) and dtype.
+        return torch.from_numpy(array_sums(arrays, self._workspace, key=tuple(absent[first:])))
 
 
 def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

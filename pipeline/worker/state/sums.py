@@ -20,27 +20,32 @@ _INDEX_CACHE: dict[tuple[Any, ...], tuple[torch.Tensor, torch.Tensor, torch.Tens
 _DIRECT = 4096  # elements from which an array is reduced by itself: a copy costs more than the call
 
 
-def array_sums(arrays: list[np.ndarray], workspace: dict[Any, Any] | None = None) -> np.ndarray:
+def array_sums(arrays: list[np.ndarray], workspace: dict[Any, Any] | None = None, key: Any = None) -> np.ndarray:
     """Wrapping sum of each flat numpy integer array, as int64, in input order. A large array
     is reduced where it lies (one read); the small ones, per width, are copied into a reused
     buffer and reduced by one ``np.add.reduceat`` (a call per array costs more than the adds
     themselves for the small tensors of a model). Elements of up to 32 bits are widened to
     int32 as ``np.add.reduce(a, dtype=np.int32)`` would, so the values are those of one
-    reduction per array."""
-    out = np.zeros(len(arrays), dtype=np.int64)
+    reduction per array. ``key``, where the caller has one, names the layout (the arrays'
+    sizes and widths) so that it is not read from every array again."""
     workspace = {} if workspace is None else workspace
-    for i, a in enumerate(arrays):
-        if a.size >= _DIRECT:
-            out[i] = np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)
-    # the layout of the rest: a wide array's size negated, a large one's left out as empty
-    layout = tuple(0 if a.size >= _DIRECT else a.size * (-1 if a.itemsize == 8 else 1) for a in arrays)
-    plan = workspace.get(layout)
+    plan = workspace.get(("plan", key)) if key is not None else None
     if plan is None:
-        plan = _plan(layout)
-        if len(workspace) > _INDEX_CACHE_MAX:
-            workspace.clear()
-        workspace[layout] = plan
-    for acc, idx, starts, total in plan:
+        # the layout: a wide array's size negated; a large one's kept apart (reduced directly)
+        layout = tuple(0 if a.size >= _DIRECT else a.size * (-1 if a.itemsize == 8 else 1) for a in arrays)
+        plan = workspace.get(layout)
+        if plan is None:
+            if len(workspace) > _INDEX_CACHE_MAX:
+                workspace.clear()
+            direct = [(i, np.int64 if a.itemsize == 8 else np.int32) for i, a in enumerate(arrays) if a.size >= _DIRECT]
+            plan = workspace[layout] = (direct, _plan(layout))
+        if key is not None:
+            workspace[("plan", key)] = plan
+    direct, groups = plan
+    out = np.zeros(len(arrays), dtype=np.int64)
+    for i, acc in direct:
+        out[i] = np.add.reduce(arrays[i], dtype=acc)
+    for acc, idx, starts, total in groups:
         buf = workspace.get(acc)
         if buf is None or buf.size < total:
             buf = workspace[acc] = np.empty(total, dtype=acc)
