@@ -34,7 +34,7 @@ def batch_checksum(batch: object) -> torch.Tensor | None:
     position, modulo 2**32 (int32 products wrap), and summed in int64: rows or tokens
     reordered within a batch change it, not only a different set of samples, and the value
     is the same on every device. Two kernels per tensor, on the batch's device; on the CPU
-    one numpy call (weights are cached by size).
+    one numpy call (the weights, one array grown to the largest size seen).
     """
     tensors = tensors_of(batch)
     if not tensors:

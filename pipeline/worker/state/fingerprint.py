@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from .bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
-from .state import Modules, sort_key, state_identity, state_tensors
+from .state import Modules, sort_key, state_tensors
 from .sums import array_sums, grouped_sums, segment_sums
+from .watch import StateWatch
 
 __all__ = ["ABSENT", "FINGERPRINT_SCHEME", "StepFingerprints", "bit_checksum", "grouped_sums", "initial_row",
            "segment_sums"]
@@ -85,7 +86,7 @@ class StepFingerprints:
         # per step: (binding, one tensor per device group, the columns of the gradients it lacked)
         self.rows: list[tuple[int, list[torch.Tensor], tuple[int, ...]]] = []
         self._bindings: list[list[_DeviceGroup]] = []
-        self._identity: list[int] = []
+        self._watch = StateWatch(model, optimizer, modules)
 
     def _current(self) -> dict[str, torch.Tensor]:
         return state_tensors(self.model, self.optimizer, with_grads=False, modules=self.modules)
@@ -115,10 +116,8 @@ class StepFingerprints:
         # The state is named only when it changed: a buffer reassigned instead of updated in
         # place, state that appeared, a parameter whose ``.data`` was swapped (the bound
         # tensors are held, so an id cannot be reused by another tensor while it is compared).
-        identity = state_identity(self.model, self.optimizer, self.modules)
-        if self.names is None or identity != self._identity:
+        if self._watch.changed() or self.names is None:
             self._bind(self._current())
-            self._identity = identity
         absent: list[int] = []
         groups = self._bindings[-1]
         if all(g.on_cpu for g in groups):  # numpy sums make no torch buffer to leave unfilled
