@@ -431,3 +431,23 @@ def test_absent_is_the_value_the_host_side_compares():
     from reproci.golden import compare
 
     assert compare.ABSENT == ABSENT and compare.FINGERPRINT_SCHEME == FINGERPRINT_SCHEME
+
+
+def test_sparse_gradients_whose_sizes_change_from_step_to_step_keep_exact_columns():
+    """A sparse gradient stores as many values as rows the step touched, so the arrays a row
+    sums change size from step to step, here with the total unchanged (two tables trading
+    rows): every row's gradient columns are still their dense gradients' checksums."""
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"a": torch.nn.Embedding(10, 3, sparse=True), "b": torch.nn.Embedding(10, 3, sparse=True)})
+    opt = torch.optim.SparseAdam(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+    expected = []
+    for ids_a, ids_b in (([1, 2], [3, 4, 5]), ([1, 2, 3], [4, 5]), ([7], [1, 2, 3, 4]), ([1, 2], [3, 4, 5])):
+        opt.zero_grad(set_to_none=True)
+        (model["a"](torch.tensor(ids_a)).sum() + model["b"](torch.tensor(ids_b)).sum()).backward()
+        expected.append({f"grad:{n}": bit_checksum(model[n].weight.grad.to_dense()).item() for n in "ab"})
+        fps.record()
+        opt.step()
+    rows = [dict(zip(fps.names, r)) for r in fps.to_lists()]
+    assert [{k: r[k] for k in ("grad:a.weight", "grad:b.weight")} for r in rows] == [
+        {"grad:a.weight": e["grad:a"], "grad:b.weight": e["grad:b"]} for e in expected]

@@ -190,7 +190,6 @@ class _DeviceGroup:
         arrays = list(self.arrays)
         for k in self.stale:
             arrays[k] = np_bits(self.persistent[k][1])
-        first = len(absent)
         for i, p in self.grads:
             g = p.grad
             if g is None:
@@ -198,9 +197,12 @@ class _DeviceGroup:
                 arrays.append(_EMPTY)
             else:
                 arrays.append(np_bits(g))
-        # The layout follows from which gradients exist: the bound state keeps its sizes, and
-        # a gradient has its parameter's size (in its dense form) and dtype.
-        return torch.from_numpy(array_sums(arrays, self._workspace, key=tuple(absent[first:])))
+        # The layout, named by the size and width of each array made this step (a sparse
+        # tensor's, its stored values, change size from step to step; a missing gradient's is
+        # empty); the bound arrays keep theirs.
+        key = tuple(a.size * 16 + a.itemsize for a in arrays[len(self.arrays):]) + tuple(
+            arrays[k].size * 16 + arrays[k].itemsize for k in self.stale)
+        return torch.from_numpy(array_sums(arrays, self._workspace, key=key))
 
 
 def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
