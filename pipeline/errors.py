@@ -22,6 +22,8 @@ Exit codes (stable, documented in the README):
 
 from __future__ import annotations
 
+import signal
+
 EXIT_PASS = 0
 EXIT_REPRO_FAILURE = 1
 EXIT_USAGE = 2
@@ -101,3 +103,17 @@ class TooFewSeedsError(ReprociError):
     """``reproci compare`` was given fewer than 3 seeds on a side: too few for an interval."""
 
     return_code = EXIT_TOO_FEW_SEEDS
+
+
+def ended(returncode: int | None) -> str:
+    """How a process ended (a worker run, a fork server), as a message says it: 'was killed
+    (SIGKILL: out of memory, or killed by hand)', 'died with exit code 1'."""
+    if returncode is not None and (returncode < 0 or returncode in (132, 137, 139, 143)):
+        signum = -returncode if returncode < 0 else returncode - 128
+        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+        why = {"SIGKILL": ": out of memory, or killed by hand", "SIGSEGV": ": a crash in native code",
+               "SIGTERM": ": stopped from outside",
+               "SIGILL": ": an illegal instruction, likely code built for instructions this CPU lacks: a "
+                         "--cpu-isa or image cpu_isa above this CPU, or a build for another CPU"}.get(name, "")
+        return f"was killed ({name}{why})"
+    return f"died with exit code {returncode}"

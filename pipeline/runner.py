@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .backends import Backend
-from .errors import InfrastructureError, WorkerFailed
+from .errors import InfrastructureError, WorkerFailed, ended
 from .worker.process.spec import WorkerSpec, rank_path
 
 Progress = Callable[[str], None]
@@ -82,21 +82,6 @@ def _disk_full(text: str) -> bool:
     return "No space left on device" in text or "[Errno 28]" in text
 
 
-def _death(returncode: int | None) -> str:
-    """How a worker process ended: 'was killed (SIGKILL: out of memory, or killed by hand)'."""
-    import signal
-
-    if returncode is not None and (returncode < 0 or returncode in (132, 137, 139, 143)):
-        signum = -returncode if returncode < 0 else returncode - 128
-        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
-        why = {"SIGKILL": ": out of memory, or killed by hand", "SIGSEGV": ": a crash in native code",
-               "SIGTERM": ": stopped from outside",
-               "SIGILL": ": an illegal instruction, likely code built for instructions this CPU lacks: a "
-                         "--cpu-isa or image cpu_isa above this CPU, or a build for another CPU"}.get(name, "")
-        return f"was killed ({name}{why})"
-    return f"died with exit code {returncode}"
-
-
 def _shown(path: Path) -> str:
     """A path as a user reads it: relative to the working directory when it is under it."""
     try:
@@ -152,7 +137,7 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         if _disk_full(result.log_tail):
             raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
                                       f"({last[0][:200]}); free space and run again")
-        raise WorkerFailed(f"run {spec.role} {_death(result.returncode)} and wrote no record: {last[0][:300]}")
+        raise WorkerFailed(f"run {spec.role} {ended(result.returncode)} and wrote no record: {last[0][:300]}")
     if record.get("status") != "ok" and record.get("error_kind") == "no-device":
         raise InfrastructureError(str(record.get("message")))  # no run of this invocation can work: stop it
     if record.get("status") != "ok" and _disk_full(str(record.get("message"))):

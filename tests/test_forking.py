@@ -159,6 +159,21 @@ def test_a_server_with_a_second_thread_refuses_to_fork(tmp_path) -> None:
         servers.close()
 
 
+def test_a_server_killed_by_a_signal_says_which_and_why(tmp_path) -> None:
+    """A server that dies as it imports (here by SIGILL, as torch built for instructions this
+    CPU lacks would kill it) is named by its signal and the likely cause, not by an exit code."""
+    (tmp_path / "sitecustomize.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{CODE_ROOT}", "REPROCI_PARENT_PID": str(os.getpid())}
+    servers = forkpool.ForkServers()
+    key, make = servers.local(sys.executable, env, CODE_ROOT)
+    try:
+        with pytest.raises(forking.ServerFailed, match=r"^the server stopped: it was killed \(SIGILL: an illegal "
+                                                       r"instruction, likely code built for instructions this CPU lacks"):
+            servers.server(key, make)
+    finally:
+        servers.close()
+
+
 def test_the_thread_check_sees_a_python_thread() -> None:
     assert forkserver.unsafe() is None or "threads" in forkserver.unsafe()  # pytest may hold threads of its own
     stop = threading.Event()

@@ -120,7 +120,7 @@ class ForkServer:
             data, describe = b"", (lambda: str(e))
         finally:
             self.control.settimeout(None)
-        return json.loads(data) if data else {"reason": f"the server exited: {describe()}"}
+        return json.loads(data) if data else {"reason": f"the server stopped: {describe()}"}
 
     def hold(self, delta: int) -> None:
         """Count a run in (1) or out (-1): a server with runs is never evicted."""

@@ -105,7 +105,7 @@ def _start(python: str, env: dict[str, str], code_root: Path, path: Path, idle_s
         if control is not None:
             return control
         if proc.poll() is not None:
-            raise ServerFailed(f"the standing fork server exited {proc.returncode}: {_last_words(path)}")
+            raise ServerFailed(f"the standing fork server {ended(proc.returncode)}: {_last_words(path)}")
         if time.monotonic() > deadline:
             proc.kill()
             raise ServerFailed(f"the standing fork server did not listen within {READY_TIMEOUT_S:g} s")
