@@ -47,6 +47,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         print(f"notice: removed {gone}: the unfinished run of a reproci process that is gone", file=sys.stderr)
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
+    made = tuple(p for p in run_dir.parents if not p.exists())  # the folders this run makes, deepest first
     try:
         run_dir.mkdir(parents=True, exist_ok=False)
         probe = run_dir / ".writable"
@@ -54,7 +55,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         probe.unlink()
     except OSError as e:
         if run_dir.is_dir():
-            results.discard(run_dir)
+            results.discard(run_dir, made)
         raise UsageError(f"--results-dir {options.results_dir}: cannot write a run there "
                          f"({e.strerror or e}); choose a writable directory") from e
     started = time.monotonic()
@@ -82,7 +83,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
                 shutil.rmtree(cache, ignore_errors=True)
             return document, path
     except BaseException:
-        results.discard(run_dir)
+        results.discard(run_dir, made)
         raise
     finally:
         if torch_import is not None:

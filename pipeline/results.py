@@ -197,6 +197,12 @@ def alive(pid: int) -> bool:
     return True
 
 
-def discard(run_dir: Path) -> None:
-    """Remove an unfinished run directory (Ctrl-C, fatal error): nothing half-written stays."""
+def discard(run_dir: Path, made: tuple[Path, ...] = ()) -> None:
+    """Remove an unfinished run directory (Ctrl-C, fatal error): nothing half-written stays;
+    and the folders above it this run made (``made``, deepest first), where they are empty."""
     shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another run's, a history), or already gone
+            break

@@ -405,6 +405,20 @@ VERBS = [(("bisect",), "reproci bisect needs the model that failed: -m MODEL"),
          (("blame", "--image", "local", "-m", "embedding"), "reproci blame compares images")]
 
 
+def test_blame_takes_the_image_of_reproci_yaml(capsys, tmp_path, monkeypatch):
+    """``image:`` in reproci.yaml is the image a blame compares, as for ``reproci run``: the
+    command goes on to look it up (and says it is not there) instead of asking for --image."""
+    from reproci.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("image: reproci/no-such-image:1\nmodels: [embedding]\n")
+    code = main(["blame"])
+    line = _one_error_line(capsys)
+    # the image is looked up: not there, or no engine to ask (exit 5), never a refusal asking for --image
+    assert code == errors.EXIT_INFRA and "--image" not in line, line
+    assert not (tmp_path / "results").exists()  # nor the folder the run made for its results
+
+
 @pytest.mark.parametrize("args, config, fragment", FUZZ + [(v, None, f) for v, f in VERBS])
 def test_wrong_values_of_the_new_options_are_one_line_and_exit_2(capsys, tmp_path, monkeypatch, args, config, fragment):
     from reproci.cli import main

@@ -127,7 +127,16 @@ def test_nothing_to_bisect_says_why(verdicts_, line) -> None:
 
 def test_bisect_needs_a_model(cli) -> None:
     code, _, err = cli("bisect")
-    assert code == 2 and "reproci bisect needs the model that failed: -m MODEL" in err
+    assert code == 2 and "reproci bisect needs the model that failed: -m MODEL, or models: in reproci.yaml" in err
+
+
+def test_bisect_takes_the_models_of_reproci_yaml(reproci) -> None:
+    """A repository whose reproci.yaml names its model bisects it as ``reproci run`` would run it."""
+    (reproci.cwd / "reproci.yaml").write_text(f"models: ['{CULPRITS}:tiny']\nsteps: 3\n")
+    r = reproci("bisect")
+    assert r.returncode == 0, r.stderr
+    assert model_entry(reproci.latest(), "culprits.tiny")["verdict"] in (verdicts.PASS, verdicts.NEW)
+    assert r.stdout.strip().splitlines()[-1] == "nothing to bisect: every check passed"
 
 
 @pytest.mark.parametrize(("evidence", "pair"), [

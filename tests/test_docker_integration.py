@@ -276,7 +276,7 @@ def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_
 def one_line_error(run: Run, code: int, fragment: str) -> None:
     assert run.returncode == code, run.stdout + run.stderr
     assert fragment in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert not list((run.cwd / "results").glob("*/"))
+    assert not (run.cwd / "results").exists()  # nor the folder this run would have made
 
 
 def test_an_unreachable_engine_is_an_infrastructure_error(tmp_path):

@@ -7,13 +7,21 @@ from typing import Any
 
 import click
 
+from ..config_file import load_config
 from ..errors import UsageError
 from .run import run_and_report, run_options
 
 
+def configured(kwargs: dict[str, Any], key: str) -> Any:
+    """An option as the run will take it: the command line's, else reproci.yaml's (``--config``)."""
+    given = kwargs.get(key)
+    return given if given not in (None, ()) else load_config(kwargs.get("config"))[0].get(key)
+
+
 def with_stage(kwargs: dict[str, Any], stage: str, verb: str) -> None:
-    if not kwargs.get("models") and verb == "bisect":
-        raise UsageError("reproci bisect needs the model that failed: -m MODEL (and the failing run's options)")
+    if verb == "bisect" and not configured(kwargs, "models"):
+        raise UsageError("reproci bisect needs the model that failed: -m MODEL, or models: in reproci.yaml "
+                         "(and the failing run's options)")
     kwargs["stages"] = tuple(dict.fromkeys((*(kwargs.get("stages") or ("determinism",)), stage)))
     run_and_report(kwargs)
 
