@@ -24,7 +24,7 @@ from reproci.worker.process.spec import WorkerSpec, for_rank, rank_path
 from .helpers import PLUGINS, Cli, left_behind, model_entry, run_step
 from .test_golden import fake_run
 from .test_options import cli
-from .test_workflows import load, step_named, stub_reproci  # noqa: F401 - a fixture
+from .workflow_helpers import load, step_named, stub_reproci  # noqa: F401 - a fixture
 
 DDP = PLUGINS / "ddp.py"
 

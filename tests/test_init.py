@@ -19,7 +19,7 @@ from reproci import __version__, atomic, errors, options, scaffold
 from reproci.config_file import load_config
 from reproci import ModelContext, TrainSetup
 from tests.helpers import ROOT, WORKFLOWS, triggers
-from tests.test_workflows import actionlint, check_jsonschema, zizmor
+from tests.workflow_helpers import actionlint, check_jsonschema, zizmor
 
 WRITTEN = ["reproci.yaml", "reproci_{name}.py", "goldens/README.md", ".github/workflows/reproci.yml",
            ".github/workflows/golden-update.yml"]

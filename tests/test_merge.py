@@ -15,8 +15,8 @@ import pytest
 
 from reproci import errors, merge, results, verdicts
 from tests.helpers import artifact_layout, run_step, write_shard
-from tests.test_workflows import load as load_workflow
-from tests.test_workflows import step_named
+from tests.workflow_helpers import load as load_workflow
+from tests.workflow_helpers import step_named
 
 def test_the_fixture_runs_are_real_and_compared_to_a_real_golden(files: dict[str, Path]) -> None:
     recorded, compared = (results.load(files[k]) for k in ("recorded", "compared"))

@@ -170,7 +170,7 @@ def test_the_workflows_run_the_variance_stage_only_on_request(tmp_path: Path, wo
     """A manual run's boolean input, passed to the called workflow as it is (false on any other
     event), which gives the run step its stages."""
     from tests.helpers import run_step, triggers
-    from tests.test_workflows import CALLS, load, step_named
+    from tests.workflow_helpers import CALLS, load, step_named
 
     doc = load(workflow)
     assert triggers(doc)["workflow_dispatch"]["inputs"]["variance"] == {
