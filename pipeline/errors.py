@@ -105,7 +105,7 @@ class TooFewSeedsError(ReprociError):
     return_code = EXIT_TOO_FEW_SEEDS
 
 
-def ended(returncode: int | None) -> str:
+def how_ended(returncode: int | None) -> str:
     """How a process ended (a worker run, a fork server), as a message says it: 'was killed
     (SIGKILL: out of memory, or killed by hand)', 'died with exit code 1'."""
     if returncode is not None and (returncode < 0 or returncode in (132, 137, 139, 143)):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .backends import Backend
-from .errors import InfrastructureError, WorkerFailed, ended
+from .errors import InfrastructureError, WorkerFailed, how_ended
 from .worker.process.spec import WorkerSpec, rank_path
 
 Progress = Callable[[str], None]
@@ -137,7 +137,7 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
         if _disk_full(result.log_tail):
             raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
                                       f"({last[0][:200]}); free space and run again")
-        raise WorkerFailed(f"run {spec.role} {ended(result.returncode)} and wrote no record: {last[0][:300]}")
+        raise WorkerFailed(f"run {spec.role} {how_ended(result.returncode)} and wrote no record: {last[0][:300]}")
     if record.get("status") != "ok" and record.get("error_kind") == "no-device":
         raise InfrastructureError(str(record.get("message")))  # no run of this invocation can work: stop it
     if record.get("status") != "ok" and _disk_full(str(record.get("message"))):

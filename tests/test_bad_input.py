@@ -109,11 +109,11 @@ def test_sigterm_stops_the_run_cleanly_with_exit_143(tmp_path):
 
 
 def test_a_killed_worker_is_said_as_killed_not_as_an_exit_code():
-    from reproci.errors import ended
+    from reproci.errors import how_ended
 
-    assert ended(-9) == "was killed (SIGKILL: out of memory, or killed by hand)"
-    assert ended(137) == "was killed (SIGKILL: out of memory, or killed by hand)"
-    assert ended(1) == "died with exit code 1"
+    assert how_ended(-9) == "was killed (SIGKILL: out of memory, or killed by hand)"
+    assert how_ended(137) == "was killed (SIGKILL: out of memory, or killed by hand)"
+    assert how_ended(1) == "died with exit code 1"
 
 
 def test_the_cli_starts_without_importing_torch():
@@ -263,10 +263,10 @@ def test_the_golden_cause_never_runs_a_level_this_cpu_lacks():
 
 
 def test_a_worker_killed_by_sigill_names_illegal_instructions():
-    from reproci.errors import ended
+    from reproci.errors import how_ended
 
     for code in (-signal.SIGILL, 128 + signal.SIGILL):  # a process, a container
-        assert ended(code).startswith("was killed (SIGILL: an illegal instruction, likely code built for "
+        assert how_ended(code).startswith("was killed (SIGILL: an illegal instruction, likely code built for "
                                        "instructions this CPU lacks: a --cpu-isa or image cpu_isa above this CPU")
 
 

@@ -143,6 +143,15 @@ def test_the_key_changes_with_the_environment_the_worker_code_and_the_installed_
     assert standing.socket_path(tmp_path, sys.executable, env, CODE_ROOT) != changed
 
 
+def test_a_server_that_dies_as_it_starts_says_how(folder, tmp_path):
+    """A standing server killed as it imports (SIGILL, as torch built for instructions this CPU
+    lacks would kill it) is named by its signal and the likely cause."""
+    (tmp_path / "sitecustomize.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n")
+    env = {**_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    with pytest.raises(ServerFailed, match=r"^the standing fork server was killed \(SIGILL: an illegal instruction"):
+        standing.standing_server(sys.executable, env, CODE_ROOT, folder, idle_s=60.0)
+
+
 def test_a_folder_others_can_write_is_refused(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from ..errors import ended
+from ..errors import how_ended
 from .forking import ForkedRun, ForkServer, ServerFailed, kill_process_group
 from .standing import standing_server
 
@@ -41,7 +41,7 @@ def local_server(python: str, env: dict[str, str], code_root: Path, spawner: Thr
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        return f"it {ended(proc.returncode)}; its last output: {(list(said) or ['(none)'])[-1][:200]}"
+        return f"it {how_ended(proc.returncode)}; its last output: {(list(said) or ['(none)'])[-1][:200]}"
 
     server = ForkServer(ours, stop=stop, describe=describe)
     server.proc = proc  # type: ignore[attr-defined]  # for the tests: the process itself

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from ..worker.process.forks import IDLE_END
+from ..errors import how_ended
 from .forking import READY_TIMEOUT_S, ForkServer, ServerFailed
 
 IDLE_S = 600.0  # a standing server unused this long ends
@@ -105,7 +106,7 @@ def _start(python: str, env: dict[str, str], code_root: Path, path: Path, idle_s
         if control is not None:
             return control
         if proc.poll() is not None:
-            raise ServerFailed(f"the standing fork server {ended(proc.returncode)}: {_last_words(path)}")
+            raise ServerFailed(f"the standing fork server {how_ended(proc.returncode)}: {_last_words(path)}")
         if time.monotonic() > deadline:
             proc.kill()
             raise ServerFailed(f"the standing fork server did not listen within {READY_TIMEOUT_S:g} s")
