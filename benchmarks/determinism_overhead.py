@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,12 +58,21 @@ def clone(batch: object) -> object:
     return batch
 
 
-def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profile: str = "quick") -> tuple[float, float]:
-    """(direct, difference): the median time of what a run records each step (the batch's
-    two checksums before the step, the state's fingerprints after it: ``record.Trace``, as
-    the worker calls it) over the median step time; and the median step time with them over
-    without, in alternating blocks (the second is noisier on a shared machine: a difference
-    of two noisy times)."""
+class Overhead(NamedTuple):
+    """What ``fingerprint_overhead`` measured."""
+    direct: float  # the median per-step recording time over the median step time
+    difference: float  # the median step time with recording over without, minus 1
+    batch_us: float  # the median time of the batch's checksums, before a step
+    state_us: float  # the median time of the state's fingerprints, after a step
+    step_ms: float  # the median training step
+
+
+def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profile: str = "quick") -> Overhead:
+    """The median time of what a run records each step (the batch's two checksums before the
+    step, the state's fingerprints after it: ``record.Trace``, as the worker calls it) over
+    the median step time, and its two parts; and the median step time with them over
+    without, in alternating blocks (noisier on a shared machine: a difference of two noisy
+    times)."""
     dev = torch.device(device)
     with deterministic_mode(seed=0, threads=1):
         setup = validate(load_factory(model)(ModelContext(profile=profile, device=dev, seed=0)), model)
@@ -78,6 +88,7 @@ def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profi
             trace.step(train_step(setup, setup.model, b))
         step_times: list[float] = []
         fp_times: list[float] = []
+        parts: list[tuple[float, float]] = []
         block: dict[bool, list[float]] = {True: [], False: []}
         for i in range(steps):
             batch = clone(batches[i % len(batches)])  # as a loader hands a batch over: just written
@@ -98,10 +109,13 @@ def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profi
             step_times.append(t2 - t1)
             if on:
                 fp_times.append((t1 - t0) + (t3 - t2))
+                parts.append((t1 - t0, t3 - t2))
             block[on].append(t3 - t0)
-    direct = statistics.median(fp_times) / statistics.median(step_times)
-    difference = statistics.median(block[True]) / statistics.median(block[False]) - 1
-    return direct, difference
+    step = statistics.median(step_times)
+    return Overhead(direct=statistics.median(fp_times) / step,
+                    difference=statistics.median(block[True]) / statistics.median(block[False]) - 1,
+                    batch_us=statistics.median(p[0] for p in parts) * 1e6,
+                    state_us=statistics.median(p[1] for p in parts) * 1e6, step_ms=step * 1e3)
 
 
 def stage_vs_seed_style(model: str, steps: int, device: str = "cpu", profile: str = "quick") -> dict[str, float]:
@@ -177,10 +191,14 @@ def main() -> None:
     ap.add_argument("--profile", default="quick", choices=["quick", "full"])
     args = ap.parse_args()
     parts: list[str] = []
+    recorded: list[str] = []
     print(f"{'model':12} {'fingerprint cost':>17} {'with/without':>13} {'reproci run s':>14} {'seed-style s':>13} "
           f"{'ratio':>6} {'run A fixed cost':>17} {'+ plugin':>10}")
     for m in args.models:
-        direct, difference = fingerprint_overhead(m, device=args.device, profile=args.profile)
+        fp = fingerprint_overhead(m, device=args.device, profile=args.profile)
+        direct, difference = fp.direct, fp.difference
+        recorded.append(f"{m:12} batch checksums {fp.batch_us:.0f} us, state fingerprints {fp.state_us:.0f} us, "
+                        f"step {fp.step_ms:.2f} ms")
         if args.stage_models is None or m in args.stage_models:
             st = stage_vs_seed_style(m, args.steps, device=args.device, profile=args.profile)
             fixed = fixed_cost(st)
@@ -190,6 +208,8 @@ def main() -> None:
         else:
             stage = f"{'-':>14} {'-':>13} {'-':>6} {'-':>17} {'-':>10}"
         print(f"{m:12} {direct * 100:16.2f}% {difference * 100:12.2f}% {stage}", flush=True)
+    print("what a step records, by part (medians):")
+    print("\n".join(recorded))
     if parts:
         print("run A's fixed cost, by part (of its training steps' time; build and eval are the plugin's own code):")
         print("\n".join(parts))
