@@ -164,4 +164,3 @@ def evaluated(out: dict[str, Any], spec: WorkerSpec, setup: TrainSetup, clock: S
     eval_s = time.perf_counter() - t_eval
     out["timings"].update(build_s=build_s, checkpoint_s=clock.checkpoint_s, eval_s=eval_s,
                           finish_s=t_eval - clock.ended)
-

@@ -73,7 +73,7 @@ class BatchLog:
 
 def _ints(per_step: list[int | torch.Tensor]) -> list[int]:
     where = [i for i, v in enumerate(per_step) if isinstance(v, torch.Tensor)]
-    out = [v for v in per_step]
+    out = list(per_step)
     if where:
         for i, v in zip(where, torch.stack([per_step[i].cpu() for i in where]).tolist()):
             out[i] = v

@@ -20,6 +20,7 @@ other, and distinct from an all-zero tensor, whose checksum is 0.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -120,11 +121,9 @@ class StepFingerprints:
             self._bind(self._current())
         absent: list[int] = []
         groups = self._bindings[-1]
-        if all(g.on_cpu for g in groups):  # numpy sums make no torch buffer to leave unfilled
+        # numpy sums make no torch buffer to leave unfilled
+        with contextlib.nullcontext() if all(g.on_cpu for g in groups) else no_fill():
             sums = [g.sums(absent) for g in groups]
-        else:
-            with no_fill():
-                sums = [g.sums(absent) for g in groups]
         self.rows.append((len(self._bindings) - 1, sums, tuple(absent)))
 
     def to_lists(self) -> list[list[int]]:

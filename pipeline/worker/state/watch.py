@@ -31,12 +31,13 @@ class StateWatch:
         self._seen: _Seen | None = None
 
     def changed(self) -> bool:
-        if self._seen is not None and self._seen.same(self._slots()):
+        if self._seen is not None and self._seen.same(self._slots(self._seen.holders)):
             return False
         identity = state_identity(self.model, self.optimizer, self.modules)
         changed = identity != self._identity
         self._identity = identity
-        self._seen = _Seen(self._holders(), self._slots)
+        holders = self._holders()
+        self._seen = _Seen(holders, self._slots(holders))
         return changed
 
     def _holders(self) -> list[tuple[dict[str, Any], Any, Any, Any]]:
@@ -54,13 +55,13 @@ class StateWatch:
             stack.extend(c for c in reversed(m._modules.values()) if c is not None)
         return out
 
-    def _slots(self, holders: list[tuple[dict[str, Any], Any, Any, Any]] | None = None) -> list[Any]:
+    def _slots(self, holders: list[tuple[dict[str, Any], Any, Any, Any]]) -> list[Any]:
         """Every object in a state slot, in a fixed order: modules' parameters, buffers and
         children, the optimizer's parameters, which have state, and that state's values, and
         the state modules' tensors."""
         out: list[Any] = []
         extend = out.extend
-        for _, params, buffers, children in (self._seen.holders if holders is None else holders):
+        for _, params, buffers, children in holders:
             extend(params.values())
             extend(buffers.values())
             extend(children.values())
@@ -78,11 +79,10 @@ class StateWatch:
 class _Seen:
     """What the last walk found: the holders, the objects in their slots, and the pointers."""
 
-    def __init__(self, holders: list[tuple[dict[str, Any], Any, Any, Any]], slots: Any) -> None:
+    def __init__(self, holders: list[tuple[dict[str, Any], Any, Any, Any]], objects: list[Any]) -> None:
         self.holders = holders
         self.dicts = [(d, name, held) for d, *held_three in holders
                       for name, held in zip(("_parameters", "_buffers", "_modules"), held_three)]
-        objects = slots(holders)
         self.length = len(objects)
         # positions that held a number (a step count): it may change freely, but must not
         # become a tensor; every other position must hold the very same object
