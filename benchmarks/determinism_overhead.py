@@ -3,7 +3,9 @@
 1. Per-step fingerprint overhead, in-process: the median time of what a run records each
    step (the batch's order-sensitive and order-free checksums, the state's fingerprints)
    over the median training-step time (target <= 3 %); beside it, the median step time
-   with them over without, in alternating blocks.
+   with them over without, in alternating blocks; and, on the CPU, its floor: the same
+   values' bare reductions alone (each state tensor and gradient summed by one numpy call
+   on arrays made ready, the batch's two products per tensor), with no bookkeeping.
 
 2. What a user compares: a real ``reproci run -m MODEL`` (the determinism stage: A with a
    checkpoint at k, B, C resumed from A, as the CLI runs them) against the seed-style check
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import statistics
 import sys
@@ -30,6 +33,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from reproci.backends.local import LocalBackend  # noqa: E402
@@ -39,7 +43,10 @@ from reproci.worker.determinism import deterministic_mode  # noqa: E402
 from reproci.worker.record import Trace  # noqa: E402
 from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 from reproci.worker.train import train_step  # noqa: E402
+from reproci.worker.data.batchsum import np_weights, np_words, tensors_of  # noqa: E402
 from reproci.worker.data.batchtree import to_device  # noqa: E402
+from reproci.worker.state.bits import np_bits  # noqa: E402
+from reproci.worker.state.state import state_tensors  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -65,9 +72,10 @@ class Overhead(NamedTuple):
     batch_us: float  # the median time of the batch's checksums, before a step
     state_us: float  # the median time of the state's fingerprints, after a step
     step_ms: float  # the median training step
+    floor: float  # the bare reductions of the same values over the median step time (NaN off the CPU)
 
 
-def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profile: str = "quick") -> Overhead:
+def fingerprint_overhead(model: str, steps: int = 90, device: str = "cpu", profile: str = "quick") -> Overhead:
     """The median time of what a run records each step (the batch's two checksums before the
     step, the state's fingerprints after it: ``record.Trace``, as the worker calls it) over
     the median step time, and its two parts; and the median step time with them over
@@ -86,36 +94,74 @@ def fingerprint_overhead(model: str, steps: int = 60, device: str = "cpu", profi
         for b in batches[:2]:  # warm-up, and bind the tensor list
             trace.batch(b, 0)
             trace.step(train_step(setup, setup.model, b))
+        floor = Floor(setup) if dev.type == "cpu" else None
         step_times: list[float] = []
         fp_times: list[float] = []
+        floor_times: list[float] = []
         parts: list[tuple[float, float]] = []
-        block: dict[bool, list[float]] = {True: [], False: []}
+        block: dict[str, list[float]] = {"on": [], "off": [], "floor": []}
         for i in range(steps):
             batch = clone(batches[i % len(batches)])  # as a loader hands a batch over: just written
-            on = (i // 5) % 2 == 0
+            mode = ("on", "off", "floor" if floor is not None else "off")[(i // 5) % 3]
             _sync(dev)
             t0 = time.perf_counter()
-            if on:
+            if mode == "on":
                 trace.batch(batch, 0)
+            elif mode == "floor":
+                floor.batch(batch)  # type: ignore[union-attr]
             _sync(dev)
             t1 = time.perf_counter()
             loss = train_step(setup, setup.model, batch)
             _sync(dev)
             t2 = time.perf_counter()
-            if on:
+            if mode == "on":
                 trace.step(loss)
+            elif mode == "floor":
+                floor.state()  # type: ignore[union-attr]
             _sync(dev)
             t3 = time.perf_counter()
             step_times.append(t2 - t1)
-            if on:
+            if mode == "on":
                 fp_times.append((t1 - t0) + (t3 - t2))
                 parts.append((t1 - t0, t3 - t2))
-            block[on].append(t3 - t0)
+            elif mode == "floor":
+                floor_times.append((t1 - t0) + (t3 - t2))
+            block[mode].append(t3 - t0)
     step = statistics.median(step_times)
     return Overhead(direct=statistics.median(fp_times) / step,
-                    difference=statistics.median(block[True]) / statistics.median(block[False]) - 1,
+                    difference=statistics.median(block["on"]) / statistics.median(block["off"]) - 1,
                     batch_us=statistics.median(p[0] for p in parts) * 1e6,
-                    state_us=statistics.median(p[1] for p in parts) * 1e6, step_ms=step * 1e3)
+                    state_us=statistics.median(p[1] for p in parts) * 1e6, step_ms=step * 1e3,
+                    floor=statistics.median(floor_times) / step if floor_times else math.nan)
+
+
+class Floor:
+    """The least a step's record can cost on the CPU with these values: each value's bare
+    reduction and nothing else. The state: one ``np.add.reduce`` per tensor, on integer views
+    of the parameters, buffers and optimizer state made once (as a run binds them) and of each
+    step's gradients; no check that the state still lives in those tensors, no layout, no
+    row. The batch: each tensor's integer words, its position-weighted sum and its rows'
+    weighted sums (the two ``einsum`` calls the checksums are made of); no mixing."""
+
+    def __init__(self, setup) -> None:
+        self.arrays = [np_bits(t) for t in state_tensors(setup.model, setup.optimizer, with_grads=False,
+                                                          modules=setup.state_modules).values()]
+        self.params = list(setup.model.parameters())
+
+    def batch(self, batch: object) -> None:
+        for t in tensors_of(batch):
+            w = np_words(t)
+            np.einsum("i,i->", w, np_weights(w.size))
+            rows = w.reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
+            np.einsum("ij,j->i", rows, np_weights(rows.shape[1]))
+
+    def state(self) -> None:
+        for a in self.arrays:
+            np.add.reduce(a, dtype=np.int64 if a.itemsize == 8 else np.int32)
+        for p in self.params:
+            if p.grad is not None:
+                g = np_bits(p.grad)
+                np.add.reduce(g, dtype=np.int64 if g.itemsize == 8 else np.int32)
 
 
 def stage_vs_seed_style(model: str, steps: int, device: str = "cpu", profile: str = "quick") -> dict[str, float]:
@@ -198,7 +244,7 @@ def main() -> None:
         fp = fingerprint_overhead(m, device=args.device, profile=args.profile)
         direct, difference = fp.direct, fp.difference
         recorded.append(f"{m:12} batch checksums {fp.batch_us:.0f} us, state fingerprints {fp.state_us:.0f} us, "
-                        f"step {fp.step_ms:.2f} ms")
+                        f"step {fp.step_ms:.2f} ms; floor (the bare reductions) {fp.floor * 100:.2f}%")
         if args.stage_models is None or m in args.stage_models:
             st = stage_vs_seed_style(m, args.steps, device=args.device, profile=args.profile)
             fixed = fixed_cost(st)

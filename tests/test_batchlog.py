@@ -82,3 +82,17 @@ def test_a_batch_of_many_leaves_keeps_exact_values():
     log.add(strings)
     assert log.values() == _expected([strings])
     assert np.uint64(log.values()[1][0]) < 2**32
+
+
+def test_a_device_batch_is_logged_without_a_copy_to_the_host():
+    """On a GPU a copy to the host waits for the device, once per step. The meta device
+    stands in for one here (it has no data, so any copy to the host raises): every step's
+    two checksums, of a plain batch and of micro-batches, stay on the device until the end."""
+    log = BatchLog()
+    for n in (4, 6):
+        x, y = torch.randn(n, 3, device="meta"), torch.randint(0, 5, (n,), device="meta")
+        log.add((x, y))
+        log.add({"ids": y, "x": x})
+        log.add(Accumulated([(x,), (x, y)]))
+    assert len(log) == 6
+    assert all(v.device.type == "meta" for v in log.checksums + log.contents)

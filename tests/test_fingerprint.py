@@ -185,7 +185,7 @@ def test_position_weights_are_those_of_their_position_whatever_size_was_asked_fi
 
     for n in (5, 70_000, 3, 140_001, 64):
         assert torch.equal(batchsum._position_weights(n, torch.device("cpu")), formula(n))
-        assert np.array_equal(batchsum._np_weights(n), formula(n).numpy())
+        assert np.array_equal(batchsum.np_weights(n), formula(n).numpy())
     x = torch.arange(7, dtype=torch.int32)
     assert batch_checksum(x).item() == int((x.long() * formula(7).long()).sum()) % 2**32
 
@@ -451,3 +451,60 @@ def test_sparse_gradients_whose_sizes_change_from_step_to_step_keep_exact_column
     rows = [dict(zip(fps.names, r)) for r in fps.to_lists()]
     assert [{k: r[k] for k in ("grad:a.weight", "grad:b.weight")} for r in rows] == [
         {"grad:a.weight": e["grad:a"], "grad:b.weight": e["grad:b"]} for e in expected]
+
+
+def test_gradients_that_trade_sparse_and_dense_layouts_keep_exact_columns():
+    """The layout a CPU row is summed in is named by which gradients are missing and by the
+    size and place of each sparse one: two gradients that trade layouts between steps, with
+    the same stored sizes, are not read in the other's layout."""
+    model = torch.nn.ParameterDict({"a": torch.nn.Parameter(torch.zeros(4, 3)), "b": torch.nn.Parameter(torch.zeros(4, 3))})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fps = StepFingerprints(model, opt)
+
+    def sparse(rows, value):
+        idx = torch.tensor([rows])
+        return torch.sparse_coo_tensor(idx, torch.full((len(rows), 3), value), (4, 3), check_invariants=True)
+
+    expected = []
+    for a, b in ((sparse([0, 1], 1.5), torch.full((4, 3), 2.0)), (torch.full((4, 3), 3.0), sparse([2, 3], 0.25)),
+                 (None, sparse([0, 1], 1.5)), (sparse([1, 2], -1.0), None)):
+        model["a"].grad, model["b"].grad = a, b
+        expected.append([None if g is None else bit_checksum(g.to_dense()).item() for g in (a, b)])
+        fps.record()
+    rows = [dict(zip(fps.names, r)) for r in fps.to_lists()]
+    assert [[r["grad:a"], r["grad:b"]] for r in rows] == [[ABSENT if v is None else v for v in e] for e in expected]
+
+
+def test_tensors_of_reads_plain_containers_in_the_order_of_the_walk():
+    """A tuple, list or dict of plain dense tensors is read without the walk, in the walk's
+    order (a dict's keys sorted); any other batch goes through the walk as before."""
+    from collections import namedtuple
+
+    from reproci.worker.data import batchtree
+
+    a, b, c = torch.arange(3), torch.ones(2, 2), torch.zeros(1, dtype=torch.float64)
+    pair = namedtuple("Pair", "y x")
+    batches = [(a, b, c), [c, a], {"z": a, "b": b, "a": c}, {2: a, 10: b}, pair(a, b), (a, 3, "s"),
+               (torch.nn.Parameter(b), a), (b.to_sparse(), a), {"x": [a, b]}, [], {}]
+    for batch in batches:
+        walked = [batchsum._as_tensor(leaf) for _, leaf in batchtree.leaves(batch)]
+        got = batchsum.tensors_of(batch)
+        assert len(got) == len([w for w in walked if w is not None])
+        for x, y in zip(got, [w for w in walked if w is not None]):
+            assert x.dtype == y.dtype and x.layout == y.layout and torch.equal(x, y)
+
+
+def test_a_device_step_is_fingerprinted_without_a_copy_to_the_host():
+    """The state's rows stay on the device until the run ends (no wait for it per step). The
+    meta device stands in for a GPU here: it has no data, so any copy to the host raises."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).to("meta")
+    opt = torch.optim.Adam(model.parameters(), foreach=False)
+    fps = StepFingerprints(model, opt)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(5, 4, device="meta")).sum().backward()
+        opt.step()
+        fps.record()
+    groups = [[getattr(part, "device", None) for part in row] for _, row, _ in fps.rows]
+    # Adam's step counts are CPU scalars beside the parameters: their group's row is numpy
+    assert groups == [[torch.device("meta"), "cpu"]] * 3 or groups == [["cpu", torch.device("meta")]] * 3

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from reproci.worker.state.bits import np_bits
+from reproci.worker.state.bits import flat_int, np_bits
 from reproci.worker.state.fingerprint import bit_checksum
 from reproci.worker.state.sums import array_sums
 
@@ -44,3 +44,21 @@ def test_one_ulp_in_any_array_changes_only_its_sum():
     ts[0][123] = torch.nextafter(ts[0][123], torch.tensor(float("inf")))
     after = array_sums([np_bits(t) for t in ts]).tolist()
     assert after[0] != before[0] and after[1:] == before[1:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                                   torch.int16, torch.int8, torch.uint8, torch.bool, torch.complex64])
+def test_np_bits_reads_what_flat_int_reads_for_every_dtype_and_layout(dtype):
+    """The numpy reading of a tensor's bits (the CPU checksums') is the torch one (the device
+    checksums'), whichever path makes it: a contiguous tensor read in place, a parameter that
+    requires grad, a transposed tensor, a scalar."""
+    g = torch.Generator().manual_seed(1)
+    base = (torch.randn(6, 4, generator=g) * 1000).to(dtype) if dtype != torch.complex64 else torch.randn(
+        6, 4, generator=g, dtype=dtype)
+    cases = [base, base.t(), base[0, 0], base[::2]]
+    if dtype.is_floating_point:
+        cases.append(torch.nn.Parameter(base.clone()))
+    for t in cases:
+        got, want = np_bits(t), flat_int(t).numpy()
+        assert got.dtype.kind in "iu" and got.itemsize == want.itemsize and got.ndim == 1
+        assert np.array_equal(got.view(want.dtype), want)

@@ -63,7 +63,7 @@ def cpu_checksum(tensors: list[torch.Tensor], words: list[np.ndarray] | None = N
     for i, t in enumerate(tensors):
         w = np_words(t) if words is None else words[i]
         # the int32 products and their int32 sum wrap modulo 2**32: one pass, no buffer of products
-        s = int(np.einsum("i,i->", w, _np_weights(w.size))) % 2**32
+        s = int(np.einsum("i,i->", w, np_weights(w.size))) % 2**32
         total += s * (2 * i + 1)
     return total
 
@@ -83,7 +83,7 @@ def row_sums(tensors: list[torch.Tensor], words: list[np.ndarray] | None = None)
     sums = np.empty(starts[-1] + rows[-1], dtype=np.int32)
     for i, t in enumerate(tensors):
         w = (np_words(t) if words is None else words[i]).reshape(rows[i], -1)
-        np.einsum("ij,j->i", w, _np_weights(w.shape[1]), out=sums[starts[i]:starts[i] + rows[i]])
+        np.einsum("ij,j->i", w, np_weights(w.shape[1]), out=sums[starts[i]:starts[i] + rows[i]])
     return sums, starts
 
 
@@ -136,7 +136,9 @@ def _position_weights(n: int, device: torch.device) -> torch.Tensor:
     return w[:n]
 
 
-def _np_weights(n: int) -> np.ndarray:
+def np_weights(n: int) -> np.ndarray:
+    """The first ``n`` position weights (``_position_weights``) as a numpy int32 array, a
+    prefix of one array grown to the largest size seen."""
     w = _NP_WEIGHTS.get(0)
     if w is None or w.size < n:
         w = _NP_WEIGHTS[0] = _position_weights(n, torch.device("cpu")).numpy()
@@ -155,6 +157,12 @@ def _words(t: torch.Tensor) -> torch.Tensor:
 def tensors_of(batch: object) -> list[torch.Tensor]:
     """Every leaf of a batch the checksums see, as a tensor: tensors (sparse ones densified),
     numeric numpy arrays, and Python scalars and strings (as their values' bytes)."""
+    kind = type(batch)
+    if kind is tuple or kind is list or (kind is dict and all(type(k) is str for k in batch)):
+        # the usual batch: plain dense tensors in a list, a tuple or a dict, in the walk's order
+        flat = list(batch) if kind is not dict else [batch[k] for k in sorted(batch)]
+        if all(type(t) is torch.Tensor and t.layout == torch.strided for t in flat):
+            return flat
     out = []
     for _, leaf in batchtree.leaves(batch):
         t = _as_tensor(leaf)
@@ -192,7 +200,9 @@ def contents_checksum(batch: object) -> torch.Tensor | None:
 
 
 def device_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``contents_checksum`` in torch ops, on the tensors' devices (the reference arithmetic)."""
+    """``contents_checksum`` in torch ops, on the tensors' devices (the reference arithmetic),
+    as a 0-d int64 on the first tensor's device: no copy to the host, so no wait for the
+    device (int64 wraps modulo 2**64, which keeps the value modulo 2**32 exact)."""
     total = None
     with no_fill():
         for i, t in enumerate(tensors):
@@ -201,5 +211,5 @@ def device_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
             s = sums & 0xFFFFFFFF
             mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # nonlinear in the row: a value moved between rows shows
             part = (mixed.sum() % 2**32) * (2 * i + 1)
-            total = part.cpu() if total is None else total + part.cpu()
+            total = part if total is None else total + part.to(total.device)  # on the device: no sync per step
     return total

@@ -30,6 +30,11 @@ if hasattr(torch, "float8_e4m3fn"):
     INT_VIEW[torch.float8_e5m2] = torch.uint8
 
 
+# dtypes whose numpy array is read directly (floats through a view as the integer of their width)
+_NP_VIEW = {torch.float32: np.int32, torch.float64: np.int64, torch.int64: None, torch.int32: None,
+            torch.int16: None, torch.int8: None, torch.uint8: None}
+
+
 def dense(t: torch.Tensor) -> torch.Tensor:
     """The tensor itself, or a sparse tensor's dense form (for whole-tensor hashes and dumps)."""
     return t if t.layout == torch.strided else t.detach().to_dense()
@@ -60,8 +65,10 @@ def np_bits(t: torch.Tensor) -> np.ndarray:
     """A CPU tensor's raw bits as a flat numpy integer array (sharing its memory when it is
     contiguous), with the same integer reading as ``flat_int``: floats as signed integers
     of their width, bool as uint8, integer types as themselves."""
-    if t.dtype == torch.float32 and t.layout == torch.strided and t.is_contiguous():  # most state: fewest calls
-        return t.detach().numpy().reshape(-1).view(np.int32)
+    view = _NP_VIEW.get(t.dtype, False)
+    if view is not False and t.layout == torch.strided and t.is_contiguous():  # most tensors: fewest calls
+        a = (t.detach() if t.requires_grad else t).numpy().reshape(-1)
+        return a if view is None else a.view(view)
     t = stored_values(t.detach())
     if t.is_complex():
         t = torch.view_as_real(t)

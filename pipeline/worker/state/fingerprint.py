@@ -84,8 +84,9 @@ class StepFingerprints:
         self.optimizer = optimizer
         self.modules = modules
         self.names: list[str] | None = None
-        # per step: (binding, one tensor per device group, the columns of the gradients it lacked)
-        self.rows: list[tuple[int, list[torch.Tensor], tuple[int, ...]]] = []
+        # per step: (binding, one row per device group, the columns of the gradients it lacked);
+        # a CPU group's row is a numpy array, a device's a tensor on it
+        self.rows: list[tuple[int, list[torch.Tensor | np.ndarray], tuple[int, ...]]] = []
         self._bindings: list[list[_DeviceGroup]] = []
         self._watch = StateWatch(model, optimizer, modules)
 
@@ -137,7 +138,7 @@ class StepFingerprints:
             if not steps:
                 continue
             for gi, group in enumerate(groups):
-                block = torch.stack([self.rows[i][1][gi] for i in steps]).cpu()
+                block = _stack([self.rows[i][1][gi] for i in steps])
                 out[torch.tensor(steps).unsqueeze(1), group.positions.unsqueeze(0)] = block
         where = [(i, c) for i, (_, _, absent) in enumerate(self.rows) for c in absent]
         if where:
@@ -166,7 +167,7 @@ class _DeviceGroup:
         if self.on_cpu:  # numpy arrays sharing the tensors' memory: they follow in-place updates
             self.arrays = [np_bits(t) for _, t in self.persistent]
 
-    def sums(self, absent: list[int]) -> torch.Tensor:
+    def sums(self, absent: list[int]) -> torch.Tensor | np.ndarray:
         """This group's checksums in its column order; the columns of the gradients that do
         not exist now are appended to ``absent`` (their checksum reads 0 here)."""
         if self.on_cpu:
@@ -183,25 +184,37 @@ class _DeviceGroup:
                 views.append(flat_int(g))
         return segment_sums(views, self._workspace)
 
-    def _cpu_sums(self, absent: list[int]) -> torch.Tensor:
+    def _cpu_sums(self, absent: list[int]) -> np.ndarray:
         """The same wrapping sums on the CPU in numpy (``sums.array_sums``: one copy and one
         segmented reduction per width instead of a call per tensor; identical values)."""
         arrays = list(self.arrays)
+        # The layout, named by what can change from step to step: which gradients are missing
+        # (an empty array), and the size of each array that is not a dense tensor's (a sparse
+        # tensor's stored values). A dense gradient has its parameter's size and dtype (autograd
+        # refuses any other), and every bound array keeps its own.
+        varying: list[tuple[int, int]] = []
         for k in self.stale:
-            arrays[k] = np_bits(self.persistent[k][1])
+            a = arrays[k] = np_bits(self.persistent[k][1])
+            varying.append((k, a.size))
+        first = len(absent)
+        append = arrays.append
         for i, p in self.grads:
             g = p.grad
             if g is None:
                 absent.append(i)
-                arrays.append(_EMPTY)
+                append(_EMPTY)
             else:
-                arrays.append(np_bits(g))
-        # The layout, named by the size and width of each array made this step (a sparse
-        # tensor's, its stored values, change size from step to step; a missing gradient's is
-        # empty); the bound arrays keep theirs.
-        key = tuple(a.size * 16 + a.itemsize for a in arrays[len(self.arrays):]) + tuple(
-            arrays[k].size * 16 + arrays[k].itemsize for k in self.stale)
-        return torch.from_numpy(array_sums(arrays, self._workspace, key=key))
+                append(np_bits(g))
+                if g.layout != torch.strided:
+                    varying.append((len(arrays), arrays[-1].size))
+        return array_sums(arrays, self._workspace, key=(tuple(absent[first:]), tuple(varying)))
+
+
+def _stack(rows: list[torch.Tensor] | list[np.ndarray]) -> torch.Tensor:
+    """One group's rows of many steps, as one CPU tensor (a device's in one copy)."""
+    if isinstance(rows[0], np.ndarray):
+        return torch.from_numpy(np.stack(rows))
+    return torch.stack(rows).cpu()
 
 
 def initial_row(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
