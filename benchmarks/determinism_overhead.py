@@ -5,7 +5,8 @@
    over the median training-step time (target <= 3 %); beside it, the median step time
    with them over without, in alternating blocks; and, on the CPU, its floor: the same
    values' bare reductions alone (each state tensor and gradient summed by one numpy call
-   on arrays made ready, the batch's two products per tensor), with no bookkeeping.
+   on arrays made ready, the batch's two products per tensor), with no bookkeeping; and the
+   kernels the same record launches per step on a GPU, counted on the CPU.
 
 2. What a user compares: a real ``reproci run -m MODEL`` (the determinism stage: A with a
    checkpoint at k, B, C resumed from A, as the CLI runs them) against the seed-style check
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from reproci.backends.local import LocalBackend  # noqa: E402
 from reproci.options import build  # noqa: E402
@@ -43,9 +45,11 @@ from reproci.worker.determinism import deterministic_mode  # noqa: E402
 from reproci.worker.record import Trace  # noqa: E402
 from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 from reproci.worker.train import train_step  # noqa: E402
-from reproci.worker.data.batchsum import np_weights, np_words, tensors_of  # noqa: E402
+from reproci.worker.data.batchsum import (device_checksum, device_contents, device_sums, np_weights,  # noqa: E402
+                                          np_words, tensors_of)
 from reproci.worker.data.batchtree import to_device  # noqa: E402
-from reproci.worker.state.bits import np_bits  # noqa: E402
+from reproci.worker.state.bits import flat_int, np_bits  # noqa: E402
+from reproci.worker.state.sums import segment_sums  # noqa: E402
 from reproci.worker.state.state import state_tensors  # noqa: E402
 
 
@@ -224,6 +228,43 @@ def fixed_cost(t: dict[str, float]) -> dict[str, float]:
             **{k: v / steps_s for k, v in parts.items()}}
 
 
+class _Kernels(TorchDispatchMode):
+    """Counts the ops that run a kernel (views and detaches do not)."""
+
+    VIEWS = {"detach", "view", "slice", "split", "split_with_sizes", "alias", "_reshape_alias", "reshape", "select",
+             "t", "transpose", "expand", "as_strided", "unbind"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.overloadpacket.__name__ not in self.VIEWS
+        return func(*args, **(kwargs or {}))
+
+
+def device_kernels(model: str, profile: str = "quick") -> tuple[int, int, int]:
+    """The kernels a step's record launches on a GPU, counted here on the CPU by running the
+    device code paths on CPU tensors: the batch's two checksums (``device_sums``; and the two
+    reference functions it replaces), and the state's sums (``segment_sums`` over every state
+    tensor and gradient). On a GPU each costs a launch, whatever the tensor's size."""
+    with deterministic_mode(seed=0, threads=1):
+        setup = validate(load_factory(model)(ModelContext(profile=profile, device=torch.device("cpu"), seed=0)), model)
+        batch = next(iter(setup.loader))
+        train_step(setup, setup.model, batch)
+        tensors = tensors_of(batch)
+        views = [flat_int(t) for t in state_tensors(setup.model, setup.optimizer, with_grads=True,
+                                                              modules=setup.state_modules).values()]
+        device_sums(tensors), segment_sums(views, {})  # warm: caches made once
+        counts = []
+        for run in (lambda: device_sums(tensors), lambda: (device_checksum(tensors), device_contents(tensors)),
+                    lambda: segment_sums(views, {})):
+            with _Kernels() as k:
+                run()
+            counts.append(k.count)
+    return counts[0], counts[1], counts[2]
+
+
 FIXED_PARTS = ("setup", "checkpoint", "finish", "process", "build", "eval")
 
 
@@ -243,8 +284,10 @@ def main() -> None:
     for m in args.models:
         fp = fingerprint_overhead(m, device=args.device, profile=args.profile)
         direct, difference = fp.direct, fp.difference
+        batch_k, reference_k, state_k = device_kernels(m)  # the quick profile: the same tensors, small
         recorded.append(f"{m:12} batch checksums {fp.batch_us:.0f} us, state fingerprints {fp.state_us:.0f} us, "
-                        f"step {fp.step_ms:.2f} ms; floor (the bare reductions) {fp.floor * 100:.2f}%")
+                        f"step {fp.step_ms:.2f} ms; floor (the bare reductions) {fp.floor * 100:.2f}%; on a device: "
+                        f"batch {batch_k} kernels (reference {reference_k}), state {state_k}")
         if args.stage_models is None or m in args.stage_models:
             st = stage_vs_seed_style(m, args.steps, device=args.device, profile=args.profile)
             fixed = fixed_cost(st)

@@ -174,6 +174,10 @@ def test_the_cpu_batch_checksums_equal_the_reference_arithmetic(seed):
     assert batchsum.cpu_contents(tensors) == batchsum.device_contents(tensors).item()
     assert batch_checksum(tuple(tensors)).item() == batchsum.device_checksum(tensors).item()
     assert contents_checksum(tuple(tensors)).item() == batchsum.device_contents(tensors).item()
+    # the device's fused form (a GPU step's), here on the CPU
+    for ts in [[t] for t in tensors] + [tensors, tensors[::-1], tensors[3:7]]:
+        both = batchsum.device_sums(ts)
+        assert [v.item() for v in both] == [batchsum.device_checksum(ts).item(), batchsum.device_contents(ts).item()]
 
 
 def test_position_weights_are_those_of_their_position_whatever_size_was_asked_first():

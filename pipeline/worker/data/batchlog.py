@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .batchsum import (batch_checksum, contents_checksum, cpu_checksum, device_checksum, device_contents, mix_rows,
-                       np_words, row_sums, tensors_of)
+from .batchsum import (batch_checksum, contents_checksum, cpu_checksum, device_sums, mix_rows, np_words, row_sums,
+                       tensors_of)
 
 PENDING_ROWS = 1 << 18  # row sums held before they are mixed (1 MiB of int32)
 
@@ -53,7 +53,8 @@ class BatchLog:
             if self._rows >= PENDING_ROWS:
                 self._mix()
         else:
-            self._append(device_checksum(tensors), device_contents(tensors) % 2**32)
+            checksum, contents = device_sums(tensors)
+            self._append(checksum, contents % 2**32)
 
     def values(self) -> tuple[list[int], list[int]]:
         """Both lists as ints (a device's values in one copy)."""

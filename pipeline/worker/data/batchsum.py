@@ -26,6 +26,7 @@ _MIX = 0x9E3779B1
 _WEIGHTS: dict[str, torch.Tensor] = {}  # per device
 _NP_WEIGHTS: dict[int, np.ndarray] = {}  # the CPU's, as numpy
 _STARTS: dict[tuple[int, ...], np.ndarray] = {}
+_ODD: dict[tuple[int, str], torch.Tensor] = {}
 
 
 def batch_checksum(batch: object) -> torch.Tensor | None:
@@ -54,6 +55,43 @@ def device_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
             s = s * (2 * i + 1)  # which input of the batch it is
             acc = s if acc is None else acc + s.to(acc.device)
     return acc
+
+
+def device_sums(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``device_checksum`` and ``device_contents`` of tensors on one device, the same values in
+    half their kernels and under half their scratch memory (what a step pays on a GPU): each tensor's words are read by two int32 products (position-weighted, and weighted by
+    the position within the row), whose int64 sums keep the low 32 bits both checksums use; then
+    the rows of every tensor are mixed at once. Tensors on several devices take the two
+    reference functions."""
+    device = tensors[0].device
+    if any(t.device != device for t in tensors):
+        return device_checksum(tensors), device_contents(tensors)
+    fulls, rows, counts = [], [], []
+    with no_fill():
+        for t in tensors:
+            words = _words(t)
+            n = words.numel()
+            r = t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1
+            weights = _position_weights(n, device)
+            fulls.append((words * weights).sum(dtype=torch.int64))
+            rows.append((words.view(r, n // r) * weights[: n // r]).sum(1, dtype=torch.int64))
+            counts.append(r)
+        s = torch.cat(rows) & 0xFFFFFFFF
+        mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # as in ``device_contents``
+        parts = torch.stack([m.sum() for m in mixed.split(counts)])
+        odd = _odd(len(tensors), device)  # which input of the batch each is
+        return ((torch.stack(fulls) % 2**32) * odd).sum(), ((parts % 2**32) * odd).sum()
+
+
+def _odd(k: int, device: torch.device) -> torch.Tensor:
+    """2i+1 for i < k, on the device (made there: no copy from the host)."""
+    key = (k, str(device))
+    odd = _ODD.get(key)
+    if odd is None:
+        if len(_ODD) >= 256:
+            _ODD.clear()
+        odd = _ODD[key] = torch.arange(k, dtype=torch.int64, device=device) * 2 + 1
+    return odd
 
 
 def cpu_checksum(tensors: list[torch.Tensor], words: list[np.ndarray] | None = None) -> int:
