@@ -1,4 +1,5 @@
-"""Timing a throughput run: clocked steps, a steady allocator, peak memory, per-op times.
+"""Timing a throughput run: clocked steps, a steady allocator, peak memory, and the profiler
+started and stopped around the profiled steps (their per-op times: ``profiling``).
 
 Throughput runs (``warmup_steps > 0``) clock each timed step after a device sync; with
 ``profile_ops`` the last ``PROFILE_STEPS + 1`` steps run under torch.profiler, untimed.
@@ -6,8 +7,6 @@ Throughput runs (``warmup_steps > 0``) clock each timed step after a device sync
 
 from __future__ import annotations
 
-import bisect
-import statistics
 import sys
 import time
 from typing import Any
@@ -15,9 +14,7 @@ from typing import Any
 import torch
 
 from .process.spec import PROFILE_STEPS
-
-OPS_KEPT = 80  # per-op rows kept in a record, most expensive first
-
+from .profiling import op_times, prime_profiler, start_profiler
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -55,7 +52,7 @@ class StepClock:
         self._profiler: Any = None
         self._last = 0.0
         if self.profile_steps:
-            _prime_profiler(device)
+            prime_profiler(device)
 
     def past_warmup(self, taken: int) -> bool:
         """Whether the step that follows ``taken`` steps comes after warm-up (timed or profiled)."""
@@ -70,7 +67,7 @@ class StepClock:
         the profiler's own buffers are not counted."""
         if self.profile_steps and step == self.timed_stop:
             self.peak = peak_memory(self.device)
-            self._profiler = _start_profiler(self.device, self.profile_steps)
+            self._profiler = start_profiler(self.device, self.profile_steps)
 
     def end_timing(self, taken: int) -> int:
         """No more timed steps after ``taken`` (the orchestrator has measured enough): the
@@ -104,7 +101,7 @@ class StepClock:
         self.ended = time.perf_counter()
         if self._profiler is not None:
             self._profiler.stop()
-            self.ops = _op_times(self._profiler, self.device)
+            self.ops = op_times(self._profiler, self.device)
         if self.peak is None:
             self.peak = peak_memory(self.device)
 
@@ -144,58 +141,3 @@ def steady_allocator() -> bool:
     ok &= mallopt(m_trim_threshold, 2**30)  # keep freed heap memory instead of returning it each step
     ok &= mallopt(m_top_pad, 64 * 2**20)
     return bool(ok)
-
-
-def _prime_profiler(device: torch.device) -> None:
-    """The profiler's first session pays a one-time start-up (about 1 s on a CPU): pay it
-    before warm-up, beside a paired run's own set-up, not inside a turn."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities):
-        torch.zeros(1, device=device).add_(1)
-
-
-def _start_profiler(device: torch.device, steps: int) -> Any:
-    """A profiler over ``steps`` steps: one warm-up step, then every step recorded and marked."""
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps - 1, repeat=1))
-    prof.start()
-    return prof
-
-
-def _op_times(prof: Any, device: torch.device) -> list[dict[str, Any]]:
-    """Per op, the median over profiled steps of its self time (microseconds), most expensive first.
-
-    Events are assigned to the ``ProfilerStep`` range they start in; a step's own self
-    time (Python between ops) is reported as "(outside ops)". Medians keep one slow step
-    (a page fault, a neighbour on a shared machine) from inflating an op.
-    """
-    events = [e for e in prof.events() if str(getattr(e, "device_type", "CPU")).endswith("CPU")]
-    marks = sorted((e.time_range.start, e.time_range.end) for e in events if e.name.startswith("ProfilerStep"))
-    starts = [m[0] for m in marks]
-    per_step: list[dict[str, list[float]]] = [{} for _ in marks]
-    for e in events:
-        i = bisect.bisect_right(starts, e.time_range.start) - 1
-        if i < 0 or e.time_range.start > marks[i][1]:
-            continue
-        name = "(outside ops)" if e.name.startswith("ProfilerStep") else e.name
-        dev = getattr(e, "self_device_time_total", None)
-        if dev is None:  # older torch
-            dev = getattr(e, "self_cuda_time_total", 0.0)
-        row = per_step[i].setdefault(name, [0.0, 0.0, 0.0])
-        row[0] += 1
-        row[1] += e.self_cpu_time_total
-        row[2] += float(dev)
-    names = set().union(*per_step) if per_step else set()
-    rows = []
-    for name in names:
-        cols = [statistics.median(step.get(name, [0.0, 0.0, 0.0])[k] for step in per_step) for k in range(3)]
-        rows.append({"name": name, "calls": cols[0], "self_cpu_us": cols[1], "self_device_us": cols[2]})
-    key = "self_device_us" if device.type == "cuda" else "self_cpu_us"
-    rows = [r for r in rows if r[key] > 0]
-    rows.sort(key=lambda r: -r[key])
-    return rows[:OPS_KEPT]
-
