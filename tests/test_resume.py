@@ -1,25 +1,25 @@
 """Exact resume at every step, and every detection proven on a buggy model beside a fixed twin.
 
-The sweep runs A once with a checkpoint at every step, then a fresh resumed process from
-each one, and compares each with A exactly as the stage does. The verdict tests drive the
+The sweep runs A once with a checkpoint at every step, then a resumed process from each one
+(forked by the local backend, as the stage's runs are), and compares each with A exactly as
+the stage does. The verdict tests drive the
 real CLI with the plugins of ``tests/plugins/resumable.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from reproci import errors
+from reproci import errors, options
+from reproci.backends.local import LocalBackend
 from reproci.golden.compare import first_divergence
-from reproci.worker.process.launch import launch_environment
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
@@ -29,13 +29,19 @@ RESUMABLE = PLUGINS / "resumable.py"
 STEPS = 10  # 4 batches an epoch: boundaries after steps 4 and 8
 
 
+@functools.cache
+def _backend() -> LocalBackend:
+    """The local backend as ``reproci run`` makes it: each run forked from a fork server (the
+    session's standing ones), in the strict launch environment of its spec."""
+    return LocalBackend(options.build({}, env=dict(os.environ)))
+
+
 def _launch(spec: WorkerSpec, path: Path) -> dict:
     spec.write(path)
-    env = {**os.environ, **launch_environment(seed=spec.seed, threads=1, strict=True), "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "reproci.worker", str(path)], env=env, capture_output=True,
-                       text=True, timeout=300)
+    result = _backend().launch(spec, path, timeout=300)
     record = json.loads((path.parent / spec.output).read_text())
-    assert p.returncode == 0 and record["status"] == "ok", record.get("message", p.stderr)
+    assert result.returncode == 0 and record["status"] == "ok", record.get("message", result.log_tail)
+    assert result.launch["mode"] == "forked", result.launch
     return record
 
 
