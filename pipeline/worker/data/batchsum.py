@@ -59,8 +59,9 @@ def device_checksum(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def device_sums(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """``device_checksum`` and ``device_contents`` of tensors on one device, the same values in
-    half their kernels and under half their scratch memory (what a step pays on a GPU): each tensor's words are read by two int32 products (position-weighted, and weighted by
-    the position within the row), whose int64 sums keep the low 32 bits both checksums use; then
+    half their kernels and under half their scratch memory (what a step pays on a GPU): each
+    tensor's words are read by two int32 products (position-weighted, and weighted by the
+    position within the row), whose int64 sums keep the low 32 bits both checksums use; then
     the rows of every tensor are mixed at once. Tensors on several devices take the two
     reference functions."""
     device = tensors[0].device
@@ -76,11 +77,17 @@ def device_sums(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor
             fulls.append((words * weights).sum(dtype=torch.int64))
             rows.append((words.view(r, n // r) * weights[: n // r]).sum(1, dtype=torch.int64))
             counts.append(r)
-        s = torch.cat(rows) & 0xFFFFFFFF
-        mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # as in ``device_contents``
+        mixed = _mixed(torch.cat(rows))
         parts = torch.stack([m.sum() for m in mixed.split(counts)])
         odd = _odd(len(tensors), device)  # which input of the batch each is
         return ((torch.stack(fulls) % 2**32) * odd).sum(), ((parts % 2**32) * odd).sum()
+
+
+def _mixed(sums: torch.Tensor) -> torch.Tensor:
+    """Row sums (int64, of which the low 32 bits count) mixed, in uint32 values: nonlinear in
+    the row, so a value moved between rows shows (``mix_rows`` is the numpy form)."""
+    s = sums & 0xFFFFFFFF
+    return ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF
 
 
 def _odd(k: int, device: torch.device) -> torch.Tensor:
@@ -246,8 +253,6 @@ def device_contents(tensors: list[torch.Tensor]) -> torch.Tensor:
         for i, t in enumerate(tensors):
             rows = _words(t).reshape(t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1, -1)
             sums = (rows.to(torch.int64) * _position_weights(rows.shape[1], rows.device).to(torch.int64)).sum(dim=1)
-            s = sums & 0xFFFFFFFF
-            mixed = ((s * _MIX) ^ (s >> 15)) & 0xFFFFFFFF  # nonlinear in the row: a value moved between rows shows
-            part = (mixed.sum() % 2**32) * (2 * i + 1)
+            part = (_mixed(sums).sum() % 2**32) * (2 * i + 1)
             total = part if total is None else total + part.to(total.device)  # on the device: no sync per step
     return total
