@@ -30,7 +30,7 @@ def _ref(name: str) -> tuple[str, list[str]]:
     if ":" in name and name.split(":")[0].endswith(".py"):
         path = Path(name.split(":")[0]).resolve()
         return f"{path.stem}:{name.split(':')[1]}", [str(path.parent)]
-    return (name if ":" in name else f"reference_models.{name}:build"), []
+    return (name if ":" in name else f"reproci.reference_models.{name}:build"), []
 
 
 def measure(name: str, repeats: int = 7) -> dict[str, float]:

@@ -44,7 +44,7 @@ def parse_digests(texts: tuple[str, ...]) -> dict[str, str]:
 def model_cells(texts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """(--model text, short name) per model: a reference model, or module:factory installed in
     the image. A FILE.py on this machine never reaches the pods: refused."""
-    from reference_models import REGISTRY
+    from .reference_models import REGISTRY
 
     from .models import module_model_name
 
@@ -67,6 +67,6 @@ def model_cells(texts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 def default_models() -> tuple[str, ...]:
     """The reference models, as ``reproci run`` runs them when neither --model nor reproci.yaml names any."""
-    from reference_models import REGISTRY
+    from .reference_models import REGISTRY
 
     return tuple(REGISTRY)

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from reference_models import DESCRIPTIONS, REGISTRY
+from .reference_models import DESCRIPTIONS, REGISTRY
 
 from .errors import ModelError
 
@@ -69,13 +69,15 @@ def resolve(text: str) -> ModelRef:
         check_syntax(path, text, shown=target)
         return ModelRef(name=f"{path.stem}.{factory}" if factory != "build" else path.stem,
                         ref=f"{path}:{factory}", source=path, plugin=True, description=f"plugin {path.name}:{factory}")
+    moved = f"; reproci's reference models are reproci.{target}:{factory} now" \
+        if target.partition(".")[0] == "reference_models" else ""
     try:
         spec = importlib.util.find_spec(target)
     except (ImportError, ValueError) as e:
-        raise ModelError(f"cannot find model module {target!r} (from --model {text}): {e}; install its package, "
-                         "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory") from e
+        raise ModelError(f"cannot find model module {target!r} (from --model {text}): {e}{moved}; install its "
+                         "package, add its folder to PYTHONPATH, or give the file as path/to/file.py:factory") from e
     if spec is None or spec.origin is None:
-        raise ModelError(f"cannot find model module {target!r} (from --model {text}); install its package, "
+        raise ModelError(f"cannot find model module {target!r} (from --model {text}){moved}; install its package, "
                          "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory")
     check_syntax(Path(spec.origin), text)
     return ModelRef(name=module_model_name(target, factory), ref=text, source=Path(spec.origin), plugin=True,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from reference_models import REGISTRY
+from .reference_models import REGISTRY
 
 from . import cpu_flags, images
 from .config_file import CONFIG_FILE, CONFIG_KEYS, Settings, load_config  # noqa: F401 (re-exported)

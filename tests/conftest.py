@@ -83,8 +83,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # A skip whose reason names one of the project's own modules: `No module named 'reproci.x'`,
-# `could not import 'reference_models.conv'` (an import of the project that failed, made a skip).
-OWN_MODULE = re.compile(r"(?<![\w./-])(?:reproci|reference_models)(?:\.[A-Za-z_]\w*)+|['\"](?:reproci|reference_models)['\"]")
+# `could not import 'reproci.reference_models.conv'` (an import of the project that failed, made a skip).
+OWN_MODULE = re.compile(r"(?<![\w./-])reproci(?:\.[A-Za-z_]\w*)+|['\"]reproci['\"]")
 
 
 def skipped(reporter: pytest.TerminalReporter) -> list[tuple[str, str]]:
@@ -104,7 +104,7 @@ def _own_skips(config: pytest.Config) -> list[tuple[str, str]]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A skip that names the project's own modules fails the session: an ImportError in
-    pipeline/ or reference_models/ is a bug, never a missing optional tool."""
+    pipeline/ is a bug, never a missing optional tool."""
     if not hasattr(session.config, "workerinput") and _own_skips(session.config) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -123,4 +123,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     own = _own_skips(config)
     if own:
         terminalreporter.write_line(f"error: {len(own)} skipped for a module of the project itself (an import of "
-                                    "reproci or reference_models failed): that is a failure", red=True, bold=True)
+                                    "reproci failed): that is a failure", red=True, bold=True)

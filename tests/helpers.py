@@ -321,7 +321,7 @@ def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
 
 # --- the wheel ---
 
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "pipeline", "reference_models", "docker")
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "pipeline", "docker")
 
 
 def build_wheel(dest: Path) -> Path:

@@ -71,7 +71,7 @@ def test_absolute_paths_move_under_the_run_mount_and_outside_ones_are_refused(tm
 def test_only_the_worker_packages_are_mounted_and_all_read_only():
     binds = ds.code_binds()
     assert [(b.source, str(b.target)) for b in binds] == [
-        (ROOT / "pipeline", "/reproci/code/reproci"), (ROOT / "reference_models", "/reproci/code/reference_models")]
+        (ROOT / "pipeline", "/reproci/code/reproci")]  # the reference models inside it
     assert all(b.read_only and b.source.is_dir() for b in binds)
     m = engine.mount(binds[0])
     assert m["Type"] == "bind" and m["ReadOnly"] is True and m["Target"] == "/reproci/code/reproci"

@@ -256,9 +256,8 @@ def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_
     assert attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
     assert attrs["HostConfig"]["NetworkMode"] == "none" and attrs["HostConfig"]["CapDrop"] == ["ALL"]
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert not any(mounts[f"/reproci/code/{p}"]["RW"] for p in ("reproci", "reference_models"))
-    assert mounts["/reproci/run"]["RW"] and set(mounts) == {
-        "/reproci/code/reproci", "/reproci/code/reference_models", "/reproci/run"}
+    assert not mounts["/reproci/code/reproci"]["RW"]
+    assert mounts["/reproci/run"]["RW"] and set(mounts) == {"/reproci/code/reproci", "/reproci/run"}
     image_env = set(engine.api.inspect_image(IMAGE)["Config"]["Env"])
     env = dict(e.split("=", 1) for e in set(attrs["Config"]["Env"]) - image_env)
     assert set(env) == {"PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",

@@ -158,7 +158,7 @@ def test_every_object_for_a_user_manifest_with_goldens_and_a_config_is_valid(cli
     (project / "goldens" / "my-cpu.yaml").write_text("sidecar: {file: my-cpu.0123456789ab.npz, sha256: x}\n")
     (project / "goldens" / "my-cpu.0123456789ab.npz").write_bytes(bytes(range(256)))
     docs = generate(cli, digest("my-cpu"), digest("my-gpu", "b"), "--gpu-product", GPU, "--goldens-on-volume",
-                    "-m", "conv", "-m", "reference_models.embedding:build", manifest=user_manifest)
+                    "-m", "conv", "-m", "reproci.reference_models.embedding:build", manifest=user_manifest)
     docs += generate(cli, digest("my-cpu"), "--image", "my-cpu", manifest=user_manifest)
     assert docs[1]["data"] == {"reproci.yaml": "steps: 40\n"} and "binaryData" in docs[-4]
     for doc in docs:
@@ -260,7 +260,7 @@ def test_every_pod_mounts_the_one_readwritemany_results_claim(cli) -> None:
 
 
 def test_each_completion_index_runs_a_different_model_through_sh(cli, tmp_path: Path) -> None:
-    docs = shipped(cli, "-m", "embedding", "-m", "conv", "-m", "reference_models.transformer:build")
+    docs = shipped(cli, "-m", "embedding", "-m", "conv", "-m", "reproci.reference_models.transformer:build")
     job = cell_of(docs, "cuda12.6-torch2.7")
     script = container(job)["command"][2]
     assert container(job)["command"][:2] == ["sh", "-c"]
@@ -275,7 +275,7 @@ def test_each_completion_index_runs_a_different_model_through_sh(cli, tmp_path: 
         assert argument(args, "--results-dir") == f"/results/nightly/{job['metadata']['name']}/{index}"
         assert "--ci" in args and argument(args, "--goldens-dir") == "/reproci/project/goldens"
         seen.append(argument(args, "-m"))
-    assert seen == ["embedding", "conv", "reference_models.transformer:build"]
+    assert seen == ["embedding", "conv", "reproci.reference_models.transformer:build"]
     assert "--cpu-isa" in run_script(container(cell_of(docs, "cpu-torch2.13"))["command"][2], tmp_path, 0).stdout.splitlines()
     assert run_script(script, tmp_path, 3).returncode == 2  # no such index: no run at all
 

@@ -23,7 +23,7 @@ def test_file_plugin_resolves_with_absolute_path():
 
 
 def test_module_plugin_resolves():
-    m = resolve("reference_models.embedding:build")
+    m = resolve("reproci.reference_models.embedding:build")
     assert m.plugin and m.name == "embedding"
 
 
@@ -33,9 +33,15 @@ def test_bad_references_are_refused(text):
         resolve(text)
 
 
+def test_the_reference_models_old_module_name_says_their_new_one():
+    """reproci's reference models moved under ``reproci`` (a user's own ``reference_models`` wins)."""
+    with pytest.raises(ModelError, match=r"reproci.reference_models.embedding:build now"):
+        resolve("reference_models.embedding:build")
+
+
 def test_duplicate_names_are_refused():
     with pytest.raises(ModelError, match="both named"):
-        resolve_all(("embedding", "reference_models.embedding:build"))
+        resolve_all(("embedding", "reproci.reference_models.embedding:build"))
 
 
 # --- a missing optional library: one line that says what to install ---------------------------

@@ -52,7 +52,7 @@ def test_import_reproci_loads_only_the_worker_side() -> None:
     loaded = json.loads(out.stdout)
     assert {"reproci", "reproci.worker.contract", "reproci.worker.steppers"} <= set(loaded)
     stdlib = set(sys.stdlib_module_names)
-    ours = {"reproci", "reference_models"}
+    ours = {"reproci"}
     foreign = [m for m in loaded if m.split(".")[0] not in stdlib | ours | {"torch", "numpy"}]
     assert foreign == [], foreign
     assert [m for m in loaded if m.startswith("reproci.") and not m.startswith(("reproci.worker", "reproci.old_imports"))] == []
@@ -73,11 +73,12 @@ import torch
 from torch import nn
 
 from pipeline.data import make_batches
+from reference_models import WIDTH
 from reproci import ModelContext, TrainSetup
 
 
 def build(ctx: ModelContext) -> TrainSetup:
-    model = nn.Linear(8, 1).to(ctx.device)
+    model = nn.Linear(WIDTH, 1).to(ctx.device)
     loader = torch.utils.data.DataLoader(make_batches(ctx.generator(1)), batch_size=16, shuffle=True,
                                          generator=ctx.generator())
     return TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader,
@@ -111,16 +112,19 @@ def run_installed(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("where", [pytest.param((), id="local"),
                                    pytest.param(("--image", IMAGE), id="docker", marks=pytest.mark.docker)])
-def test_a_project_with_its_own_pipeline_package_runs_a_plugin_that_imports_it(
+def test_a_project_with_its_own_pipeline_and_reference_models_packages_runs_a_plugin_that_imports_them(
         tmp_path: Path, where: tuple[str, ...], request: pytest.FixtureRequest) -> None:
-    """The user's repository root holds a ``pipeline`` package of its own, and a plugin that
-    imports both it and ``reproci``; the installed command, run from that root, checks the
-    plugin, on the host and in a container (where reproci is mounted as ``reproci``)."""
+    """The user's repository root holds ``pipeline`` and ``reference_models`` packages of its
+    own, and a plugin that imports them and ``reproci``; the installed command, run from that
+    root, checks the plugin, on the host and in a container (where reproci is mounted as
+    ``reproci``): nothing of reproci's takes a top-level name a user's repository may have."""
     if where:
         request.getfixturevalue("engine")  # skips without an engine and the image
     (tmp_path / "pipeline").mkdir()
     (tmp_path / "pipeline" / "__init__.py").write_text("")
     (tmp_path / "pipeline" / "data.py").write_text(THEIR_DATA)
+    (tmp_path / "reference_models").mkdir()
+    (tmp_path / "reference_models" / "__init__.py").write_text('"""The user\'s own models."""\nWIDTH = 8\n')
     (tmp_path / "my_model.py").write_text(THEIR_PLUGIN)
     out = run_installed(tmp_path, "run", "-m", "my_model.py:build", "--steps", "4", "--resume-at", "2", *where)
     assert out.returncode == errors.EXIT_PASS, out.stdout + out.stderr

@@ -1,6 +1,6 @@
 """What a test run skipped is said at its end, each test with its reason (``tests/conftest.py``),
 and a skip that names one of the project's own modules fails the run: an ImportError in
-``reproci`` or ``reference_models`` is a bug, never an optional tool that is missing."""
+``reproci`` (its reference models among them) is a bug, never an optional tool that is missing."""
 
 from __future__ import annotations
 

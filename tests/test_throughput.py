@@ -196,7 +196,7 @@ def test_bookkeeping_mode_sets_only_the_cheap_controls(tmp_path: Path):
 
 CRASH_IN_STRICT = """
 import torch
-from reference_models.embedding import build as base
+from reproci.reference_models.embedding import build as base
 
 
 def build(ctx):

@@ -12,9 +12,8 @@ from ..errors import WorkerFailed
 from ..worker.process import progress
 from ..worker.process.spec import WorkerSpec
 
-# The directory holding reproci's own folder: a checkout's root (with reference_models/ and
-# docker/ beside pipeline/, which an editable install maps to the name reproci), or an install's
-# site-packages (with reproci/ and reference_models/).
+# The directory holding reproci's own folder: a checkout's root (with docker/ beside pipeline/,
+# which an editable install maps to the name reproci), or an install's site-packages (with reproci/).
 CODE_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -102,7 +102,7 @@ class DockerBackend(Backend):
                 "gpus": self.gpus}
 
     def prepare_spec(self, spec: WorkerSpec, run_dir: Path) -> WorkerSpec:
-        from reference_models import REGISTRY
+        from ..reference_models import REGISTRY
 
         run_dir = run_dir.resolve()
         if run_dir not in self._run_dirs:

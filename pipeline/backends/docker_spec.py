@@ -4,7 +4,7 @@ Pure translations, no engine needed. The image brings python3, torch and numpy (
 digest identifies the toolchain alone); reproci brings the worker code, mounted
 read-only at run time. Inside a container:
 
-    /reproci/code/reproci, /reproci/code/reference_models     read-only, on PYTHONPATH
+    /reproci/code/reproci                                      read-only, on PYTHONPATH
     /reproci/plugins/<id>                                      read-only: a plugin model's directory
     /reproci/run                                               read-write: results/<run_id>
     /tmp                                                       tmpfs, also HOME
@@ -25,7 +25,7 @@ from ..worker.process.spec import WorkerSpec
 CODE = PurePosixPath("/reproci/code")
 RUN = PurePosixPath("/reproci/run")
 PLUGINS = PurePosixPath("/reproci/plugins")
-CODE_PACKAGES = ("reproci", "reference_models")  # what the worker and plugins import from the project
+CODE_PACKAGES = ("reproci",)  # what the worker and plugins import from the project (the reference models in it)
 PATH_FIELDS = ("output", "resume_from")  # spec fields holding paths besides *_path (relative: to the spec's directory)
 
 

@@ -8,7 +8,7 @@ import click
 @click.command("models")
 def models_cmd() -> None:
     """List the reference models and how to add your own."""
-    from reference_models import DESCRIPTIONS, REGISTRY
+    from ..reference_models import DESCRIPTIONS, REGISTRY
 
     for name, ref in REGISTRY.items():
         click.echo(f"{name:12} {DESCRIPTIONS.get(name, '')}  ({ref})")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from reference_models import REGISTRY
+from ..reference_models import REGISTRY
 
 from ..models import ModelRef
 from ..options import PROFILES, RunOptions, golden_name

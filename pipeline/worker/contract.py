@@ -126,7 +126,7 @@ _REQUIRES = re.compile(r"\brequires\W+([A-Za-z_][\w-]*)")  # transformers' "requ
 
 def model_name(ref: str) -> str:
     """The name results give the model of ``ref`` (as ``reproci.models.resolve`` names it)."""
-    from reference_models import REGISTRY
+    from reproci.reference_models import REGISTRY
 
     if ref in REGISTRY:
         return ref
@@ -206,7 +206,7 @@ def _needs_packages(name: str) -> Iterator[None]:
 def load_factory(ref: str, plugin_paths: Iterable[str] = ()) -> Callable[[ModelContext], TrainSetup]:
     """Resolve a reference model name or a plugin reference to its factory; an optional library
     missing as the plugin is imported or its factory runs is a ContractError naming its install."""
-    from reference_models import REGISTRY
+    from reproci.reference_models import REGISTRY
 
     name = model_name(ref)
     if ref in REGISTRY:

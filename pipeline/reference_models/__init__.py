@@ -12,9 +12,9 @@ from __future__ import annotations
 
 # name -> "module:factory". Explicit, not discovered: adding a model is a reviewed change.
 REGISTRY: dict[str, str] = {
-    "conv": "reference_models.conv:build",
-    "transformer": "reference_models.transformer:build",
-    "embedding": "reference_models.embedding:build",
+    "conv": "reproci.reference_models.conv:build",
+    "transformer": "reproci.reference_models.transformer:build",
+    "embedding": "reproci.reference_models.embedding:build",
 }
 
 DESCRIPTIONS: dict[str, str] = {
