@@ -4,11 +4,12 @@ never sees half a file and an interrupted write leaves the previous file intact.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
-from .errors import InfrastructureError
+from .errors import InfrastructureError, UsageError
 
 
 def umask() -> int:
@@ -58,3 +59,60 @@ def append_text(path: Path, text: str) -> None:
     existing = path.read_text(encoding="utf-8") if path.is_file() else ""
     sep = "\n" if existing and not existing.endswith("\n") else ""
     write_text(path, existing + sep + text)
+
+
+def path_example(flag: str) -> str:
+    """A file name to suggest inside a directory given where a file was asked for."""
+    return {"--summary": "summary.md"}.get(flag, "out.md")
+
+
+def unwritable(path: Path, flag: str) -> UsageError | None:
+    """Why the file a user named (``--output``, ``--summary``, what ``init`` writes) cannot be
+    written there, found without creating anything: a directory in its place, a file among its
+    folders, a folder this process may not write to (read-only, immutable); None when it can."""
+    if path.is_dir():
+        return UsageError(f"{flag} {path} is a directory: name a file to write, e.g. {path / path_example(flag)}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the first folder that is there
+        folder = folder.parent
+    if not folder.is_dir():
+        return UsageError(f"{flag} {path}: {folder} is a file, not a folder: name a path whose folders are folders")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return UsageError(f"{flag} {path}: {folder} is not writable here: name a path in a folder you can write to")
+    return None
+
+
+def _refused(path: Path, flag: str, e: OSError) -> Exception:
+    """The error an OSError of writing a user's file is: a full disk is infrastructure (exit 5),
+    a path that cannot take a file a usage error (exit 2) naming it; else the OSError itself."""
+    if e.errno == errno.ENOSPC:
+        return InfrastructureError(f"disk full while writing {path}; free space and run again")
+    if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)) or \
+            e.errno in (errno.EROFS, errno.EPERM, errno.EACCES):
+        return unwritable(path, flag) or UsageError(f"{flag} {path}: cannot write it ({e.strerror or e}): "
+                                                    "name a path in a folder you can write to")
+    return e
+
+
+def write_output(path: Path, text: str, *, flag: str = "--output") -> None:
+    """Write a file the user named, atomically. A path that cannot take a file (a directory, a
+    file among its folders, a read-only folder) is a usage error (exit 2) naming it and ``flag``,
+    a full disk an infrastructure error (exit 5); either way nothing is left half-written."""
+    refused = unwritable(path, flag)
+    if refused is not None:
+        raise refused
+    try:
+        write_text(path, text)
+    except OSError as e:
+        raise _refused(path, flag, e) from e
+
+
+def append_output(path: Path, text: str, *, flag: str) -> None:
+    """``append_text`` to a file the user named (a step summary), its failures as ``write_output``'s."""
+    refused = unwritable(path, flag)
+    if refused is not None:
+        raise refused
+    try:
+        append_text(path, text)
+    except OSError as e:
+        raise _refused(path, flag, e) from e

@@ -178,13 +178,17 @@ def merge_files(shards: tuple[Path, ...], output: Path, *, matrix: str | None = 
                 summary: Path | None = None) -> tuple[dict[str, Any], list[str]]:
     """``reproci merge``: read the shards, write the merged document (and append the step
     summary); return it with notes on superseded shards."""
+    for path, flag in ((output, "--output"), (summary, "--summary")):  # both, before either is written
+        refused = None if path is None else atomic.unwritable(path, flag)
+        if refused is not None:
+            raise refused
     expected = expected_images(matrix)
     loaded, notes = load_shards(shards)
     if not loaded and not expected:
         raise ResultsError(f"no results.json under {', '.join(map(str, shards))}; did the shards' `reproci run` "
                            "finish? (pass --matrix to report the missing images instead)")
     merged = merge(loaded, expected)
-    atomic.write_text(output, json.dumps(merged, indent=2) + "\n")
+    atomic.write_output(output, json.dumps(merged, indent=2) + "\n")
     if summary is not None:
-        atomic.append_text(summary, github.merged_summary_markdown(merged))
+        atomic.append_output(summary, github.merged_summary_markdown(merged), flag="--summary")
     return merged, notes

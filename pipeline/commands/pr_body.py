@@ -24,5 +24,5 @@ def pr_body_cmd(results_path: Path, output: Path | None, require_reproducible: b
     if output is None:
         click.echo(body, nl=False)
     else:
-        atomic.write_text(output, body)
+        atomic.write_output(output, body)
         click.echo(f"pull-request body: {output}")

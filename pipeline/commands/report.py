@@ -40,5 +40,5 @@ def report_cmd(results_path: Path | None, fmt: str, output: Path | None, history
     if output is None:
         click.echo(text, nl=False)
     else:
-        atomic.write_text(output, text)
+        atomic.write_output(output, text)
         click.echo(f"report: {output}", err=True)
