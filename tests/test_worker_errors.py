@@ -25,3 +25,37 @@ def test_other_runtime_errors_stay_crashes():
     assert no_deterministic_kernel(RuntimeError("CUDA out of memory")) is None
     assert no_deterministic_kernel(ValueError(TORCH_TEXT)) is None
     assert _classify(RuntimeError("shape mismatch")) == ("crash", EXIT_CRASH)
+
+
+def test_a_finite_loss_with_a_non_finite_trained_state_is_a_non_finite_run():
+    """The loss alone does not decide: a run whose every loss is finite but whose parameters or
+    optimizer state end holding NaN or infinity is an ERROR of kind non-finite (never compared
+    or recorded); a buffer of -inf (a causal mask) is left alone."""
+    import pytest
+    import torch
+
+    from reproci.worker.process.exitcodes import EXIT_NON_FINITE
+    from reproci.worker.contract import TrainSetup
+    from reproci.worker.finite import NonFiniteError, check_finite
+
+    model = torch.nn.Linear(2, 1)
+    model.register_buffer("mask", torch.tensor([float("-inf")]))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    setup = TrainSetup(model=model, optimizer=optimizer, loader=[(torch.ones(1, 2),)], loss_fn=lambda m, b: m(b[0]).sum())
+    losses = [torch.tensor(1.0), torch.tensor(0.5)]
+    check_finite(setup, losses, 0)  # finite state, finite losses, a -inf buffer: nothing to say
+
+    with torch.no_grad():
+        model.bias.fill_(float("nan"))
+    with pytest.raises(NonFiniteError) as e:
+        check_finite(setup, losses, 0)
+    assert str(e.value).startswith("at the end 1 state tensor hold non-finite values, first param:bias: the training diverged")
+    assert _classify(e.value) == ("non-finite", EXIT_NON_FINITE)
+
+    with torch.no_grad():
+        model.bias.zero_()
+        optimizer.state[model.weight]["exp_avg_sq"][0, 1] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"^at the end 1 state tensor hold non-finite values, first optim:weight\.exp_avg_sq"):
+        check_finite(setup, losses, 0)
