@@ -141,3 +141,55 @@ def test_a_resumed_run_is_judged_on_the_first_later_epoch_both_took_whole():
     assert verdicts.cause_text(d.to_dict()).endswith("(judged on epoch 2, the first that both runs took whole)")
     c = _with_contents(c, [1, 2, 2], [7, 6, 5])  # epoch 2: the same samples, the other way round
     assert first_divergence(a, c).data == "order@2"
+
+
+def _recorded_run(scale: float) -> tuple[dict, list[str]]:
+    """Two SGD steps of a three-layer model, recorded as the worker records them (one gradient
+    column per parameter); the second batch is multiplied by ``scale``. Also returns the order
+    in which backward produced the gradients (post-accumulate hooks)."""
+    from reproci.golden.compare import FINGERPRINT_SCHEME
+    from reproci.worker.state.fingerprint import StepFingerprints
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4), torch.nn.Tanh(),
+                                torch.nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    produced: list[str] = []
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda _, name=name: produced.append(name))
+    fps = StepFingerprints(model, optimizer)
+    batch = torch.randn(2, 3)
+    for step, x in enumerate((batch, batch * scale)):
+        optimizer.zero_grad()
+        model(x).square().sum().backward()
+        optimizer.step()
+        fps.record()
+        if step == 0:
+            first_backward = list(produced)
+    rows = fps.to_lists()
+    return ({"tensor_names": fps.names, "fingerprints": rows, "start_step": 0, "batch_fingerprints": [0] * len(rows),
+             "losses": [1.0] * len(rows), "final_sha256": str(scale), "tensor_sha256": {},
+             "fingerprint_scheme": FINGERPRINT_SCHEME}, first_backward)
+
+
+def test_the_first_differing_gradient_is_the_first_backward_produced():
+    """Records with a gradient column for every parameter, as the worker writes them: when every
+    gradient of a step differs, the one named is the one backward produced first (the last
+    layer's), not the first in registration order; of any differing subset, the earliest in
+    backward order."""
+    a, backward = _recorded_run(1.0)
+    b, _ = _recorded_run(1.5)
+    grads = [n for n in a["tensor_names"] if n.startswith("grad:")]
+    assert len(grads) == 6 and backward == ["4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"]
+    d = first_divergence(a, b)
+    row_a, row_b = (dict(zip(r["tensor_names"], r["fingerprints"][1])) for r in (a, b))
+    assert all(row_a[n] != row_b[n] for n in grads)  # every gradient differs at step 2
+    assert d.step == 2 and d.cause == "compute" and d.tensor == f"grad:{backward[0]}"
+
+    # only some gradients differ: the earliest of them in backward order
+    at = {n: i for i, n in enumerate(a["tensor_names"])}
+    row = list(a["fingerprints"][1])
+    for name in ("grad:0.bias", "grad:2.weight", "grad:0.weight"):
+        row[at[name]] += 1
+    c = {**a, "fingerprints": [a["fingerprints"][0], row], "final_sha256": "c"}
+    assert first_divergence(a, c).tensor == "grad:2.weight"
