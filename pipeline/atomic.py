@@ -66,23 +66,34 @@ def path_example(flag: str) -> str:
     return {"--summary": "summary.md"}.get(flag, "out.md")
 
 
-def unwritable(path: Path, flag: str) -> UsageError | None:
-    """Why the file a user named (``--output``, ``--summary``, what ``init`` writes) cannot be
-    written there, found without creating anything: a directory in its place, a file among its
-    folders, a folder this process may not write to (read-only, immutable); None when it can."""
+def why_unwritable(path: Path) -> str | None:
+    """Why no file can be written at ``path``, found without creating anything: 'X is a
+    directory', 'F is a file, not a folder' (a file among its folders), 'F is not writable
+    here' (read-only, immutable); None when it can be."""
     if path.is_dir():
-        return UsageError(f"{flag} {path} is a directory: name a file to write, e.g. {path / path_example(flag)}")
+        return f"{path} is a directory"
     folder = path.parent
     while not folder.exists() and folder != folder.parent:  # the first folder that is there
         folder = folder.parent
     if not folder.is_dir():
-        return UsageError(f"{flag} {path}: {folder} is a file, not a folder: name a path whose folders are folders")
+        return f"{folder} is a file, not a folder"
     if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return UsageError(f"{flag} {path}: {folder} is not writable here: name a path in a folder you can write to")
+        return f"{path if path.exists() else folder} is not writable here"
     return None
 
 
-def _refused(path: Path, flag: str, e: OSError) -> Exception:
+def unwritable(path: Path, flag: str) -> UsageError | None:
+    """The usage error (exit 2) of a file the user named (``--output``, ``--summary``) that
+    cannot be written there, naming the flag and what to do; None when it can be."""
+    why = why_unwritable(path)
+    if why is None:
+        return None
+    if path.is_dir():
+        return UsageError(f"{flag} {path} is a directory: name a file to write, e.g. {path / path_example(flag)}")
+    return UsageError(f"{flag} {path}: {why}: name a path in a folder you can write to")
+
+
+def error_of(path: Path, flag: str, e: OSError) -> Exception:
     """The error an OSError of writing a user's file is: a full disk is infrastructure (exit 5),
     a path that cannot take a file a usage error (exit 2) naming it; else the OSError itself."""
     if e.errno == errno.ENOSPC:
@@ -104,7 +115,7 @@ def write_output(path: Path, text: str, *, flag: str = "--output") -> None:
     try:
         write_text(path, text)
     except OSError as e:
-        raise _refused(path, flag, e) from e
+        raise error_of(path, flag, e) from e
 
 
 def append_output(path: Path, text: str, *, flag: str) -> None:
@@ -115,4 +126,4 @@ def append_output(path: Path, text: str, *, flag: str) -> None:
     try:
         append_text(path, text)
     except OSError as e:
-        raise _refused(path, flag, e) from e
+        raise error_of(path, flag, e) from e

@@ -31,6 +31,11 @@ ADAPTERS = {"plain": "plugin_plain.py", "hf": "plugin_hf.py", "lightning": "plug
 EXTRAS = {"plain": "", "hf": "[hf]", "lightning": "[lightning]"}  # what the runner's reproci needs for the adapter
 WORKFLOWS = Path(".github", "workflows")
 NEXT_WHY = ("the first run: NEW, no golden yet", "record the golden the next runs compare with", "commit them")
+IGNORES = {  # what init has git ignore: path -> (its comment, its rules)
+    Path(".gitignore"): ("# reproci: each run's results (uploaded by the workflows, never committed)", ("/results/",)),
+    Path("goldens", ".gitignore"): ("# reproci: the lock that serialises golden updates, a write's temporary file",
+                                    (".*.lock", ".*.tmp")),
+}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # an image name or runner label that YAML and JSON take as is
 
 
@@ -147,14 +152,39 @@ def existing(options: InitOptions, paths: list[Path]) -> list[Path]:
     return [p for p in paths if (options.directory / p).exists()]
 
 
-def write(options: InitOptions, planned: dict[Path, str]) -> list[Path]:
-    """Write every planned file atomically, or none: files that exist are refused (exit 2)
-    unless ``force``; a write that fails removes the files this call created."""
+def ignores(options: InitOptions) -> dict[Path, str]:
+    """The ignore rules init adds, so that ``git add`` takes only what belongs in a repository:
+    path -> the lines to append, those of ``IGNORES`` the file lacks (a user's lines are kept)."""
+    added = {}
+    for path, (why, rules) in IGNORES.items():
+        target = options.directory / path
+        have = {line.strip() for line in target.read_text(errors="replace").splitlines()} if target.is_file() else set()
+        missing = [rule for rule in rules if rule not in have]
+        if missing:
+            added[path] = "\n".join([why, *missing]) + "\n"
+    return added
+
+
+def write(options: InitOptions, planned: dict[Path, str], appended: dict[Path, str] | None = None) -> list[Path]:
+    """Write every planned file atomically and append the ignore rules, or none: files that
+    exist are refused (exit 2) unless ``force``, and so is a path that cannot take a file (a
+    file where a folder goes, a read-only folder), before anything is created; a write that
+    fails removes what this call created, folders included, and restores what it appended to."""
+    appended = appended or {}
     there = existing(options, list(planned))
     if there and not options.force:
         raise UsageError(f"{', '.join(map(str, there))} already exist{'s' if len(there) == 1 else ''} in "
                          f"{options.directory}; nothing was written: --force overwrites them")
+    targets = [options.directory / p for p in [*planned, *appended]]
+    for target in targets:
+        why = atomic.why_unwritable(target)
+        if why is not None:
+            raise UsageError(f"reproci init writes {target}, and {why}; nothing was written: move it aside or "
+                             "make it writable, then run init again")
+    new_folders = sorted({d for t in targets for d in t.parents if not d.exists()}, key=lambda d: -len(d.parts))
     created: list[Path] = []
+    before: dict[Path, bytes] = {}
+    target = options.directory
     try:
         for path, text in planned.items():
             target = options.directory / path
@@ -162,9 +192,24 @@ def write(options: InitOptions, planned: dict[Path, str]) -> list[Path]:
             atomic.write_text(target, text)
             if new:
                 created.append(target)
-    except BaseException:
-        for target in created:
-            target.unlink(missing_ok=True)
+        for path, text in appended.items():
+            target = options.directory / path
+            if target.exists():
+                before[target] = target.read_bytes()
+            else:
+                created.append(target)
+            atomic.append_text(target, text)
+    except BaseException as e:
+        for done in created:
+            done.unlink(missing_ok=True)
+        for done, data in before.items():
+            atomic.write_bytes(done, data)
+        for folder in new_folders:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        if isinstance(e, OSError):
+            raise UsageError(f"reproci init could not write {target} ({e.strerror or e}); nothing was written: "
+                             "make it writable, then run init again") from e
         raise
     return list(planned)
 
@@ -177,5 +222,5 @@ def next_commands(options: InitOptions) -> list[str]:
     run_options = RunOptions(models=(model,), image=options.image, image_entry=entry, image_name=options.image_name,
                              cpu_isa=entry.cpu_isa if entry else None, project_root=options.directory)
     first = "reproci run" if options.image is None else f"reproci images build {options.image} && reproci run"
-    add = shlex.join(["git", "add", "reproci.yaml", "goldens", ".github", options.plugin])
+    add = shlex.join(["git", "add", ".gitignore", "reproci.yaml", "goldens", ".github", options.plugin])
     return [first, update_command(run_options), f'{add} && git commit -m "Check the model\'s reproducibility with reproci"']

@@ -4,6 +4,7 @@ workflows it writes pass the three linters and call this repository's reusable w
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import math
 import re
@@ -62,8 +63,8 @@ def test_init_writes_its_files_and_ends_with_the_next_three_commands(cli, repo: 
     assert next_commands(out) == [
         "reproci run",
         "reproci golden update --image local -m reproci_tiny_net.py:build",  # as the first run's notice will say
-        "git add reproci.yaml goldens .github reproci_tiny_net.py && git commit -m \"Check the model's reproducibility "
-        "with reproci\""]
+        "git add .gitignore reproci.yaml goldens .github reproci_tiny_net.py && git commit -m \"Check the model's "
+        "reproducibility with reproci\""]
     assert "reproci_tiny_net.py trains a stand-in model until you answer its TODO(reproci) questions" in out
 
 
@@ -178,6 +179,41 @@ def test_a_write_that_fails_leaves_none_of_the_new_files(repo: Path, monkeypatch
     with pytest.raises(errors.InfrastructureError):
         scaffold.write(opts, scaffold.files(opts))
     assert len(calls) == 3 and not [f for f in written() if (repo / f).exists()]
+
+
+@pytest.mark.parametrize("fault", [".github is a file", "the repository is read-only"])
+def test_a_place_init_cannot_write_is_one_line_exit_2_and_nothing_is_created(cli, repo: Path, fault: str) -> None:
+    from tests.test_outputs import read_only
+
+    if fault == ".github is a file":
+        (repo / ".github").write_text("not a folder\n")
+    before = sorted(p.name for p in repo.iterdir())
+    with read_only(repo) if fault == "the repository is read-only" else contextlib.nullcontext():
+        code, out, err = cli("init")
+    assert code == errors.EXIT_USAGE and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    said = {".github is a file": f"{repo / '.github'} is a file, not a folder",
+            "the repository is read-only": f"{repo} is not writable here"}[fault]
+    assert err.startswith("error: reproci init writes ") and said in err and "nothing was written" in err, err
+    assert sorted(p.name for p in repo.iterdir()) == before  # no goldens/, no reproci.yaml: nothing
+
+
+def test_git_ignores_the_results_and_the_golden_lock_and_the_printed_add_takes_what_belongs(cli, repo: Path) -> None:
+    (repo / ".gitignore").write_text("*.pyc")  # the user's, without a final newline
+    code, out, err = cli("init")
+    assert code == 0, err
+    assert "ignored /results/ in .gitignore" in out and "ignored .*.lock, .*.tmp in goldens/.gitignore" in out
+    assert (repo / ".gitignore").read_text().startswith("*.pyc\n# reproci: ")  # kept, appended to
+    assert cli("init", "--force")[0] == 0
+    assert (repo / ".gitignore").read_text().count("/results/") == 1  # once, however often init runs
+    for left in ("results/20260101-000000/results.json", "goldens/.local.lock", "goldens/.local.yaml.x1.tmp",
+                 "goldens/local.yaml", "model.pyc"):
+        (repo / left).parent.mkdir(parents=True, exist_ok=True)
+        (repo / left).write_text("x\n")
+    add = next_commands(out)[2].split(" && ")[0]
+    subprocess.run(add, shell=True, cwd=repo, check=True, timeout=30)
+    staged = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True, text=True,
+                            check=True, timeout=30).stdout.split()
+    assert sorted(staged) == sorted([".gitignore", "goldens/.gitignore", "goldens/local.yaml", *written()])
 
 
 def test_a_folder_name_becomes_a_model_name() -> None:

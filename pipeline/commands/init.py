@@ -38,8 +38,11 @@ def init_cmd(adapter: str, image: str | None, runner_labels: str, model_name: st
     scaffold.check(options)
     planned = scaffold.files(options, scaffold.default_branch(top))
     replaced = set(scaffold.existing(options, list(planned)))
-    for path in scaffold.write(options, planned):
+    ignored = scaffold.ignores(options)
+    for path in scaffold.write(options, planned, ignored):
         click.echo(f"{'overwrote' if path in replaced else 'wrote'} {path}")
+    for path, text in ignored.items():
+        click.echo(f"ignored {', '.join(line for line in text.splitlines()[1:])} in {path}")
     here = "" if Path.cwd().resolve() == top else f", from {os.path.relpath(top)}"
     click.echo(f"\nNext{here} ({options.plugin} trains a stand-in model until you answer its TODO(reproci) questions):")
     for command, why in zip(scaffold.next_commands(options), scaffold.NEXT_WHY):
