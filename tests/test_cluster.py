@@ -116,6 +116,32 @@ def test_backend_options_that_do_not_fit_are_one_line_usage_errors(cli, tmp_path
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("address,fragment", [
+    ("not a host", "--address 'not a host': it is not an address; write HOST:PORT with a port from 1 to 65535"),
+    ("10.0.0.5:99999", "--address '10.0.0.5:99999': port 99999 is out of range; write HOST:PORT"),
+    ("head:0", "port 0 is out of range"),
+    ("http://head:6379", "it is not an address"),
+    ("head", "it is not an address"),
+])
+def test_an_address_ray_could_not_take_is_refused_in_one_line_before_ray_starts(cli, tmp_path, monkeypatch,
+                                                                                address, fragment):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("run", "--backend", "ray", "--address", address, "-m", "embedding")
+    assert code == errors.EXIT_USAGE and err.startswith(f"error: --address {address!r}: ") and fragment in err, err
+    assert err.count("error:") == 1 and "Traceback" not in err and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:6379", "head-0.cluster.local:6379", "[::1]:6379", "auto", "local",
+                                     "ray://head:10001", "ray://head"])
+def test_the_address_forms_ray_takes_are_kept_as_given(address):
+    assert ray_driver.cluster_options(address, (), env={}).address == address
+
+
+def test_a_ray_address_of_the_environment_is_checked_and_named_as_such():
+    with pytest.raises(errors.UsageError, match="^RAY_ADDRESS 'h:70000': port 70000 is out of range"):
+        ray_driver.cluster_options(None, (), env={"RAY_ADDRESS": "h:70000"})
+
+
 @pytest.mark.parametrize("threads,world,jobs,given,node_cpus,want", [
     (1, 1, 3, False, 8, (3, ("--jobs", "3"))),   # A, B and another run beside: three cores
     (1, 1, 3, False, 2, (2, ("--jobs", "2"))),   # the node's two cores, and the runs they hold

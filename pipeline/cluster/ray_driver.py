@@ -19,6 +19,7 @@ cell (exit 5, the node named), never a verdict; the other cells' results are kep
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -54,7 +55,32 @@ def cluster_options(address: str | None, node_labels: Iterable[str], env: dict[s
         if not sep or not key.strip():
             raise UsageError(f"--node-label {text!r} is not KEY=VALUE; write e.g. --node-label ray.io/accelerator-type=H100")
         pairs.append((key.strip(), value.strip()))
-    return ClusterOptions(address=address or env.get("RAY_ADDRESS") or None, node_labels=tuple(pairs))
+    said = "--address" if address else "RAY_ADDRESS"
+    address = address or env.get("RAY_ADDRESS") or None
+    return ClusterOptions(address=None if address is None else check_address(address, said), node_labels=tuple(pairs))
+
+
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?)$")  # a name, IPv4, [IPv6]
+RAY_CLIENT_PORT = 10001  # ray://HOST without a port: the Ray client server's default
+
+
+def check_address(address: str, said: str = "--address") -> str:
+    """A cluster address in a form Ray takes: ``HOST:PORT`` (a port 1-65535), ``ray://HOST[:PORT]``
+    (the Ray client), ``auto`` or ``local``; anything else is refused (exit 2) before Ray sees it."""
+    text = address.strip()
+    if text in ("auto", "local"):
+        return text
+    client = text.startswith("ray://")
+    rest = text[len("ray://"):] if client else text
+    host, sep, port = rest.rpartition(":")
+    if client and (not sep or host.endswith(":") or "]" in port):  # ray://HOST, ray://[::1]
+        host, port = rest, str(RAY_CLIENT_PORT)
+    named = bool(host) and _HOST.match(host) is not None and port.isdigit()
+    if named and 1 <= int(port) <= 65535:
+        return text
+    why = f"port {port} is out of range" if named else "it is not an address"
+    raise UsageError(f"{said} {address!r}: {why}; write HOST:PORT with a port from 1 to 65535 (e.g. "
+                     "10.0.0.5:6379, the head's `ray start --head --port`), ray://HOST:PORT for the Ray client, or auto")
 
 
 def _ray() -> Any:
