@@ -4,6 +4,7 @@ once per session, and the workflow files with a runner for their steps."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -15,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -371,3 +372,22 @@ def run_step(step: dict[str, Any], env: dict[str, str], cwd: Path, bin_dir: Path
                          env=full_env, capture_output=True, text=True, timeout=300)
     values = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
     return out, values
+
+
+# --- writes that fail half-way ---
+
+@contextlib.contextmanager
+def file_size_limit(limit: int) -> Iterator[None]:
+    """Within the block no file of this process grows past ``limit`` bytes: a write that passes
+    it fails half-way with EFBIG (RLIMIT_FSIZE, SIGXFSZ ignored), whatever wrote it, as a full
+    disk fails a writer part of the way through a file."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)

@@ -15,7 +15,7 @@ from reproci import atomic
 from reproci.golden import store as golden
 from reproci.errors import GoldenError
 
-from .helpers import ROOT
+from .helpers import ROOT, file_size_limit
 
 
 def fake_run(seed: int = 0, torch_version: str = "2.13.0+cpu"):
@@ -117,6 +117,34 @@ def test_interrupted_update_leaves_the_old_golden_intact(tmp_path, monkeypatch):
     assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == before
     assert not list(tmp_path.glob(".*.tmp"))
     golden.write(tmp_path, "img", *fake_run(3))  # the next update cleans the orphan sidecar
+    assert len(list(tmp_path.glob("img.*.npz"))) == 1
+
+
+def test_a_golden_write_that_fails_half_way_leaves_the_previous_golden_whole(tmp_path):
+    """Each file of a golden is written beside and renamed over: a write that fails part of the
+    way through (past a file size limit, as on a full disk) leaves the previous golden loading
+    as it was and no temporary file, whether the sidecar fails (nothing of the update is left)
+    or the YAML after it (the old YAML whole; the new sidecar an orphan the next update removes)."""
+    golden.write(tmp_path, "img", *fake_run(1))
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    old = golden.load(tmp_path, "img").models["m"].entry["final_sha256"]
+
+    doc, recs, states = fake_run(2)
+    states["m"]["param:w"] = torch.from_numpy(np.random.default_rng(0).random(20_000))  # a sidecar of 160 KB
+    with file_size_limit(32_768), pytest.raises(OSError):
+        golden.write(tmp_path, "img", doc, recs, states)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+    assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == old
+
+    doc, recs, states = fake_run(3)
+    recs["m"]["losses"] = np.random.default_rng(0).random(4000).tolist()  # a YAML of 80 KB, a small sidecar
+    with file_size_limit(32_768), pytest.raises(OSError):
+        golden.write(tmp_path, "img", doc, recs, states)
+    assert (tmp_path / "img.yaml").read_bytes() == files["img.yaml"]
+    assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == old
+    left = [p.name for p in tmp_path.iterdir() if p.name not in files]
+    assert len(left) == 1 and left[0].startswith("img.") and left[0].endswith(".npz")  # whole: it failed at the YAML
+    golden.write(tmp_path, "img", *fake_run(4))
     assert len(list(tmp_path.glob("img.*.npz"))) == 1
 
 

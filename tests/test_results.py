@@ -1,3 +1,4 @@
+import errno
 import json
 import os
 import subprocess
@@ -6,7 +7,7 @@ import pytest
 
 from reproci import atomic, errors, results
 
-from .helpers import said
+from .helpers import file_size_limit, said
 
 
 def test_load_refuses_other_versions_with_the_fix(tmp_path):
@@ -27,6 +28,23 @@ def test_load_refuses_other_versions_with_the_fix(tmp_path):
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     atomic.write_text(tmp_path / "a.json", "{}")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_a_results_write_that_fails_half_way_leaves_the_previous_files_whole(tmp_path):
+    """The results file and latest.json are written beside and renamed over: a write that
+    fails part of the way through (here past a file size limit, as on a full disk) leaves
+    both files as they were, whole, and no temporary file; a reader never sees half of one."""
+    run_dir = tmp_path / "results" / "run-1"
+    results.write(run_dir, {"schema": "reproci.results", "version": 1, "models": []})
+    before = {p: p.read_bytes() for p in (run_dir / "results.json", tmp_path / "results" / "latest.json")}
+    big = {"schema": "reproci.results", "version": 1, "models": [{"model": f"m{i}", "message": "x" * 100} for i in range(500)]}
+    with file_size_limit(8192), pytest.raises(OSError) as e:
+        results.write(run_dir, big)
+    assert e.value.errno == errno.EFBIG
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in (tmp_path / "results").rglob("*")) == ["latest.json", "results.json", "run-1"]
+    results.write(run_dir, big)
+    assert json.loads((run_dir / "results.json").read_text()) == big
 
 
 @pytest.fixture
