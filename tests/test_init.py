@@ -116,6 +116,20 @@ def test_existing_files_are_refused_and_nothing_is_written(cli, repo: Path) -> N
     assert not [f for f in written()[1:] if (repo / f).exists()] and not (repo / "goldens").exists()
 
 
+@pytest.mark.parametrize("theirs", written()[1:])
+def test_an_existing_plugin_workflow_or_goldens_readme_is_refused_and_kept(cli, repo: Path, theirs: str) -> None:
+    """Not reproci.yaml alone: any file init would write that is already there (a plugin of
+    theirs, a workflow of that name) is refused by name, kept as it was, and nothing is written."""
+    mine = "# the user's own file\n"
+    (repo / theirs).parent.mkdir(parents=True, exist_ok=True)
+    (repo / theirs).write_text(mine)
+    code, out, err = cli("init")
+    assert code == errors.EXIT_USAGE, out
+    assert f"{theirs} already exists" in err and "nothing was written: --force overwrites them" in err
+    assert (repo / theirs).read_text() == mine
+    assert [f for f in written() if (repo / f).exists()] == [theirs] and not (repo / ".gitignore").exists()
+
+
 def test_force_overwrites_them(cli, repo: Path) -> None:
     (repo / "reproci.yaml").write_text("models: [conv]\n")
     code, out, err = cli("init", "--force")
