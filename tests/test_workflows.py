@@ -435,6 +435,24 @@ def test_golden_record_step_updates_the_golden_with_both_stages(stub_reproci: Pa
     assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == ["determinism", "throughput"]
 
 
+REFUSE_STEP = ("reproci-golden-update", "record", "Refuse unless the run reproduced itself; write the evidence")
+
+
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_the_golden_update_stops_before_the_pull_request_when_the_run_did_not_reproduce_itself(
+        stub_reproci: Path, tmp_path: Path, code: int) -> None:
+    """The refusing step fails when `reproci pr-body --require-reproducible` does (exit 1: a
+    run that did not reproduce itself), so the pull request step after it never runs; an
+    `|| true` or a lost exit code would let an unreproducible golden reach review."""
+    env = {"STUB_EXIT": str(code)}
+    step_code, args = _run_step_args(REFUSE_STEP, env, stub_reproci, tmp_path)
+    assert step_code == code
+    assert args[:2] == ["pr-body", "results/latest.json"] and "--require-reproducible" in args
+    assert args[args.index("--output") + 1] == f"{tmp_path}/pr-body.md"
+    after = step_named(load(REFUSE_STEP[0]), "record", "Open the pull request").get("if", "")
+    assert not re.search(r"always\(\)|failure\(\)|cancelled\(\)", after)  # skipped once a step failed
+
+
 FAKE_PYTHON = """#!/bin/sh
 # Stands in for the runner's python3 (makes a "venv" of itself) and the venv's python (records pip's arguments).
 if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && exit 0; fi
