@@ -1,5 +1,6 @@
 """The golden store: format, validation, atomic and concurrent writes."""
 
+import json
 import os
 import signal
 import subprocess
@@ -146,6 +147,32 @@ def test_a_golden_write_that_fails_half_way_leaves_the_previous_golden_whole(tmp
     assert len(left) == 1 and left[0].startswith("img.") and left[0].endswith(".npz")  # whole: it failed at the YAML
     golden.write(tmp_path, "img", *fake_run(4))
     assert len(list(tmp_path.glob("img.*.npz"))) == 1
+
+
+@pytest.mark.parametrize("verdict", ["NEW", "NONDETERMINISTIC", "RESUME_BROKEN", "REPLICAS_DIVERGE", "ERROR"])
+def test_a_golden_is_recorded_only_from_runs_reproducible_by_themselves(tmp_path, verdict):
+    """The decision of `golden update` (and `run --update-golden`): a run that did not
+    reproduce itself (A != B, a resume that differs, ranks that part) or did not complete is
+    never recorded, beside a model that could be; its twin, NEW, is recorded."""
+    from types import SimpleNamespace
+
+    from reproci.golden import check
+
+    document, records, _ = fake_run(1)
+    run_dir = tmp_path / "results" / "run-1"
+    (run_dir / "m").mkdir(parents=True)
+    (run_dir / "m" / "record-A.json").write_text(json.dumps(records["m"]))
+    document["models"] = [{**document["models"][0], "model": name, "verdict": v, "records": {"A": "m/record-A.json"}}
+                          for name, v in (("m", "NEW"), ("n", verdict))]
+    document["golden"] = {"updated": False}
+    options = SimpleNamespace(goldens_dir=tmp_path / "goldens", image_name="img")
+    check.update(options, document, run_dir)  # type: ignore[arg-type]
+    if verdict == "NEW":
+        assert document["golden"]["updated"] is True and set(golden.load(tmp_path / "goldens", "img").models) == {"m", "n"}
+        return
+    assert document["golden"]["updated"] is False and not (tmp_path / "goldens").exists()
+    assert document["golden"]["refused"] == (f"golden not updated: n is {verdict}; a golden is only recorded from runs "
+                                             "that are reproducible by themselves")
 
 
 WRITER = """
