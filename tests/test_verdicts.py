@@ -29,6 +29,9 @@ def test_every_verdict_has_an_exit_code_a_style_an_icon_and_a_place_in_the_order
     ((verdicts.PASS, verdicts.NEW), True, errors.EXIT_DRIFT),
     ((verdicts.UPGRADE_CHANGED, verdicts.NONDETERMINISTIC), False, errors.EXIT_REPRO_FAILURE),
     ((verdicts.ERROR, verdicts.RESUME_BROKEN), False, errors.EXIT_RUN_ERROR),
+    ((verdicts.REPLICAS_DIVERGE,), False, errors.EXIT_REPRO_FAILURE),
+    ((verdicts.PASS, verdicts.NEW, verdicts.UPGRADE_CHANGED, verdicts.REPLICAS_DIVERGE), True, errors.EXIT_REPRO_FAILURE),
+    ((verdicts.REPLICAS_DIVERGE, verdicts.ERROR), False, errors.EXIT_RUN_ERROR),
     ((verdicts.NOT_CHECKED,), True, errors.EXIT_PASS),
     ((), False, errors.EXIT_PASS),
 ])
@@ -40,6 +43,7 @@ def test_drift_is_the_evidence_of_a_golden_update_not_its_failure():
     assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True)) == errors.EXIT_DRIFT
     assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True, updated=True)) == 0
     assert verdicts.document_exit_code(doc(verdicts.NONDETERMINISTIC, updated=True)) == errors.EXIT_REPRO_FAILURE
+    assert verdicts.document_exit_code(doc(verdicts.REPLICAS_DIVERGE, verdicts.NEW, updated=True)) == errors.EXIT_REPRO_FAILURE
 
 
 def test_a_throughput_regression_fails_only_with_slowdown_fails_and_only_a_passing_run():
