@@ -1,16 +1,64 @@
 """The command line: the ``reproci`` group and ``main``, the only place that turns errors
-into exit codes. Each verb's click code is in ``pipeline/commands/<verb>.py``."""
+into exit codes. Each verb's click code is in ``pipeline/commands/<verb>.py``.
+
+Ctrl-C is honoured from the first moment: ``_interrupt`` (Python's own handler but for one
+place, below) is installed before the heavy imports, and a Ctrl-C during those imports ends
+the process with one line and exit 130, not a traceback."""
 
 from __future__ import annotations
 
+import _thread
+import signal
 import sys
+import time
+from typing import TYPE_CHECKING
 
-import click
-from rich.markup import escape
+if TYPE_CHECKING:
+    from types import FrameType
 
-from . import __version__, console, errors
-from .commands import audit, bisect, blame, compare, golden, images, init, matrix, merge, models, pr_body, report, run
-from .errors import ReprociError
+REDELIVER_S = 0.05  # a signal that lands inside importlib's own locking code is raised again this much later
+_terminated: list[int] = []  # SIGTERM (a cancelled CI job) seen: the message and exit code say so
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT (and SIGTERM, once ``main`` runs): KeyboardInterrupt, as Python's own handler
+    raises it, except inside importlib's bootstrap code. There a KeyboardInterrupt can land
+    between taking the interpreter's import lock and the ``try`` that releases it (or in a
+    module lock's weakref callback, where it is swallowed): the lock is then held for good, the
+    Ctrl-C lost, and every other thread that imports (the runs' threads, torch's import beside
+    them) waits for ever, and this process with them. So there it is delivered again shortly,
+    once that code is left."""
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        _thread.start_new_thread(_deliver_again, (signum,))
+        return
+    if signum == signal.SIGTERM:
+        _terminated.append(signum)
+    raise KeyboardInterrupt  # a cancelled CI job cleans up like Ctrl-C: workers, containers, files
+
+
+def _deliver_again(signum: int) -> None:
+    time.sleep(REDELIVER_S)
+    _thread.interrupt_main(signum)
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # first thing: before the heavy imports
+    try:
+        signal.signal(signal.SIGINT, _interrupt)
+    except ValueError:  # imported outside the main thread: its Ctrl-C is not this module's
+        pass
+
+try:
+    import click
+    from rich.markup import escape
+
+    from . import __version__, console, errors
+    from .commands import audit, bisect, blame, compare, golden, images, init, matrix, merge, models, pr_body, report, run
+    from .errors import ReprociError
+except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load: nothing was started yet
+    from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+    sys.stderr.write("interrupted: reproci was still starting; nothing was started\n")
+    raise SystemExit(EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED) from None
 
 err_console = console.stderr()
 
@@ -34,16 +82,10 @@ for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to one line and an exit code."""
-    import signal
-
-    terminated = []
-
-    def _terminate(signum: int, frame: object) -> None:
-        terminated.append(signum)
-        raise KeyboardInterrupt  # a cancelled CI job cleans up like Ctrl-C: workers, containers, files
-
+    terminated = _terminated
+    terminated.clear()
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         cli.main(args=argv, prog_name="reproci", standalone_mode=False)
         return 0

@@ -48,20 +48,19 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     run_id = results.new_run_id(options.image_name)
     run_dir = (options.results_dir / run_id).resolve()
     made = tuple(p for p in run_dir.parents if not p.exists())  # the folders this run makes, deepest first
-    try:
-        run_dir.mkdir(parents=True, exist_ok=False)
-        probe = run_dir / ".writable"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        if run_dir.is_dir():
-            results.discard(run_dir, made)
-        raise UsageError(f"--results-dir {options.results_dir}: cannot write a run there "
-                         f"({e.strerror or e}); choose a writable directory") from e
-    started = time.monotonic()
-    torch_import = _import_torch_beside()
-    commit = project_commit(options.project_root)
-    try:
+    torch_import = None
+    try:  # from the folder's making on, any end but a finished run removes it (a Ctrl-C at any moment)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+            probe = run_dir / ".writable"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise UsageError(f"--results-dir {options.results_dir}: cannot write a run there "
+                             f"({e.strerror or e}); choose a writable directory") from e
+        started = time.monotonic()
+        torch_import = _import_torch_beside()
+        commit = project_commit(options.project_root)
         with backends.create(options) as backend:
             image = backend.image_info()
             ctx = RunContext(backend=backend, run_dir=run_dir, timeout=options.timeout, progress=progress)
@@ -86,8 +85,8 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         results.discard(run_dir, made)
         raise
     finally:
-        if torch_import is not None:
-            torch_import.join()  # the interpreter does not exit halfway through torch's import (a second Ctrl-C aside)
+        if torch_import is not None:  # the interpreter does not exit halfway through torch's import (a second Ctrl-C aside)
+            torch_import.join(TORCH_IMPORT_WAIT_S)
 
 
 def publish(options: RunOptions, run_dir: Path, document: results.ResultsDocument) -> Path:
@@ -101,9 +100,15 @@ def publish(options: RunOptions, run_dir: Path, document: results.ResultsDocumen
     return path
 
 
+TORCH_IMPORT_WAIT_S = 60.0  # the most an ending run waits for torch's import beside it: seconds even on a loaded host
+
+
 def _import_torch_beside() -> threading.Thread | None:
     """This process reads the runs' final states with torch once they end (``golden/check``),
-    about 1.4 s to import on a CPU: imported in a thread while the first runs start instead."""
+    about 1.4 s to import on a CPU: imported in a thread while the first runs start instead.
+    A run that ends (an interrupt, an error) waits for that import to finish, bounded by
+    ``TORCH_IMPORT_WAIT_S``: an import that could not finish (a lock never released) is
+    left to its daemon thread rather than hanging the process."""
     if "torch" in sys.modules:
         return None
     import importlib
