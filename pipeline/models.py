@@ -8,6 +8,7 @@ for an upgrade of the image.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import sys
@@ -32,14 +33,16 @@ class ModelRef:
         return hashlib.sha256(self.source.read_bytes()).hexdigest()
 
 
-def check_syntax(path: Path, text: str, shown: str | None = None) -> None:
+def check_syntax(path: Path, text: str, shown: str | None = None, factory: str | None = None) -> None:
     """A plugin's source, compiled (never run) with this host's Python before any run: a syntax
-    error is one usage error naming the file and line, not a failed run after the launch. Its
-    imports are not followed: the libraries it needs may exist only where the runs execute."""
+    error, or a ``factory`` the file never defines, is one usage error naming the file, not a
+    failed run after the launch. Its imports are not followed: the libraries it needs may exist
+    only where the runs execute."""
     if path.suffix != ".py":
         return
     try:
-        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        tree = compile(path.read_bytes(), str(path), "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        compile(tree, str(path), "exec", dont_inherit=True)  # what only the compiler refuses ('return' outside a function)
     except SyntaxError as e:
         where = f"{shown or path}:{e.lineno}" if e.lineno else str(shown or path)
         version = ".".join(map(str, sys.version_info[:2]))
@@ -47,6 +50,39 @@ def check_syntax(path: Path, text: str, shown: str | None = None) -> None:
                          f"{version}); fix the file, then run again") from None
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot read the plugin {path} (from --model {text}): {e}; fix the file") from None
+    if factory is not None and not _may_define(tree, factory):
+        functions = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        has = f"its top-level functions: {', '.join(functions)}" if functions else "it defines no top-level function"
+        raise ModelError(f"{shown or path} defines no {factory!r} at its top level (from --model {text}; {has}); "
+                         "name the factory after the colon")
+
+
+def _may_define(tree: ast.Module, name: str) -> bool:
+    """Whether a module's code may bind ``name`` at its top level, read from its syntax without
+    running it: a def, class, assignment or import of that name outside function and class
+    bodies (under an ``if`` or ``try`` too), or a ``global`` of it anywhere. Code that can bind
+    any name (``import *``, ``globals()``, ``exec``, ``setattr``, a module ``__getattr__``) may
+    define it: the worker then decides."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global) and name in node.names or \
+                isinstance(node, ast.Name) and node.id in ("globals", "exec"):
+            return True
+    top: list[ast.AST] = list(tree.body)
+    while top:
+        node = top.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name in (name, "__getattr__"):
+                return True
+            top.extend(node.decorator_list)  # its body runs later, in a scope of its own
+            continue
+        if isinstance(node, ast.Name) and (node.id == name and isinstance(node.ctx, ast.Store)
+                                           or node.id in ("setattr", "vars")):
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                a.name == "*" or (a.asname or a.name.partition(".")[0]) == name for a in node.names):
+            return True
+        top.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def resolve(text: str) -> ModelRef:
@@ -66,7 +102,7 @@ def resolve(text: str) -> ModelRef:
         path = Path(target).expanduser().resolve()
         if not path.is_file():
             raise ModelError(f"model file {target} does not exist (from --model {text}); check the path")
-        check_syntax(path, text, shown=target)
+        check_syntax(path, text, shown=target, factory=factory)
         return ModelRef(name=f"{path.stem}.{factory}" if factory != "build" else path.stem,
                         ref=f"{path}:{factory}", source=path, plugin=True, description=f"plugin {path.name}:{factory}")
     moved = f"; reproci's reference models are reproci.{target}:{factory} now" \
@@ -79,7 +115,7 @@ def resolve(text: str) -> ModelRef:
     if spec is None or spec.origin is None:
         raise ModelError(f"cannot find model module {target!r} (from --model {text}){moved}; install its package, "
                          "add its folder to PYTHONPATH, or give the file as path/to/file.py:factory")
-    check_syntax(Path(spec.origin), text)
+    check_syntax(Path(spec.origin), text, factory=factory)
     return ModelRef(name=module_model_name(target, factory), ref=text, source=Path(spec.origin), plugin=True,
                     description=f"plugin {text}")
 

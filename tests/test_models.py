@@ -1,9 +1,10 @@
+import ast
 import json
 import sys
 
 import pytest
 
-from reproci import errors, verdicts
+from reproci import errors, models, verdicts
 from reproci.errors import ModelError
 from reproci.models import resolve, resolve_all
 from reproci.worker import contract
@@ -37,6 +38,42 @@ def test_the_reference_models_old_module_name_says_their_new_one():
     """reproci's reference models moved under ``reproci`` (a user's own ``reference_models`` wins)."""
     with pytest.raises(ModelError, match=r"reproci.reference_models.embedding:build now"):
         resolve("reference_models.embedding:build")
+
+
+def test_a_factory_the_plugin_never_defines_is_refused_before_any_run(cli, tmp_path, monkeypatch):
+    """It used to be found by the first run, 13 s in (exit 4): now by reading the file's syntax
+    (nothing imported, so no torch), at once (exit 2)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text("import torch\n\ndef build(ctx):\n    def nosuch():\n        pass\n\n"
+                                      "class Net:\n    nosuch = 1\n\ndef helper():\n    pass\n")
+    code, out, err = cli("run", "-m", "mine.py:nosuch")
+    assert code == errors.EXIT_USAGE, err
+    assert err == ("error: mine.py defines no 'nosuch' at its top level (from --model mine.py:nosuch; its top-level "
+                   "functions: build, helper); name the factory after the colon")
+    assert not (tmp_path / "results").exists()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, err = cli("run", "-m", "mine:nosuch")  # a module's source is read the same way
+    assert code == errors.EXIT_USAGE and "mine.py defines no 'nosuch' at its top level" in err
+
+
+@pytest.mark.parametrize("source", [
+    "def build(ctx): pass", "async def build(ctx): pass", "class build: pass", "build = make",
+    "build: object = make", "if x:\n    build = a\nelse:\n    build = b", "try:\n    from m import build\nexcept ImportError:\n    pass",
+    "from m import make as build", "import build", "import build.sub", "from m import *", "for build in []: pass",
+    "with a as build: pass", "(build := make)", "def f():\n    global build\n    build = g",
+    "globals()['build'] = make", "setattr(sys.modules[__name__], 'build', make)", "def __getattr__(name): pass",
+    "@register\ndef make(ctx): pass\nbuild = make",
+])
+def test_what_may_define_a_factory_is_taken_as_defining_it(source):
+    assert models._may_define(ast.parse(source), "build")
+
+
+@pytest.mark.parametrize("source", [
+    "def make(ctx): pass", "def f():\n    build = 1", "class C:\n    build = 1", "class C:\n    def build(self): pass",
+    "x = build", "import m.build", "from build import make", "print(build)", "lambda build: build",
+])
+def test_what_cannot_define_a_factory_is_not_taken_for_it(source):
+    assert not models._may_define(ast.parse(source), "build")
 
 
 def test_duplicate_names_are_refused():
