@@ -164,6 +164,77 @@ def test_knobs_reproci_does_not_honour_are_refused() -> None:
         hf.hf_setup(CTX, model, args, train_dataset=[])
 
 
+def _tiny_gpt2():
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+
+
+def _args(**kw):
+    return transformers.TrainingArguments(output_dir="unused", use_cpu=True, report_to=[], **kw)
+
+
+def test_activation_checkpointing_is_enabled_as_trainer_enables_it_and_named_in_the_identity() -> None:
+    data = [{"input_ids": torch.arange(8) % 20, "labels": torch.arange(8) % 20}]
+    plain = hf.hf_setup(CTX, _tiny_gpt2(), _args(), train_dataset=data)
+    setup = hf.hf_setup(CTX, _tiny_gpt2(), _args(activation_checkpointing=True,
+                                                 activation_checkpointing_kwargs={"use_reentrant": False}), train_dataset=data)
+    assert setup.model.is_activation_checkpointing and not plain.model.is_activation_checkpointing
+    assert setup.config["training_args"]["activation_checkpointing"] is True
+    assert "activation_checkpointing" not in plain.config["training_args"]  # an unused knob keeps the old identity
+    setup.model.train()
+    setup.loss_fn(setup.model, next(iter(setup.loader))).loss.backward()  # the recomputed forward runs
+
+
+def test_neftune_noise_is_added_to_the_embeddings_from_torchs_global_generator() -> None:
+    data = [{"input_ids": torch.arange(8) % 20, "labels": torch.arange(8) % 20}]
+    setup = hf.hf_setup(CTX, _tiny_gpt2(), _args(neftune_noise_alpha=5.0), train_dataset=data)
+    embeddings, ids = setup.model.get_input_embeddings(), torch.arange(8).reshape(1, 8)
+    setup.model.train()
+    torch.manual_seed(1)
+    noisy = embeddings(ids)
+    torch.manual_seed(1)  # the generator a checkpoint holds: put back, the same noise
+    assert not torch.equal(noisy, embeddings.weight[ids]) and torch.equal(embeddings(ids), noisy)
+    assert setup.config["training_args"]["neftune_noise_alpha"] == 5.0
+
+
+def test_group_by_length_orders_by_trainers_sampler_from_the_loader_generator_and_resumes_its_position() -> None:
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from reproci.worker.data import loader as data_loader
+
+    data = [{"input_ids": torch.arange(n) % 20, "labels": torch.arange(n) % 20} for n in (2, 8, 3, 7, 4, 6, 5, 8) * 2]
+    setup = hf.hf_setup(CTX, _tiny_gpt2(), _args(train_sampling_strategy="group_by_length", per_device_train_batch_size=1,
+                                                 gradient_accumulation_steps=2, remove_unused_columns=False),
+                        train_dataset=data)
+    sampler = setup.loader.sampler
+    assert isinstance(sampler, LengthGroupedSampler) and sampler.batch_size == 2
+    assert sampler.generator is setup.generator()  # the loader generator: the epoch-start snapshot holds it
+    assert setup.config["training_args"]["train_sampling_strategy"] == "group_by_length"
+    start = data_loader.snapshot(setup)
+    run = [b["input_ids"] for b in data_loader.begin_epoch(setup, 0)]
+    data_loader.restore(setup, start)
+    resumed, _ = data_loader.replay_epoch(setup, 0, 5)
+    assert [b["input_ids"].tolist() for b in resumed] == [b.tolist() for b in run[5:]]
+
+
+def test_sequential_sampling_does_not_shuffle() -> None:
+    data = [{"input_ids": torch.full((8,), i), "labels": torch.full((8,), i)} for i in range(4)]
+    setup = hf.hf_setup(CTX, _tiny_gpt2(), _args(train_sampling_strategy="sequential", per_device_train_batch_size=1),
+                        train_dataset=data)
+    assert [int(b["input_ids"][0, 0]) for b in setup.loader] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("kw, ctx, says", [
+    ({"train_sampling_strategy": "batch_rebalance"}, CTX, "batch_rebalance' is not supported"),
+    ({"train_sampling_strategy": "group_by_length"}, ModelContext(profile="quick", device=torch.device("cpu"), seed=0,
+                                                                  rank=0, world_size=2),
+     "group_by_length runs in one process only"),
+], ids=["batch_rebalance", "group_by_length-ranks"])
+def test_samplings_whose_resume_is_not_guaranteed_are_refused_in_one_line(kw, ctx, says) -> None:
+    with pytest.raises(ContractError, match=says):
+        hf.hf_setup(ctx, _tiny_gpt2(), _args(**kw), train_dataset=[{"input_ids": torch.arange(8)}] * 4)
+
+
 def test_torch_compile_compiles_as_trainer_does_and_the_worker_hashes_the_plain_module() -> None:
     from reproci.worker import execution
 

@@ -34,7 +34,21 @@ What it takes from ``args`` (a ``TrainingArguments``), as ``Trainer`` uses it:
   compiled as ``Trainer`` compiles it; reproci recognises the compiled model, hashes the plain
   module under it and records the run as compiled by the plugin.
 
-``seed`` is not read (reproci seeds every run from ``--seed``); ``label_smoothing_factor`` is
+- ``activation_checkpointing`` (``gradient_checkpointing``, its older name, with
+  ``activation_checkpointing_kwargs``): enabled on the model as ``Trainer`` enables it;
+  ``torch.utils.checkpoint`` puts the RNG back for the recomputed forward, so dropout draws as without it;
+- ``neftune_noise_alpha``: ``Trainer``'s forward hook on the input embeddings; its noise comes
+  from torch's global generator, which every checkpoint holds, so a resumed run draws what the
+  uninterrupted one drew;
+- ``train_sampling_strategy`` (``group_by_length=True`` where it is the older flag):
+  ``"group_by_length"`` orders the samples with ``Trainer``'s ``LengthGroupedSampler``
+  (megabatches of ``per_device_train_batch_size * gradient_accumulation_steps``, lengths from the
+  dataset's ``length_column_name`` where it has one) drawn from the run's seeded loader
+  generator, whose epoch-start state a checkpoint holds: a resumed run redraws the epoch's
+  order and skips what it had consumed; one process only. ``"sequential"`` does not shuffle.
+
+``seed`` is not read (reproci seeds every run from ``--seed``); ``label_smoothing_factor``,
+``train_sampling_strategy="batch_rebalance"`` and ``group_by_length`` above one rank are
 refused with a line that says so. The loss is the model's own
 (``model(**batch).loss``: the batch must hold labels). With ``eval_dataset``, the held-out
 loss is the run's ``eval_loss`` metric.
@@ -69,9 +83,10 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
                                            num_training_steps=ctx.steps,
                                            scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
     collate = _collator(model, args, data_collator)
+    generator = ctx.generator()
     loader = torch.utils.data.DataLoader(
-        train_dataset, batch_size=args.per_device_train_batch_size, **ctx.shuffling(train_dataset),
-        generator=ctx.generator(), collate_fn=collate, drop_last=args.dataloader_drop_last,
+        train_dataset, batch_size=args.per_device_train_batch_size, **_order(ctx, args, train_dataset, generator),
+        generator=generator, collate_fn=collate, drop_last=args.dataloader_drop_last,
         num_workers=args.dataloader_num_workers, worker_init_fn=ctx.seed_worker if args.dataloader_num_workers else None)
     autocast = _autocast(args, ctx.device)
     scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
@@ -84,6 +99,9 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
     if eval_dataset is not None:
         held = torch.utils.data.DataLoader(eval_dataset, batch_size=args.per_device_eval_batch_size, collate_fn=collate)
         eval_fn = _eval_loss(held, ctx.device, autocast)
+    _checkpoint_activations(model, args)
+    if args.neftune_noise_alpha is not None:  # as Trainer does, before it compiles
+        _neftune(model, args.neftune_noise_alpha)
     identity = {"hf_model": type(model).__name__, "hf_config": model.config.to_dict() if hasattr(model, "config") else {},
                 "training_args": _knobs(args), **(config or {})}
     if getattr(args, "torch_compile", False):  # as Trainer does: the compiled module shares the parameters
@@ -100,6 +118,71 @@ def _refuse_unsupported(args: Any) -> None:
                             "loss, or build the TrainSetup by hand")
     if args.fp16 and not torch.cuda.is_available():
         raise ContractError("hf_setup: fp16 needs CUDA: use bf16=True on the CPU, or neither")
+    if _sampling(args) == "batch_rebalance":
+        raise ContractError("hf_setup: train_sampling_strategy='batch_rebalance' is not supported: use 'group_by_length' "
+                            "or 'random', or build the TrainSetup by hand")
+
+
+def _sampling(args: Any) -> str:
+    """Trainer's sampling strategy: ``train_sampling_strategy``, or the older ``group_by_length`` flag."""
+    strategy = getattr(args, "train_sampling_strategy", None)
+    if strategy is None:
+        return "group_by_length" if getattr(args, "group_by_length", False) else "random"
+    return str(strategy)
+
+
+def _order(ctx: ModelContext, args: Any, dataset: Any, generator: torch.Generator) -> dict[str, Any]:
+    """The DataLoader's shuffle or sampler, as Trainer's ``_get_train_sampler`` chooses it; a
+    sampler draws from ``generator``, the loader's own, so the harness snapshots and restores it."""
+    strategy = _sampling(args)
+    if strategy == "sequential":
+        if ctx.world_size <= 1:
+            return {"shuffle": False}
+        return {"sampler": torch.utils.data.DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
+                                                               shuffle=False)}
+    if strategy != "group_by_length":
+        return ctx.shuffling(dataset)
+    if ctx.world_size > 1:
+        raise ContractError(f"hf_setup: group_by_length runs in one process only, not on {ctx.world_size} ranks: "
+                            "run with one rank, or use train_sampling_strategy='random'")
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    column = args.length_column_name
+    lengths = dataset[column] if column in (getattr(dataset, "column_names", None) or ()) else None
+    return {"sampler": LengthGroupedSampler(args.per_device_train_batch_size * args.gradient_accumulation_steps,
+                                            dataset=dataset, lengths=lengths, generator=generator)}
+
+
+def _checkpoint_activations(model: torch.nn.Module, args: Any) -> None:
+    """Activation (gradient) checkpointing, enabled as Trainer enables it."""
+    if not hasattr(args, "activation_checkpointing"):  # transformers before the rename
+        if args.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+        return
+    if not args.activation_checkpointing:
+        return
+    kwargs = dict(args.activation_checkpointing_kwargs or {})
+    every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None,
+                                              every_n_layers=every_n_layers, offload=offload)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None,
+                                            every_n_layers=every_n_layers, offload=offload)
+
+
+def _neftune(model: torch.nn.Module, alpha: float) -> None:
+    """NEFTune as Trainer activates it: noise from torch's global generator after the input embeddings."""
+    try:
+        from transformers.integrations.neftune import activate_neftune
+    except ImportError:  # transformers before the integration module: the hook in trainer_utils
+        from transformers.trainer_utils import neftune_post_forward_hook
+
+        embeddings = model.get_input_embeddings()  # type: ignore[operator]
+        embeddings.neftune_noise_alpha = alpha
+        embeddings.register_forward_hook(neftune_post_forward_hook)
+        return
+    activate_neftune(model, alpha)
 
 
 def _optimizer(model: torch.nn.Module, args: Any) -> torch.optim.Optimizer:
@@ -148,7 +231,17 @@ KNOBS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsi
          "remove_unused_columns", "full_determinism")
 
 
+# Arguments that are part of the identity only when set (name: its default), so that a model
+# that does not use them keeps the identity, and the goldens, it had before reproci honoured them.
+KNOBS_WHEN_SET = {"activation_checkpointing": False, "activation_checkpointing_kwargs": None, "neftune_noise_alpha": None}
+
+
 def _knobs(args: Any) -> dict[str, Any]:
     """The arguments that change results: part of the model's identity (config_sha256)."""
-    return {k: str(getattr(args, k)) if not isinstance(getattr(args, k), (int, float, bool, type(None))) else getattr(args, k)
-            for k in KNOBS if hasattr(args, k)}
+    knobs = {k: getattr(args, k) for k in KNOBS if hasattr(args, k)}
+    knobs.update({k: getattr(args, k) for k, default in KNOBS_WHEN_SET.items() if getattr(args, k, default) not in (default, None)})
+    if _sampling(args) != "random":
+        knobs["train_sampling_strategy"] = _sampling(args)
+        if _sampling(args) == "group_by_length":
+            knobs["length_column_name"] = args.length_column_name
+    return {k: v if isinstance(v, (int, float, bool, type(None))) else str(v) for k, v in knobs.items()}
