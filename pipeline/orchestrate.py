@@ -42,6 +42,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
     The run directory is removed if this is interrupted, so no partial results stay.
     """
     _check_goldens_dir(options)
+    backends.require_device(options)
     old_golden = _old_golden(options)
     for gone in results.sweep_orphans(options.results_dir):
         print(f"notice: removed {gone}: the unfinished run of a reproci process that is gone", file=sys.stderr)

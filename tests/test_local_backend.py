@@ -256,3 +256,30 @@ def test_the_local_backend_needs_no_docker_sdk_and_docker_runs_say_what_is_missi
         "local local",
         "--image runs workers in containers through the Docker SDK, which is not installed here: "
         "pip install docker, or drop --image for the local backend"]
+
+
+needs_no_gpu = pytest.mark.skipif(local.cuda_missing() is None, reason="torch here sees a GPU")
+
+
+@needs_no_gpu
+def test_cuda_where_torch_sees_no_gpu_is_refused_before_any_run(cli, tmp_path, monkeypatch) -> None:
+    """It used to be found by the first run, 16 s in: now before the run folder is made."""
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    code, _, err = cli("run", "--device", "cuda", "-m", "embedding")
+    assert code == errors.EXIT_INFRA, err
+    assert err.startswith("error: --device cuda: torch ") and "sees no GPU; use --device cpu" in err
+    assert time.monotonic() - started < 5 and not (tmp_path / "results").exists()
+
+
+@needs_no_gpu
+def test_a_cuda_build_of_torch_is_asked_whether_it_sees_a_gpu(tmp_path, monkeypatch) -> None:
+    """A CUDA build imports and trains on a host without a GPU: its own answer decides."""
+    import importlib.util
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\nhip = None\n")
+    fake = importlib.util.spec_from_file_location("torch", tmp_path / "torch" / "__init__.py",
+                                                  submodule_search_locations=[str(tmp_path / "torch")])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: fake if name == "torch" else None)
+    assert local.cuda_missing() == f"torch {__import__('torch').__version__} here sees no GPU (torch.cuda.is_available() is False)"

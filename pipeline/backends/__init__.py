@@ -22,4 +22,14 @@ def create(options: BackendOptions) -> Backend:
     return DockerBackend(options)
 
 
-__all__ = ["Backend", "BackendOptions", "LaunchResult", "create"]
+def require_device(options: BackendOptions) -> None:
+    """Refuse, before any run, a device the backend can tell no run will have: the local
+    backend's torch is this interpreter's. A container's or a cluster's devices are the image's
+    and the nodes' (the Docker backend's preflight asks the image's torch)."""
+    if options.backend == "local":
+        from .local import require_device as local_device
+
+        local_device(options.device)
+
+
+__all__ = ["Backend", "BackendOptions", "LaunchResult", "create", "require_device"]

@@ -4,6 +4,8 @@ from a preloaded server per launch environment (``forking``), else started with
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import signal
 import subprocess
@@ -14,6 +16,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from ..errors import InfrastructureError
 from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
 from ..worker.process.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStart, OnStep, take_line
@@ -118,6 +121,36 @@ class LocalBackend(Backend):
             _kill_group(p, torchrun=torchrun)
         if self.servers is not None:
             self.servers.close()
+
+
+def require_device(device: str) -> None:
+    """Refuse, before any run, a device torch here does not have: every run would fail on it."""
+    if device == "cuda" and (missing := cuda_missing()) is not None:
+        raise InfrastructureError(f"--device cuda: {missing}; use --device cpu, or run where torch sees a GPU "
+                                  "(a CUDA build of torch and an NVIDIA driver), or name a CUDA image with --image")
+
+
+def cuda_missing() -> str | None:
+    """Why torch here (this interpreter: the local backend's runs use it) has no GPU, or None
+    where it has one. A CPU build is named from ``torch/version.py``'s text, at once; a CUDA
+    build is asked (``torch.cuda.is_available()``, once torch is imported)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None  # no torch here: each run says so in its own words
+    try:
+        tree = ast.parse((Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        tree = ast.Module(body=[], type_ignores=[])
+    built = {t.id: n.value.value for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+             if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
+    if {"cuda", "hip"} <= built.keys() and built["cuda"] is None and built["hip"] is None:
+        return f"torch {built.get('__version__', '(of an unknown version)')} here is a CPU build, which sees no GPU"
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return f"torch {torch.__version__} here sees no GPU (torch.cuda.is_available() is False)"
 
 
 def _drain(proc: subprocess.Popen[bytes] | ForkedRun, tail: deque[str], on_step: OnStep | None) -> None:
