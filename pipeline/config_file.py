@@ -3,6 +3,7 @@ what each takes, checked in one place before any value is used."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -64,13 +65,28 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
 }
 
 
+def find_config(start: Path | None = None) -> Path | None:
+    """The reproci.yaml a command run in ``start`` (the working directory) reads: the one there,
+    else the nearest in a folder above, searched as git searches for its repository: up to the
+    top level of the work tree (a folder holding ``.git``), never into a folder of
+    ``GIT_CEILING_DIRECTORIES``, at most to the filesystem root. None: there is none. The path
+    is relative to ``start`` (``reproci.yaml``, ``../reproci.yaml``), as a message shows it."""
+    here = (start or Path.cwd()).absolute()
+    ceilings = {Path(p).absolute() for p in os.environ.get("GIT_CEILING_DIRECTORIES", "").split(os.pathsep) if p}
+    for folder in (here, *here.parents):
+        if (folder / CONFIG_FILE).is_file():
+            return Path(os.path.relpath(folder / CONFIG_FILE, here))
+        if (folder / ".git").exists() or folder.parent in ceilings:
+            return None
+    return None
+
+
 def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
-    """The run section of reproci.yaml (explicit path, or ./reproci.yaml if present)."""
+    """The run section of reproci.yaml (an explicit path, else the one ``find_config`` finds)."""
     if path is None:
-        default = Path(CONFIG_FILE)
-        if not default.is_file():
+        path = find_config()
+        if path is None:
             return {}, None
-        path = default
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; drop --config or create it")
     try:
@@ -106,6 +122,23 @@ class Settings:
 
     def __init__(self, cli: Mapping[str, Any], config: Mapping[str, Any], path: Path | None) -> None:
         self.cli, self.config, self.path = cli, config, path
+        # a reproci.yaml found above the working directory (not named by --config): the folder
+        # its relative paths, and the results and goldens folders by default, are beside
+        self.root = path.parent if path is not None and cli.get("config") is None and path.parent != Path(".") else None
+
+    def folder(self, name: str, default: str) -> Path:
+        """A folder setting (``results_dir``, ``goldens_dir``): the command line's as given, else
+        the config file's or the default, beside a reproci.yaml found above the working directory."""
+        value = Path(self(name, default))
+        return value if self.given(name) or self.root is None or value.is_absolute() else self.root / value
+
+    def beside(self, model: str) -> str:
+        """A model the config file names as ``FILE.py:factory``, its file beside a reproci.yaml
+        found above the working directory; any other as written."""
+        target, sep, factory = model.rpartition(":")
+        if self.root is None or not sep or not target.endswith(".py") or Path(target).expanduser().is_absolute():
+            return model
+        return f"{self.root / target}:{factory}"
 
     def given(self, name: str) -> bool:
         """Whether the command line gave ``name``."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .config_file import CONFIG_FILE, load_config
+from .config_file import CONFIG_FILE, find_config, load_config
 from .errors import UsageError
 
 MAX_BYTES = 1024 * 1024  # what the API server stores of one ConfigMap
@@ -51,9 +51,9 @@ class Project:
 
 
 def config_path() -> Path | None:
-    """The project's reproci.yaml, where ``reproci run`` looks for it: the working directory."""
-    path = Path(CONFIG_FILE)
-    return path if path.is_file() else None
+    """The project's reproci.yaml, where ``reproci run`` looks for it: the working directory, else
+    the nearest folder above it up to the repository's top level (``config_file.find_config``)."""
+    return find_config()
 
 
 def config_settings(path: Path | None) -> dict[str, object]:

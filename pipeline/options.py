@@ -101,7 +101,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         raise UsageError(f"{how} compares images: name the new one with --image (the golden names the old one); "
                          "the local backend has one environment only")
     model_texts = pick("models", tuple(REGISTRY))
-    models = resolve_all((model_texts,) if isinstance(model_texts, str) else tuple(model_texts))
+    model_texts = (model_texts,) if isinstance(model_texts, str) else tuple(model_texts)
+    models = resolve_all(model_texts if pick.given("models") else tuple(map(pick.beside, model_texts)))
     update_golden = bool(pick("update_golden", False))
     if update_golden and "determinism" not in shape["stages"]:
         raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
@@ -117,7 +118,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         **image,
         seed=_seed(pick),
         gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
-        results_dir=Path(pick("results_dir", "results")),
+        results_dir=pick.folder("results_dir", "results"),
         goldens_dir=_goldens_dir(pick),
         update_golden=update_golden,
         ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
@@ -192,7 +193,7 @@ def _execution(pick: Settings, models: tuple[ModelRef, ...]) -> dict[str, Any]:
 
 
 def _goldens_dir(pick: Settings) -> Path:
-    goldens_dir = Path(pick("goldens_dir", "goldens"))
+    goldens_dir = pick.folder("goldens_dir", "goldens")
     require_folder(goldens_dir, pick.said("goldens_dir"))
     return goldens_dir
 

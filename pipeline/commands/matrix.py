@@ -63,7 +63,8 @@ def matrix_cmd(manifest: Path, gpu_only: bool, names: tuple[str, ...], runner_la
     config = k8s_project.config_path()
     settings = k8s_project.config_settings(config)
     models = k8s_args.pop("models") or settings.get("models") or k8s_checks.default_models()
-    goldens_dir = k8s_args.pop("goldens_dir") or Path(str(settings.get("goldens_dir") or "goldens"))
+    beside = config.parent if config is not None else Path(".")  # a reproci.yaml above: its goldens, there
+    goldens_dir = k8s_args.pop("goldens_dir") or beside / str(settings.get("goldens_dir") or "goldens")
     opts = k8s.options(**k8s_args, models=(models,) if isinstance(models, str) else tuple(models),
                        goldens_dir=goldens_dir, config=config)
     click.echo(k8s.to_yaml(k8s.manifests(manifest, opts, gpu_only=gpu_only, names=names)), nl=False)

@@ -110,6 +110,9 @@ def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None 
     backend, cluster = _backend(kwargs)
     opts = options_mod.build(kwargs)
     out, err = console.stdout(), console.stderr()
+    if given.get("config") is None and opts.config_file is not None and opts.config_file.parent != Path("."):
+        err.print(f"using {opts.config_file}, found above the working directory: its folder holds the results "
+                  "and goldens", highlight=False, markup=False)
     lost: list[str] = []
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
         if cluster is not None:
