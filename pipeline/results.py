@@ -58,6 +58,7 @@ class StateCensus(TypedDict, total=False):
 
     differences: list[dict[str, Any]]  # path, kind, type, step, sides: each item that differs
     notice: WarningText  # plain values that differ while every tensor agreed (a counter): never a failure
+    metrics: WarningText  # torchmetrics states that differ while every tensor agreed (a metric only logged)
     errors: list[str]  # why a census could not be taken
 
 

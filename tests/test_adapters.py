@@ -374,3 +374,40 @@ def test_the_hf_example_without_accelerate_says_what_to_install(tmp_path) -> Non
     assert entry["message"].endswith(line) and "\n" not in entry["message"], entry["message"]
     assert f"hf_gpt2: ERROR: run A: breaks the plugin contract: {line}" in out.stdout.replace("\n", " ")
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_lightning_setup_checkpoints_what_the_trainer_checkpoints_and_the_plugins_own_state() -> None:
+    """The datamodule's state_dict and what on_save_checkpoint adds go into the run's extra state,
+    and come back through load_state_dict and on_load_checkpoint, as a Trainer's resume puts them
+    back; get_extra_state/set_extra_state beside the adapter (a TypeError before) are kept too."""
+    from .plugins import lightning_state
+
+    own = {"count": 3}
+    module, data = lightning_state.KeptClassifier(0), lightning_state.StatefulData(0)
+    setup = lightning.lightning_setup(CTX, module, datamodule=data, get_extra_state=lambda: dict(own),
+                                      set_extra_state=own.update)
+    saved = setup.get_extra_state()
+    assert saved["n"] == 0 and saved["plugin"] == {"count": 3}
+    assert set(saved["on_save_checkpoint"]) == {"jitter"} and set(saved["datamodule"]) == {"noise"}
+    torch.randn(4, generator=module.jitter), torch.randn(4, generator=data.noise)
+    own["count"] = 9
+    setup.set_extra_state(saved)
+    assert torch.equal(module.jitter.get_state(), saved["on_save_checkpoint"]["jitter"])
+    assert torch.equal(data.noise.get_state(), saved["datamodule"]["noise"]) and own["count"] == 3
+    plain = lightning.lightning_setup(CTX, lightning_state.Classifier(0), datamodule=lightning_state.Data(0))
+    assert plain.get_extra_state() == {"n": 0}  # no hook, no state of its own: the batch index alone
+    with pytest.raises(ContractError, match="give both get_extra_state and set_extra_state"):
+        lightning.lightning_setup(CTX, lightning_state.Classifier(0), datamodule=lightning_state.Data(0),
+                                  get_extra_state=dict)
+
+
+def test_hf_setup_takes_extra_state_beside_the_adapter() -> None:
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2))
+    own = {"count": 3}
+    setup = hf.hf_setup(CTX, model, transformers.TrainingArguments(output_dir="unused", report_to=[]),
+                        train_dataset=[{"input_ids": torch.arange(8), "labels": torch.arange(8)}],
+                        get_extra_state=lambda: dict(own), set_extra_state=own.update)
+    assert setup.get_extra_state() == {"count": 3}
+    setup.set_extra_state({"count": 5})
+    assert own["count"] == 5

@@ -35,6 +35,14 @@ What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
   ``seed_everything`` for), its workers seeded; everything else as the module made it.
 - ``val_dataloader()`` and ``validation_step``: with both, the mean of what validation_step
   returns (a tensor, or a dict's ``"loss"``/``"val_loss"``) is the run's ``val_loss`` metric.
+- What the Trainer's checkpoint holds besides the ``state_dict``, saved and restored with the
+  run's checkpoint as ``Trainer.save_checkpoint`` and a resume (``fit(ckpt_path=...)``) do it:
+  the datamodule's ``state_dict()`` (put back with its ``load_state_dict``) and what the
+  module's ``on_save_checkpoint(checkpoint)`` adds to the checkpoint dict (given back to its
+  ``on_load_checkpoint``; the dict also holds ``state_dict``, ``epoch``, ``global_step`` and
+  the Lightning version, as Lightning's does, but only the keys the hook adds are kept).
+  Other state of your own: ``get_extra_state``/``set_extra_state``, as in any ``TrainSetup``,
+  checkpointed beside it.
 
 What a ``Trainer`` would be told is given here: ``grad_clip`` (``gradient_clip_val``),
 ``accumulate`` (``accumulate_grad_batches``), ``precision`` ("32", "bf16-mixed" or
@@ -98,13 +106,62 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
     return TrainSetup(model=module, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=schedulers or None,
                       grad_clip=grad_clip, accumulate=accumulate, batch_size=getattr(loader, "batch_size", None),
                       scaler=torch.amp.GradScaler("cuda") if precision.startswith("16") else None,
-                      get_extra_state=lambda: dict(calls), set_extra_state=calls.update,
+                      **_checkpointed(module, datamodule, calls, per_epoch, accumulate, setup),
                       eval_fn=_validation(module, source, ctx.device, autocast),
                       config={"lightning_module": type(module).__name__, "hparams": dict(module.hparams),
                               **({"lightning_datamodule": type(datamodule).__name__,
                                   "datamodule_hparams": dict(getattr(datamodule, "hparams", {}))}
                                  if datamodule is not None else {}),
                               "precision": precision, **setup.pop("config", {})}, **setup)
+
+
+def _checkpointed(module: "pl.LightningModule", datamodule: Any, calls: dict[str, int], per_epoch: int | None,
+                  accumulate: int, setup: dict[str, Any]) -> dict[str, Any]:
+    """``get_extra_state``/``set_extra_state`` holding what a Trainer checkpoints outside the
+    module's ``state_dict``: the batch index (``training_step`` calls so far), the datamodule's
+    ``state_dict()`` and what ``on_save_checkpoint`` adds (``dump_checkpoint``'s order: the
+    datamodule, then the module's hook), and the plugin's own extra state (``setup``'s
+    ``get_extra_state``/``set_extra_state``, taken out of it), each put back as a resume does
+    (``restore_datamodule``, then ``on_load_checkpoint``)."""
+    user_get, user_set = setup.pop("get_extra_state", None), setup.pop("set_extra_state", None)
+    if (user_get is None) != (user_set is None):
+        raise ContractError("lightning_setup: give both get_extra_state and set_extra_state, or neither")
+    stateful = datamodule is not None and _overridden(datamodule, pl.LightningDataModule, "state_dict")
+    saves, loads = (_overridden(module, pl.LightningModule, f"on_{verb}_checkpoint") for verb in ("save", "load"))
+    key = type(datamodule).__qualname__ if datamodule is not None else None  # Lightning's key for the datamodule's state
+
+    def base() -> dict[str, Any]:
+        """The checkpoint dict ``on_save_checkpoint`` sees, as far as reproci knows it."""
+        steps = calls["n"] // accumulate
+        return {"epoch": calls["n"] // per_epoch if per_epoch else 0, "global_step": steps,
+                "pytorch-lightning_version": pl.__version__, "state_dict": module.state_dict()}
+
+    def get_extra_state() -> dict[str, Any]:
+        state: dict[str, Any] = dict(calls)
+        if stateful:
+            state["datamodule"] = _hook(datamodule, "state_dict")
+        if saves:
+            checkpoint = base()
+            given = dict(checkpoint)
+            _hook(module, "on_save_checkpoint", checkpoint)
+            state["on_save_checkpoint"] = {k: v for k, v in checkpoint.items() if k not in given or v is not given[k]}
+        if user_get is not None:
+            state["plugin"] = user_get()
+        return state
+
+    def set_extra_state(state: dict[str, Any]) -> None:
+        calls["n"] = state["n"]
+        if stateful and state.get("datamodule"):
+            _hook(datamodule, "load_state_dict", state["datamodule"])
+        if loads:
+            checkpoint = base()
+            if key is not None and state.get("datamodule"):
+                checkpoint[key] = state["datamodule"]
+            _hook(module, "on_load_checkpoint", {**checkpoint, **state.get("on_save_checkpoint", {})})
+        if user_set is not None:
+            user_set(state.get("plugin"))
+
+    return {"get_extra_state": get_extra_state, "set_extra_state": set_extra_state}
 
 
 def _before_fit(ctx: ModelContext, module: "pl.LightningModule", datamodule: Any) -> None:

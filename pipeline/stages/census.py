@@ -10,6 +10,11 @@ behalf, and compared here.
   agreed (the state may enter training later, or only through the data order of a later epoch).
 - A plain value that differs (a counter, a flag) is named as the likely cause when tensors
   differ too, and is a notice when they do not: a logging counter is no bug.
+- The state of a torchmetrics ``Metric`` (known by what the object is: the census marks its
+  items) that differs is named as the likely cause when tensors differ too (a metric whose value
+  feeds the loss), and is a warning when they do not: a metric only logged is out of Lightning's
+  checkpoint too (torchmetrics states are non-persistent by default), so a resumed run logs
+  another epoch value for it and trains identically; ``metric.persistent(True)`` puts it in.
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ class Difference:
     step: int  # the census point: k (the resume point) or k + 1
     a: dict[str, Any] | None  # the census items of A and C (None: absent on that side)
     c: dict[str, Any] | None
+    metric: str | None = None  # the torchmetrics Metric class whose state this is
+    owner: str | None = None  # that metric's path ("model.train_acc")
 
     @property
     def strong(self) -> bool:
-        return self.kind in STRONG
+        return self.kind in STRONG and self.metric is None
 
     def sides(self) -> str:
         if self.a is None or self.c is None:
@@ -49,7 +56,8 @@ class Difference:
     def sentence(self) -> str:
         """'loader.batch_sampler.rng (random.Random) differs between A and C at step 16'."""
         sides = self.sides()
-        return f"{self.path} ({self.type}) differs between A and C at step {self.step}" + (f" ({sides})" if sides else "")
+        what = f"{self.type}, the state of the torchmetrics {self.metric} {self.owner}" if self.metric else self.type
+        return f"{self.path} ({what}) differs between A and C at step {self.step}" + (f" ({sides})" if sides else "")
 
 
 def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
@@ -58,7 +66,9 @@ def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
 
     A difference at the resume point alone does not count: a value that A had made and C had
     not yet (a cache of rotary embeddings, built on the first forward) and that agrees once C
-    has taken a step is derived, not state. Lost state stays lost after the next step.
+    has taken a step is derived, not state. Lost state stays lost after the next step. Nor does
+    an entry of a cache that A filled and C has not filled yet, beside entries both hold and
+    agree on (``_filled_lazily``).
     """
     ca, cc = a.get("census") or {}, c.get("census") or {}
     k = ca.get("at")
@@ -73,17 +83,50 @@ def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
     if na is None or nc is None:  # no census after k+1 (a run that failed there): the resume point's
         na, nc = ra or {}, rc or {}
     ra, rc = ra or {}, rc or {}
+    lazily = _filled_lazily(na, nc)
     found = []
     for path in sorted(set(na) | set(nc)):
-        if _same(na.get(path), nc.get(path)):
+        if _same(na.get(path), nc.get(path)) or path in lazily:
             continue
         early = not _same(ra.get(path), rc.get(path))
         x, y = (ra.get(path), rc.get(path)) if early else (na.get(path), nc.get(path))
         kinds = [d["kind"] for d in (x, y, na.get(path), nc.get(path)) if d is not None]
         kind = next((s for s in STRONG if s in kinds), kinds[0])
+        marked = next((d for d in (x, y, na.get(path), nc.get(path)) if d is not None and d.get("metric")), {})
         found.append(Difference(path=path, kind=kind, type=(x or y or na.get(path) or nc.get(path) or {}).get("type", "?"),
-                                step=k if early else k + 1, a=x, c=y))
-    return sorted(found, key=lambda d: (not d.strong, d.step, d.path))
+                                step=k if early else k + 1, a=x, c=y, metric=marked.get("metric"),
+                                owner=marked.get("owner")))
+    return sorted(found, key=lambda d: (not d.strong, d.metric is None, d.step, d.path))
+
+
+def _entries(path: str) -> list[tuple[str, str]]:
+    """(entry, container) for each element step of a path, outermost first:
+    ``ds.cache[3][0]`` -> (``ds.cache[3]``, ``ds.cache``), (``ds.cache[3][0]``, ``ds.cache[3]``)."""
+    out, start = [], path.find("[")
+    while start != -1:
+        end = path.find("]", start)
+        if end == -1:
+            break
+        out.append((path[:end + 1], path[:start]))
+        start = path.find("[", end)
+    return out
+
+
+def _filled_lazily(a: dict[str, Any], c: dict[str, Any]) -> set[str]:
+    """The paths of container entries that A holds and C has not made yet, in a container whose
+    entries both hold agree (at least one): a cache the plugin fills from its inputs (a dataset's
+    dict of prepared samples, keyed by index, filled in ``__getitem__``) holds what A has read and C
+    only what it has read since the resume. Derived, not lost: C makes the same entry when it reads
+    that sample. An entry both hold and that differs (a history list, a counter in a dict) is lost
+    state, and so is an entry of a container C holds nothing of."""
+    agree: dict[str, bool] = {}  # container -> every shared entry equal
+    for path in set(a) & set(c):
+        same = _same(a[path], c[path])
+        for _, container in _entries(path):
+            agree[container] = agree.get(container, True) and same
+    made = {entry for path in c for entry, _ in _entries(path)}  # the entries C holds something of
+    return {path for path in a if path not in c
+            and any(entry not in made and agree.get(container, False) for entry, container in _entries(path))}
 
 
 def _same(x: dict[str, Any] | None, y: dict[str, Any] | None) -> bool:
@@ -103,6 +146,8 @@ def errors(a: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 
 def fix(d: Difference) -> str:
+    if d.metric:
+        return f"call {d.owner}.persistent(True) (torchmetrics then keeps its state in the state_dict, so in the checkpoint)"
     if d.kind == "module":
         return "declare it in TrainSetup.state_modules (checkpointed and fingerprinted like the model)"
     if d.kind == "rng":
@@ -147,9 +192,27 @@ def likely_cause(diffs: list[Difference]) -> str | None:
     return f"likely cause: {first.sentence()}, outside the checkpoint: {fix(first)}{_more(diffs[1:])}"
 
 
+def metrics(diffs: list[Difference]) -> str | None:
+    """torchmetrics states that differ while every tensor agreed: a warning, never a failure."""
+    found = [d for d in diffs if d.metric]
+    if not found:
+        return None
+    owners: dict[str, list[Difference]] = {}
+    for d in found:
+        owners.setdefault(d.owner or d.path, []).append(d)
+    named = [f"{o} (torchmetrics {ds[0].metric}: {', '.join(d.path.removeprefix(o + '.') for d in ds)})"
+             for o, ds in list(owners.items())[:3]]
+    fixes = " and ".join(f"{o}.persistent(True)" for o in list(owners)[:3])
+    return (f"the state of {'; '.join(named)}{' …' if len(owners) > 3 else ''} differs between A and C at step "
+            f"{min(d.step for d in found)}: torchmetrics keeps a metric's state out of the state_dict by default, so "
+            f"no checkpoint holds it, Lightning's included; every trained tensor agrees, so a resumed run trains "
+            f"identically but logs another epoch value; to resume it too, call {fixes} (its state then goes "
+            f"into the state_dict, and so into the checkpoint)")
+
+
 def notice(diffs: list[Difference]) -> str | None:
     """Plain values that differ while every tensor agreed: said, never a failure."""
-    values = [d for d in diffs if not d.strong]
+    values = [d for d in diffs if not d.strong and not d.metric]
     if not values:
         return None
     first = values[0]
@@ -158,7 +221,8 @@ def notice(diffs: list[Difference]) -> str | None:
 
 
 def _row(d: Difference) -> dict[str, Any]:
-    return {"path": d.path, "kind": d.kind, "type": d.type, "step": d.step, "sides": d.sides() or None}
+    return {"path": d.path, "kind": d.kind, "type": d.type, "step": d.step, "sides": d.sides() or None,
+            **({"metric": d.metric, "owner": d.owner} if d.metric else {})}
 
 
 def decide(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None,
@@ -178,8 +242,11 @@ def hint(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None, diff
     return likely_cause(diffs)
 
 
-def summary(records: dict[str, dict[str, Any]], diffs: list[Difference], said: str | None) -> dict[str, Any] | None:
-    """The result's ``state_census`` section: what differed, the notice, why a census failed."""
+def summary(records: dict[str, dict[str, Any]], diffs: list[Difference], said: str | None,
+            warned: str | None = None) -> dict[str, Any] | None:
+    """The result's ``state_census`` section: what differed, the notice, the metrics' warning,
+    why a census failed."""
     if not (records.get("A") or {}).get("census"):
         return None
-    return {"differences": [_row(d) for d in diffs], "notice": said, "errors": errors(records["A"], records["C"])}
+    return {"differences": [_row(d) for d in diffs], "notice": said, "metrics": warned,
+            "errors": errors(records["A"], records["C"])}

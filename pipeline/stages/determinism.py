@@ -31,7 +31,7 @@ from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.process.spec import WorkerSpec
 from . import causes, census, coverage, epochs, replicas, sidestate
-from .explain import controls_switched_off, describe, evidence_of
+from .explain import controls_sentence, controls_switched_off, describe, evidence_of
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -185,7 +185,8 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     shared = replicas.shared_batches(records["A"], ranks)
     covered = coverage.of(records["A"], options)
     private_notice = census.notice(private) if verdict == verdicts.PASS else None
-    warnings = [w for w in (order, shared) if w]
+    metric_warning = census.metrics(private) if verdict == verdicts.PASS else None
+    warnings = [w for w in (order, shared, metric_warning) if w]
     switched = controls_switched_off(records)
     if switched and verdict == verdicts.PASS:  # agreed, but not under strict determinism: no guarantee elsewhere
         verdict = verdicts.NONDETERMINISTIC
@@ -193,10 +194,11 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     result.update(
         verdict=verdict,
         message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
-                 else census.describe(private) if evidence is not None and evidence.cause == "census"
+                 else census.describe(private) + (f"; {controls_sentence(switched)}" if switched else "")
+                 if evidence is not None and evidence.cause == "census"
                  else describe(verdict, evidence, pair, switched))
                 + _notes(hint, warnings, covered, records, pair, private_notice),
-        state_census=census.summary(records, private, private_notice),
+        state_census=census.summary(records, private, private_notice, metric_warning),
         epoch_order=order,
         shared_batches=shared,
         coverage=covered,

@@ -30,7 +30,7 @@ def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, 
     return list(found.values())
 
 
-def _controls_sentence(switched: list[dict[str, Any]]) -> str:
+def controls_sentence(switched: list[dict[str, Any]]) -> str:
     parts = []
     for e in switched[:3]:
         if e.get("where"):
@@ -67,7 +67,7 @@ def _sides(ev: Divergence, pair: tuple[str, str]) -> tuple[str, str]:
 
 def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
              switched: list[dict[str, Any]] | None = None) -> str:
-    controls = _controls_sentence(switched) if switched else ""
+    controls = controls_sentence(switched) if switched else ""
     if ev is None or pair is None:
         if controls:
             return f"A = B = C here, but not under strict determinism: {controls}"

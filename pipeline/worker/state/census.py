@@ -14,7 +14,8 @@ the harness can reach from the set-up is the plugin's private state, and the cen
   the function is the user's own code), and the schedulers (a ``LambdaLR``'s lambdas among
   them), through the harness's stepper wrappers;
 - the model's own modules, for what their ``state_dict`` leaves out: tensors kept as plain
-  attributes or non-persistent buffers (a torchmetrics metric's state), RNG objects.
+  attributes or non-persistent buffers (a torchmetrics metric's state, its items marked with
+  the metric's class and path: ``is_metric``), RNG objects.
 
 Each item found is one of four kinds: an RNG object (its state), a module (its state dict),
 a tensor (exact bit checksum, dtype and shape), or a plain value (an int, float, bool, short
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 import types
 from typing import Any, Iterator
 
@@ -48,9 +50,10 @@ _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _SKIP_TYPES: tuple[type, ...] = tuple(t for t in (
     types.ModuleType, type, types.BuiltinFunctionType, types.CodeType, types.FrameType, types.GeneratorType,
     types.CoroutineType, types.AsyncGeneratorType, functools._lru_cache_wrapper, torch.device, torch.dtype,
-    torch.optim.Optimizer, torch.utils.data.DataLoader,
+    torch.optim.Optimizer,
     getattr(torch.amp, "GradScaler", None), getattr(torch.cuda.amp, "GradScaler", None),  # torch.amp's from 2.3 on
 ) if isinstance(t, type))
+_LOADER_ITERATOR: type | None = getattr(torch.utils.data.dataloader, "_BaseDataLoaderIter", None)
 
 
 class Census:
@@ -62,6 +65,7 @@ class Census:
         self._seen: set[int] = set()
         self._visited = 0
         self._held = _checkpointed(setup)
+        self._metric: dict[str, str] = {}  # while the walk is inside a torchmetrics Metric: its class and path
 
     def take(self) -> dict[str, dict[str, str]]:
         with torch.no_grad(), no_fill():
@@ -71,7 +75,8 @@ class Census:
         return dict(sorted(self.items.items()))
 
     def _item(self, path: str, kind: str, type_name: str, sha: str, value: str | None = None) -> None:
-        self.items[path] = {"kind": kind, "type": type_name, "sha": sha, **({"value": value} if value else {})}
+        self.items[path] = {"kind": kind, "type": type_name, "sha": sha, **({"value": value} if value else {}),
+                            **self._metric}
 
     # -- the walk ---------------------------------------------------------------------------
 
@@ -105,10 +110,31 @@ class Census:
             self._item(path, "value", f"{type(obj).__name__}[{type(obj[0]).__name__}] of {len(obj)}", reach.digest(text),
                        text if len(text) <= 40 else None)
             return
-        if depth >= MAX_DEPTH or isinstance(obj, _SKIP_TYPES) or reach.harness_object(obj) or reach.is_iterator(obj):
+        if depth >= MAX_DEPTH or isinstance(obj, _SKIP_TYPES) or reach.harness_object(obj):
+            return
+        if isinstance(obj, torch.utils.data.DataLoader):
+            self._loader(obj, path, depth)
+            return
+        if _LOADER_ITERATOR is not None and isinstance(obj, _LOADER_ITERATOR):
+            # an iterator of a loader the plugin draws from by hand: its position, and the order's generator
+            self._walk(getattr(obj, "_num_yielded", None), f"{path}._num_yielded", depth + 1)
+            self._walk(getattr(obj, "_index_sampler", None), f"{path}._index_sampler", depth + 1)
+            return
+        if reach.is_iterator(obj):
             return
         for name, child in reach.children(obj):
             self._walk(child, f"{path}{name}", depth + 1)
+
+    def _loader(self, loader: torch.utils.data.DataLoader, path: str, depth: int) -> None:
+        """A second loader the plugin keeps (in a closure, a dataset) and draws from by hand: what
+        decides its order (its generator, samplers) and its dataset. The training loader is the
+        harness's: its order generator and position are checkpointed, its parts are roots."""
+        if loader is self.setup.loader:
+            return
+        for name in ("generator", "dataset", "sampler", "batch_sampler"):
+            part = getattr(loader, name, None)
+            if part is not None:
+                self._walk(part, f"{path}.{name}", depth + 1)
 
     def _module(self, module: torch.nn.Module, path: str) -> None:
         """A module the checkpoint does not hold (an EMA in a closure): its state dict, as one item."""
@@ -127,19 +153,49 @@ class Census:
         for prefix, root in roots:
             for mname, module in root.named_modules():
                 where = f"{prefix}.{mname}" if mname else prefix
+                self._metric = {"metric": type(module).__qualname__, "owner": where} if is_metric(module) else {}
                 for name in getattr(module, "_non_persistent_buffers_set", ()):
                     t = module._buffers.get(name)
                     if isinstance(t, torch.Tensor):
                         self._item(f"{where}.{name}", "tensor", reach.tensor_type(t), reach.tensor_digest(t))
+                own, wholly_own = _own_class(type(module))
                 for name, value in vars(module).items():
-                    if name.startswith("_"):  # torch's own bookkeeping (_parameters, _buffers, hooks)
-                        continue
+                    if name in _MODULE_BOOKKEEPING or name.startswith("_") and not wholly_own:
+                        continue  # torch's own (_parameters, _buffers, hooks), a library's private attributes
                     if isinstance(value, (torch.Tensor, np.ndarray)) and not isinstance(value, torch.nn.Parameter) \
                             or rng.is_rng(value):
                         self._walk(value, f"{where}.{name}", MAX_DEPTH)
+                    elif own and isinstance(value, (int, float)) and not isinstance(value, bool):
+                        self._walk(value, f"{where}.{name}", MAX_DEPTH)  # a step counter the forward reads
                     elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
                         for i, v in enumerate(value[:MAX_CONTAINER]):  # a metric's list state
                             self._walk(v, f"{where}.{name}[{i}]", MAX_DEPTH)
+        self._metric = {}
+
+
+def is_metric(module: Any) -> bool:
+    """Whether ``module`` is a torchmetrics ``Metric`` (known by its classes: the worker does not
+    import torchmetrics). Its state is non-persistent unless ``persistent(True)``: out of every
+    checkpoint, Lightning's too; its items carry the metric's class and path."""
+    return any(c.__name__ == "Metric" and c.__module__.startswith("torchmetrics") for c in type(module).__mro__)
+
+
+# what torch itself keeps on every module: hooks, parameters, buffers, submodules, the mode
+_MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) | {"_compiled_call_impl"}
+
+
+@functools.lru_cache(maxsize=None)
+def _own_class(cls: type) -> tuple[bool, bool]:
+    """(whether a module's class is the plugin's own code, whether every class between it and
+    ``nn.Module`` is): the private attributes of a module whose class or base a library wrote
+    (a torchmetrics metric, a LightningModule) are that library's bookkeeping."""
+    def own(c: type) -> bool:
+        filename = getattr(sys.modules.get(c.__module__), "__file__", None)
+        if filename is None:  # a class made where no module file is known: one of its functions'
+            filename = next((f.__code__.co_filename for f in vars(c).values() if hasattr(f, "__code__")), "<unknown>")
+        return reach.user_code(filename)
+    bases = [c for c in cls.__mro__ if c is not object and not issubclass(torch.nn.Module, c)]
+    return own(cls), all(own(c) for c in bases)
 
 
 def take(setup: TrainSetup) -> dict[str, dict[str, str]]:
