@@ -50,6 +50,8 @@ FAILING = frozenset({NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR})
 DRIFTING = frozenset({UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH})
 # Worth saying, not failing (outside CI): a first golden to record, a model to re-record.
 NOTICES = frozenset({NEW, MODEL_CHANGED})
+# In CI mode the notices fail as drift: a golden that is missing or cannot be compared checks nothing.
+CI_DRIFT = NOTICES
 # Most serious first: the order of rows wherever verdicts are listed.
 ORDER = (ERROR, NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, UPGRADE_CHANGED, ENV_CHANGED, GOLDEN_MISMATCH, NEW, MODEL_CHANGED,
          PASS, NOT_CHECKED)
@@ -62,8 +64,9 @@ STYLE = {PASS: "green", NEW: "cyan", MODEL_CHANGED: "yellow", NONDETERMINISTIC: 
 
 
 def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
-    """The most serious exit code; in CI mode a missing golden (NEW) is drift."""
-    codes = [errors.EXIT_DRIFT if (v == NEW and ci) else EXIT_CODES.get(v, errors.EXIT_RUN_ERROR) for v in verdicts]
+    """The most serious exit code; in CI mode a golden that is missing (NEW) or cannot be
+    compared (MODEL_CHANGED) is drift."""
+    codes = [errors.EXIT_DRIFT if (v in CI_DRIFT and ci) else EXIT_CODES.get(v, errors.EXIT_RUN_ERROR) for v in verdicts]
     return max(codes or [errors.EXIT_PASS], key=SEVERITY.index)
 
 
@@ -103,11 +106,11 @@ def summarize(document: dict[str, Any]) -> None:
 
 def annotation_level(verdict: str, *, ci: bool = False) -> str | None:
     """The GitHub annotation of a verdict: ``error`` when the runs are broken, ``warning``
-    for drift (and NEW in CI, which fails as drift), ``notice`` for NEW and MODEL_CHANGED,
-    none for PASS."""
+    for drift (and NEW and MODEL_CHANGED in CI, which fail as drift), ``notice`` for them
+    outside CI, none for PASS."""
     if verdict in FAILING:
         return "error"
-    if verdict in DRIFTING or (verdict == NEW and ci):
+    if verdict in DRIFTING or (verdict in CI_DRIFT and ci):
         return "warning"
     if verdict in NOTICES:
         return "notice"

@@ -27,6 +27,8 @@ def test_every_verdict_has_an_exit_code_a_style_an_icon_and_a_place_in_the_order
 @pytest.mark.parametrize("vs,ci,code", [
     ((verdicts.PASS, verdicts.NEW), False, errors.EXIT_PASS),
     ((verdicts.PASS, verdicts.NEW), True, errors.EXIT_DRIFT),
+    ((verdicts.PASS, verdicts.MODEL_CHANGED), False, errors.EXIT_PASS),
+    ((verdicts.PASS, verdicts.MODEL_CHANGED), True, errors.EXIT_DRIFT),  # CI that compares nothing fails
     ((verdicts.UPGRADE_CHANGED, verdicts.NONDETERMINISTIC), False, errors.EXIT_REPRO_FAILURE),
     ((verdicts.ERROR, verdicts.RESUME_BROKEN), False, errors.EXIT_RUN_ERROR),
     ((verdicts.REPLICAS_DIVERGE,), False, errors.EXIT_REPRO_FAILURE),
@@ -65,6 +67,7 @@ def test_annotation_levels_follow_the_exit_code_meaning():
         verdicts.ERROR: "error",
         verdicts.UPGRADE_CHANGED: "warning", verdicts.ENV_CHANGED: "warning", verdicts.GOLDEN_MISMATCH: "warning"}
     assert verdicts.annotation_level(verdicts.NEW, ci=True) == "warning"  # fails as drift in CI
+    assert verdicts.annotation_level(verdicts.MODEL_CHANGED, ci=True) == "warning"
 
 
 def test_run_and_merged_annotations_agree_on_levels():

@@ -3,8 +3,10 @@ running it exactly as printed records the golden the next run compares with."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
+from typing import Any
 
 from ..reference_models import REGISTRY
 
@@ -12,11 +14,28 @@ from ..models import ModelRef
 from ..options import PROFILES, RunOptions, golden_name
 
 
+# The run settings a golden records beside the model's identity: a run with others is not
+# compared with it (MODEL_CHANGED), and is told how to run as the golden was recorded.
+SETTINGS = ("steps", "seed", "profile", "device")
+
+
 def update_command(options: RunOptions) -> str:
     """The `reproci golden update` command that records the golden this run compares with:
     the run's own image, models, steps, resume point, seed, threads, world size, device, CPU
     cap and goldens directory, so that it clears the notice when run as printed."""
-    args = ["reproci", "golden", "update", "--image", options.image or "local"]
+    return _command(options, ["golden", "update"])
+
+
+def rerun_command(options: RunOptions, golden_entry: dict[str, Any]) -> str:
+    """The `reproci run` command that compares with a golden recorded under other run settings
+    (``SETTINGS``): this run's options with the golden's. Advising it, not a re-record, keeps
+    an ad-hoc run (other ``--steps``) from replacing the golden the default runs compare with."""
+    settings = {k: golden_entry[k] for k in SETTINGS if golden_entry.get(k) is not None}
+    return _command(dataclasses.replace(options, resume_at_auto=True, **settings), ["run"])
+
+
+def _command(options: RunOptions, verb: list[str]) -> str:
+    args = ["reproci", *verb, "--image", options.image or "local"]
     if options.image_name != (golden_name(options.image, options.image_entry) if options.image else "local"):
         args += ["--image-name", options.image_name]
     if [m.name for m in options.models] != list(REGISTRY):

@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import verdicts
 from ..options import RunOptions
-from .advice import update_command
+from .advice import rerun_command, update_command
 from . import drift, store
 from .store import Golden
 
@@ -37,7 +37,8 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
             continue  # not reproducible by itself, or the strict stage did not run: nothing to compare
         record = _record(run_dir, entry)
         section = drift.compare(entry, record, _final_state(run_dir, entry), document, old, ci=options.ci,
-                                image_name=options.image_name, fix=f"`{update_command(options)}`")
+                                image_name=options.image_name, fix=f"`{update_command(options)}`",
+                                rerun=lambda golden_entry: f"`{rerun_command(options, golden_entry)}`")
         entry["golden"] = section
         entry["verdict"] = section["verdict"]
         if section["verdict"] in (verdicts.PASS, verdicts.NEW, verdicts.MODEL_CHANGED):

@@ -10,9 +10,10 @@ different hardware or thread count (ENV_CHANGED), nothing recorded changed
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from .. import verdicts
+from .advice import SETTINGS
 from .compare import first_divergence, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
@@ -44,25 +45,33 @@ def agreeing_digits(a: Any, b: Any) -> int | None:
 
 def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[str, Any] | None,
             document: dict[str, Any], golden: Golden | None, *, ci: bool, image_name: str,
-            fix: str | None = None) -> dict[str, Any]:
+            fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
     """The golden section of one model's entry: its verdict against the golden, the
-    evidence, and the message that says it; ``fix`` is the command that re-records it."""
+    evidence, and the message that says it; ``fix`` is the command that re-records it, and
+    ``rerun(golden entry)`` the one that runs with the settings the golden was recorded with."""
     fix = fix or f"`reproci golden update --image {image_name}`"
+    fails = " (CI mode: this fails)" if ci else ""
     g = golden.models.get(entry["model"]) if golden else None
     out: dict[str, Any] = {"file": str(golden.path) if golden else None, "golden_final_sha256": None,
                            "golden_image": None, "package_diff": {}, "env_diff": {}, "evidence": None}
     if golden is None or g is None:
         where = "no golden file" if golden is None else "no golden for this model"
         return {**out, "verdict": verdicts.NEW,
-                "message": f"{where} for image {image_name}; record one with {fix}" + (" (CI mode: this fails)" if ci else "")}
+                "message": f"{where} for image {image_name}; record one with {fix}{fails}"}
     out.update(golden_final_sha256=g.entry.get("final_sha256"), recorded_at=g.entry.get("recorded_at"),
                golden_image={k: golden.image.get(k) for k in ("name", "reference", "digest")})
     identity = _identity_diff(g.entry, entry, document["options"])
     if identity:
         how = execution_change(*identity["execution"]) if "execution" in identity else None
-        return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity,
-                "message": (f"the model or its run settings changed ({how or ', '.join(identity)}); "
-                            f"not compared with the golden: re-record with {fix}")}
+        if rerun is not None and set(identity) <= set(SETTINGS):  # the model is the same: run as the golden was
+            differ = ", ".join(f"{k} {old} in the golden, {new} here" for k, (old, new) in identity.items())
+            message = (f"this run's settings differ from the golden's ({differ}); not compared with the golden: "
+                       f"to compare, run {rerun(g.entry)}; to make these settings the golden's instead, "
+                       f"re-record with {fix}")
+        else:
+            message = (f"the model or its run settings changed ({how or ', '.join(identity)}); "
+                       f"not compared with the golden: re-record with {fix}")
+        return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity, "message": message + fails}
     changes = _changes(golden, document)
     if g.entry.get("final_sha256") == record_a.get("final_sha256"):
         upgrade = upgrade_text(changes)
