@@ -4,9 +4,10 @@
 #
 #   docker/build-image.sh NAME [--force] [--no-cache]
 #   docker/build-image.sh NAME --print-tag    (prints the image's tag only)
+#   docker/build-image.sh NAME --print-wheelhouse    (prints its wheelhouse folder only)
 #
 # 1. reads NAME's entry of the manifest (python3 with PyYAML on the host);
-# 2. fills the wheelhouse .cache/wheelhouse/NAME on the host with
+# 2. fills the wheelhouse .cache/wheelhouse/NAME (or $REPROCI_WHEELHOUSE/NAME) on the host with
 #    `pip download --no-deps --only-binary=:all: --require-hashes` from the
 #    image's requirements file (for the image's Python version and x86_64), so
 #    the build itself needs no network;
@@ -25,7 +26,10 @@
 #
 # Environment: PYTHON (host interpreter, default python3), REPROCI_MANIFEST
 # (the manifest to read; default: manifest.yaml beside this script; `reproci
-# images build` sets it to the image's own manifest), REPROCI_DOCKER (the
+# images build` sets it to the image's own manifest), REPROCI_WHEELHOUSE (the
+# folder of the wheelhouses, default .cache/wheelhouse in the folder above the
+# manifest's; `reproci images build` sets it to the user's cache for the manifest
+# a pip install ships, never site-packages), REPROCI_DOCKER (the
 # docker client to build with; default: the first of docker, /usr/bin/docker
 # that has BuildKit).
 set -euo pipefail
@@ -38,11 +42,13 @@ NAME=
 FORCE=0
 NO_CACHE=()
 PRINT_TAG=0
+PRINT_WHEELHOUSE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --force) FORCE=1 ;;
     --no-cache) NO_CACHE=(--no-cache); FORCE=1 ;;
     --print-tag) PRINT_TAG=1 ;;
+    --print-wheelhouse) PRINT_WHEELHOUSE=1 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) die "unknown option: $1 (see --help)" ;;
     *) [ -z "$NAME" ] || die "one image name at a time (got $NAME and $1)"; NAME=$1 ;;
@@ -57,6 +63,8 @@ PYTHON=${PYTHON:-python3}
 [ -f "$manifest" ] || die "$manifest does not exist (REPROCI_MANIFEST names the manifest to read)"
 recipes=$(cd "$(dirname "$manifest")" && pwd)  # the entry's paths are relative to the manifest's folder
 root=$(cd "$recipes/.." && pwd)  # holds .cache/wheelhouse; its git commit labels the image
+wheelhouse=${REPROCI_WHEELHOUSE:-$root/.cache/wheelhouse}/$NAME
+if [ "$PRINT_WHEELHOUSE" = 1 ]; then echo "$wheelhouse"; exit 0; fi
 
 start=$(now)
 
@@ -153,7 +161,6 @@ if [ "$FORCE" = 0 ]; then
 fi
 
 # --- 2. the wheelhouse -------------------------------------------------------------
-wheelhouse=$root/.cache/wheelhouse/$NAME
 mkdir -p "$wheelhouse"
 t=$(now)
 pyver_nodot=${PYTHON_VERSION//./}

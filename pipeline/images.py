@@ -28,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -210,11 +210,30 @@ def build(names: tuple[str, ...], *, manifest: Path | None = None, force: bool =
         e = known[name]
         # build-image.sh reads the manifest with PyYAML and fills the wheelhouse with pip
         env = {"PYTHON": sys.executable, "REPROCI_MANIFEST": str(e.source.absolute())}
+        house = wheelhouse(e.source)
+        if house is not None:
+            env["REPROCI_WHEELHOUSE"] = str(house)
         if e.base_digest is None and e.base_recipe:
             _script(base_recipe(e.source, e.base_recipe), [], env, f"making the base image {e.base_image} for {name}")
         _script(build_script(e), [name] + (["--force"] if force else []), env, f"building {name}")
         tags.append(e.tag)
     return tags
+
+
+def wheelhouse(manifest: Path, env: Mapping[str, str] | None = None) -> Path | None:
+    """Where ``images build`` has build-image.sh keep the wheels it downloads (a folder per image
+    under it, gigabytes for a CUDA image): ``$REPROCI_CACHE_DIR/wheelhouse`` when set; for a
+    manifest inside the installed package (the one a pip install ships) the user's cache,
+    ``$XDG_CACHE_HOME/reproci/wheelhouse``, else ``~/.cache/reproci/wheelhouse``, never
+    site-packages; None for a manifest of a checkout or a repository of one's own: the script's
+    default, ``.cache/wheelhouse`` in the folder above the manifest's."""
+    env = os.environ if env is None else env
+    if env.get("REPROCI_CACHE_DIR"):
+        return Path(env["REPROCI_CACHE_DIR"]).expanduser().absolute() / "wheelhouse"
+    if not manifest.resolve().is_relative_to(Path(__file__).resolve().parent):
+        return None
+    cache = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return cache.absolute() / "reproci" / "wheelhouse"
 
 
 def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None:

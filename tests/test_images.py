@@ -372,3 +372,25 @@ def test_an_image_of_ones_own_builds_from_the_shipped_recipe_and_is_listed_with_
         if image_id:
             _docker("image", "rm", "--force", image_id)
         shutil.rmtree(repo / ".cache", ignore_errors=True)
+
+
+def test_the_wheelhouse_is_the_user_s_cache_for_a_pip_install_and_beside_a_manifest_of_one_s_own(
+        own: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pip install's shipped manifest lies in site-packages: its wheels (gigabytes) go to the
+    user's cache (tests/test_wheel.py checks that from an installed wheel); a checkout's or a
+    repository's stay in its .cache/wheelhouse; REPROCI_CACHE_DIR moves them all."""
+    assert images.wheelhouse(own, env={}) is None and images.wheelhouse(SHIPPED, env={}) is None
+    assert images.wheelhouse(own, env={"REPROCI_CACHE_DIR": str(tmp_path / "c")}) == tmp_path / "c" / "wheelhouse"
+    inside = Path(images.__file__).resolve().parent / "_recipes_of_an_install" / "manifest.yaml"
+    assert images.wheelhouse(inside, env={"XDG_CACHE_HOME": str(tmp_path / "x")}) == tmp_path / "x" / "reproci" / "wheelhouse"
+    assert images.wheelhouse(inside, env={}) == Path.home() / ".cache" / "reproci" / "wheelhouse"
+
+    calls: list[dict[str, str]] = []
+    monkeypatch.setattr(images, "_script", lambda path, args, env, what: calls.append(env))
+    monkeypatch.setenv("REPROCI_CACHE_DIR", str(tmp_path / "c"))
+    images.build(("my-cpu",), manifest=own)
+    assert calls and all(env["REPROCI_WHEELHOUSE"] == str(tmp_path / "c" / "wheelhouse") for env in calls)
+    out = subprocess.run(["bash", str(ROOT / "docker" / "build-image.sh"), "my-cpu", "--print-wheelhouse"],
+                         env={**os.environ, "PYTHON": sys.executable, "REPROCI_MANIFEST": str(own), **calls[-1]},
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == str(tmp_path / "c" / "wheelhouse" / "my-cpu"), out.stderr

@@ -70,6 +70,11 @@ def test_installed_from_the_wheel_images_list_reads_the_shipped_manifest_from_an
     assert all(any(line.startswith(f"{n} ") for line in out.stdout.splitlines()) for n in known), out.stdout
     shipped = site / "reproci" / "_recipes" / "docker" / "manifest.yaml"
     assert out.stdout.splitlines()[-1] == f"from {shipped} (shipped with reproci {__version__}): {', '.join(known)}"
+    # `images build` of this install keeps its wheels (gigabytes) in the user's cache, not in site-packages
+    house = subprocess.run([sys.executable, "-c", "from reproci import images; print(images.wheelhouse(images.SHIPPED))"],
+                           cwd=work, capture_output=True, text=True, timeout=120,
+                           env={**env, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert house.stdout.strip() == str(tmp_path / "xdg" / "reproci" / "wheelhouse"), house.stderr
 
 
 def test_a_manifest_of_ones_own_is_listed_as_such_and_finds_the_shipped_base_recipe(tmp_path: Path) -> None:
