@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from reproci import console as console_mod
-from reproci import verdicts
+from reproci import errors, verdicts
 from reproci.golden.environment import affects_results, split_packages
 from reproci.reports import goldens, terminal
 
@@ -143,3 +143,29 @@ def test_a_throughput_regression_is_one_warning_line_whichever_stages_ran():
     line = "warning: transformer: strict 1.40× slower than the golden's 1.10× [slowdown-factor]"
     assert shown(("determinism", "throughput")).count(line) == 1
     assert shown(("throughput",)).count(line) == 1
+
+
+def test_help_says_what_each_command_takes(cli):
+    """-s lists every stage of the registry; bisect's -m and blame's --image say they are
+    required (no "default: all", no "omit for the local backend"); golden update has no
+    --bisect or --blame, which explain a failure rather than record a golden, and refuses them."""
+    from reproci.stages import registry
+
+    def help_of(*command: str) -> str:
+        code, out, _ = cli(*command, "--help")
+        assert code == 0
+        return " ".join(out.split())
+
+    for command in (("run",), ("bisect",), ("blame",), ("golden", "update")):
+        text = help_of(*command)
+        assert all(s.name in text.split("-s, --stage TEXT")[1].split("Repeatable")[0] for s in registry.STAGES), command
+    bisect_m = help_of("bisect").split("-m, --model TEXT")[1].split("-s, --stage")[0]
+    assert "required" in bisect_m and "Default: all" not in bisect_m
+    blame_image = help_of("blame").split("--image TEXT")[1].split("--backend")[0]
+    assert "required" in blame_image and "Omit for the local backend" not in blame_image
+    update = help_of("golden", "update")
+    assert "--bisect" not in update.replace("`reproci run` but --bisect", "") and "--blame " not in update
+    assert "--bisect" in help_of("run") and "--blame" in help_of("run")
+    for flag in ("--bisect", "--blame"):
+        code, _, err = cli("golden", "update", flag)
+        assert code == errors.EXIT_USAGE and f"No such option '{flag}'" in err, err

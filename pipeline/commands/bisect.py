@@ -27,7 +27,8 @@ def with_stage(kwargs: dict[str, Any], stage: str, verb: str) -> None:
 
 
 @click.command("bisect")
-@run_options
+@run_options(helps={"models": "The model that failed (required, here or as models: in reproci.yaml): conv, transformer, "
+                              "embedding, FILE.py:factory or module:factory. Repeatable."})
 def bisect_cmd(**kwargs: Any) -> None:
     """Run the determinism check of -m MODEL with the failing run's options; when it fails (or
     leaves its golden), name the first factor whose removal restores equality."""

@@ -13,7 +13,8 @@ from .run import run_options
 
 
 @click.command("blame")
-@run_options
+@run_options(helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
+                             "reference): the golden names the old one."})
 def blame_cmd(**kwargs: Any) -> None:
     """Run the determinism check in --image and compare with the golden; for each model an upgrade
     changed, name the package (group) of the new image that alone reproduces the change."""

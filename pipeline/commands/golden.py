@@ -25,11 +25,11 @@ def golden_group() -> None:
 
 
 @golden_group.command("update")
-@run_options
+@run_options(without=("bisect", "blame"))  # they explain a failure or a drift: `reproci bisect`, `reproci blame`
 def update_cmd(**kwargs: Any) -> None:
     """Run the strict stage and record its hashes as the golden for --image.
 
-    Takes every option of `reproci run`. Refuses to record from a run that is not
+    Takes the options of `reproci run` but --bisect and --blame. Refuses to record from a run that is not
     reproducible by itself (NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR) and says why.
     """
     run_and_report({**kwargs, "update_golden": True})

@@ -27,7 +27,9 @@ _OPTIONS = [
     click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
     click.option("--model", "-m", "models", multiple=True,
                   help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. Default: all reference models."),
-    click.option("--stage", "-s", "stages", multiple=True, help="Stage: determinism (default), throughput, variance, audit or probes. Repeatable."),
+    click.option("--stage", "-s", "stages", multiple=True,  # every stage of the registry (options.STAGES is its names)
+                 help=f"Stage: {options_mod.STAGES[0]} (default), {', '.join(options_mod.STAGES[1:-1])} or "
+                      f"{options_mod.STAGES[-1]}. Repeatable."),
     click.option("--profile", type=click.Choice(["quick", "full"]), default=None, help="quick: CPU-sized (default); full: GPU-sized."),
     click.option("--steps", type=int, help="Training steps N per run (default: 30 quick, 300 full)."),
     click.option("--resume-at", type=int, help="Step k where run C resumes from run A's checkpoint (default N/2)."),
@@ -64,7 +66,8 @@ _OPTIONS = [
                  help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
                       "(group) of the new image at a time, and name the one that alone reproduces the change."),
     click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
-    click.option("--ci/--no-ci", default=None, help="CI mode: a missing golden fails (default: from $CI)."),
+    click.option("--ci/--no-ci", default=None,
+                 help="CI mode: a golden that is missing or cannot be compared fails (default: from $CI)."),
     click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),
     click.option("--seeds", type=int, help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
     click.option("--slowdown-factor", type=float, help="Throughput regression threshold against the golden (default 1.25)."),
@@ -74,11 +77,21 @@ _OPTIONS = [
 ]
 
 
-def run_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Every option of ``reproci run``, for the commands that run the matrix."""
-    for option in reversed(_OPTIONS):
-        fn = option(fn)
-    return fn
+def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...] = (),
+                helps: dict[str, str] | None = None) -> Any:
+    """Every option of ``reproci run``, for the commands that run the matrix: ``@run_options``,
+    or ``@run_options(without=(names...), helps={name: help})`` for a command that has no use
+    for some of them or says one differently (bisect's -m is required)."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(_OPTIONS):
+            fn = option(fn)
+        params = fn.__click_params__  # type: ignore[attr-defined]
+        params[:] = [p for p in params if p.name not in without]
+        for p in params:
+            if p.name in (helps or {}):
+                p.help = (helps or {})[p.name]
+        return fn
+    return decorate(fn) if fn is not None else decorate
 
 
 # what a cell of --backend ray is not given: the driver's own (cluster/cell.py sets the rest)
