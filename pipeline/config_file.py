@@ -45,6 +45,8 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "device": ("cpu or cuda", lambda v: isinstance(v, str)),
     "world_size": ("an integer", _is_int),
     "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
+    "memory": ("a size, e.g. 8g or 512m", lambda v: isinstance(v, str) or _is_int(v)),
+    "pids_limit": ("an integer", _is_int),
     "timeout": ("a number of seconds", _is_number),
     "jobs": ("an integer", _is_int),
     "results_dir": ("a directory (a string)", lambda v: isinstance(v, str)),

@@ -16,6 +16,7 @@ from .reference_models import REGISTRY
 
 from . import cpu_flags, images
 from .config_file import CONFIG_FILE, CONFIG_KEYS, Settings, load_config  # noqa: F401 (re-exported)
+from .backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
 from .errors import ConfigError, InfrastructureError, UsageError
 from .golden.folder import golden_file_name, require_folder
 from .models import ModelRef, resolve_all
@@ -46,6 +47,8 @@ class RunOptions:
     cpu_isa: str | None = None  # --cpu-isa: cap the CPU kernels at this level (launch.CPU_ISA_ENV); None: native
     world_size: int = 1  # determinism stage: ranks under DDP (torchrun); part of a run's identity, like threads
     gpus: str | None = None  # docker: "all", a count, or comma-separated ids
+    memory: int = DEFAULT_MEMORY  # docker: a container's memory limit in bytes, swap included
+    pids_limit: int = DEFAULT_PIDS  # docker: a container's processes and threads
     timeout: float = 600.0  # seconds per worker run
     jobs: int = 1  # worker runs at once (build() defaults it to default_jobs)
     results_dir: Path = Path("results")
@@ -118,6 +121,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         **image,
         seed=_seed(pick),
         gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
+        **_limits(pick, image["image"]),
         results_dir=pick.folder("results_dir", "results"),
         goldens_dir=_goldens_dir(pick),
         update_golden=update_golden,
@@ -265,6 +269,39 @@ def _world_size(pick: Settings) -> int:
         raise UsageError(f"{said('world_size')} {world_size} on CUDA needs one GPU per rank but {said('gpus')} {text} "
                          f"gives {given}: lower {said('world_size')} or pass {said('gpus')} all (or {world_size} GPUs)")
     return world_size
+
+
+MIN_MEMORY = 64 * 1024**2  # below this not even python3 and torch start: a typo (64 for 64g), refused
+MIN_PIDS = 16  # the worker alone has a handful of threads
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb": 1024**2, "mib": 1024**2,
+          "g": GIB, "gb": GIB, "gib": GIB, "t": 1024 * GIB, "tb": 1024 * GIB, "tib": 1024 * GIB}
+
+
+def _limits(pick: Settings, image: str | None) -> dict[str, int]:
+    """A container's memory (``--memory 8g``, binary units as Docker reads them) and process limits."""
+    for key in ("memory", "pids_limit"):
+        if image is None and pick(key, None) is not None:
+            raise UsageError(f"{pick.said(key)} limits a container (--image); the local backend runs in this "
+                             "machine's own limits: leave it out, or add --image")
+    memory = pick("memory", None)
+    if memory is None:
+        size = DEFAULT_MEMORY
+    else:
+        text = str(memory).strip().lower().replace(" ", "")
+        number = text.rstrip("bgikmt")
+        unit = text[len(number):]
+        try:
+            size = int(float(number) * _UNITS[unit])
+        except (ValueError, KeyError, OverflowError):
+            raise UsageError(f"{pick.said('memory')} {memory!r} is not a size: write e.g. 8g, 512m or 16GiB") from None
+        if size < MIN_MEMORY:
+            raise UsageError(f"{pick.said('memory')} {memory!r} is under {MIN_MEMORY // 1024**2} MiB, too little for "
+                             "python3 and torch: give a unit, e.g. 8g")
+    pids = int(pick("pids_limit", DEFAULT_PIDS))
+    if pids < MIN_PIDS:
+        raise UsageError(f"{pick.said('pids_limit')} {pids} is under {MIN_PIDS}: a worker alone starts a handful of "
+                         "threads; give e.g. 1024")
+    return {"memory": size, "pids_limit": pids}
 
 
 def _gpus_ok(text: str) -> bool:

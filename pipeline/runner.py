@@ -124,6 +124,8 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:g} s; raise --timeout or use a smaller profile",
                            kind="timeout")
+    if result.limit is not None:  # before the record: a run stopped by a limit may still have written one
+        raise WorkerFailed(f"run {spec.role} stopped: {result.limit}", kind="limit")
     record: dict[str, Any] | None = None
     if out.is_file():
         try:

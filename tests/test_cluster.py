@@ -19,7 +19,8 @@ def parsed(*argv: str) -> dict:
 
 
 @pytest.mark.parametrize("argv", [
-    ("--image", "cpu-torch2.13", "--steps", "8", "--resume-at", "4", "-s", "determinism", "-s", "throughput"),
+    ("--image", "cpu-torch2.13", "--steps", "8", "--resume-at", "4", "-s", "determinism", "-s", "throughput",
+     "--memory", "4g", "--pids-limit", "300"),
     ("--no-fork-server", "--compile", "--compile-mode", "max-autotune", "--threads", "2", "--seed", "7"),
     ("--fork-server", "--amp", "bf16", "--bisect", "--cpu-isa", "avx2", "--timeout", "90.5", "--jobs", "2"),
     ("--config", "ci/reproci.yaml", "--slowdown-fails", "--repetitions", "3", "--world-size", "2", "--device", "cuda"),

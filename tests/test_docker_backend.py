@@ -225,3 +225,27 @@ def test_the_preflight_names_what_the_image_lacks(code, tail, cuda, fragment):
     with pytest.raises(errors.InfrastructureError) as e:
         docker_backend.preflight_verdict("img:1", code, tail, cuda=cuda)
     assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_every_container_is_made_without_network_privileges_or_a_writable_root_and_within_its_limits():
+    """The create keywords of every container (worker, preflight, fork server); the Ctrl-C test in
+    tests/test_docker_integration.py reads the same back from a live container."""
+    config = ds.container_config(ds.Limits(memory=512 * 1024**2, pids=64))
+    assert config["network_mode"] == "none" and config["cap_drop"] == ["ALL"]
+    assert config["security_opt"] == ["no-new-privileges"]
+    assert config["read_only"] is True and set(config["tmpfs"]) == {"/tmp"}  # HOME is /tmp: every cache goes there
+    assert config["mem_limit"] == config["memswap_limit"] == 512 * 1024**2 and config["pids_limit"] == 64
+    assert set(config) <= engine._HOST_CONFIG_KEYS  # each one reaches the engine's HostConfig
+
+
+@pytest.mark.parametrize("code, oom, tail, said", [
+    (137, True, [], "the container hit its memory limit (512 MiB): raise it with --memory"),
+    (1, False, ["BlockingIOError: [Errno 11] Resource temporarily unavailable"],
+     "the container hit its process limit (64 processes and threads): raise it with --pids-limit"),
+    (1, False, ["RuntimeError: can't start new thread"], "the container hit its process limit (64"),
+    (1, False, ["ValueError: bad shape"], None),  # a crash of its own
+    (0, True, [], None),  # a finished run: whatever the engine remembers, no limit stopped it
+])
+def test_a_run_stopped_by_a_container_limit_is_named_in_one_line(code, oom, tail, said):
+    line = ds.limit_hit(code, oom, tail, ds.Limits(memory=512 * 1024**2, pids=64))
+    assert (line is None) if said is None else (line.startswith(said) and "\n" not in line)

@@ -181,6 +181,25 @@ def test_a_crashing_plugin_is_an_error_and_leaves_no_container(engine, tmp_path)
     assert left_behind(run.cwd, pid=run.pid, engine=engine) == []
 
 
+def test_a_plugin_that_allocates_or_forks_without_end_is_stopped_by_its_containers_limit(engine, tmp_path):
+    """The memory limit (the engine's OOM kill) and the process limit (fork refused with EAGAIN),
+    set small so that each is reached within seconds: each model an ERROR (exit 4: the model's
+    doing, not the machine's) whose one line names the limit and the option that raises it.
+    One run at a time: run A fails, so B and C never start (two containers in all)."""
+    run = reproci(tmp_path, "run", "--image", IMAGE, "--steps", "4", "--resume-at", "2", "--memory", "512m",
+                  "--pids-limit", "64", "-j", "1", "-m", f"{FAULTY}:allocate_forever", "-m", f"{FAULTY}:fork_forever")
+    assert run.returncode == errors.EXIT_RUN_ERROR, run.stdout + run.stderr
+    doc = run.latest()
+    memory, pids = model_entry(doc, "faulty.allocate_forever"), model_entry(doc, "faulty.fork_forever")
+    assert memory["verdict"] == pids["verdict"] == "ERROR"
+    assert memory["error"]["kind"] == pids["error"]["kind"] == "limit"
+    assert "the container hit its memory limit (512 MiB): raise it with --memory" in memory["message"], memory
+    assert "the container hit its process limit (64 processes and threads): raise it with --pids-limit" in \
+        pids["message"], pids
+    assert "\n" not in memory["message"] + pids["message"]
+    assert left_behind(run.cwd, pid=run.pid, engine=engine) == []
+
+
 def test_two_ranks_and_the_op_audit_run_inside_a_container_without_network(engine, tmp_path):
     """torchrun inside one container meets its ranks on the loopback interface (the container
     cannot resolve its own host name); the audit's file comes back through the run mount."""
@@ -242,34 +261,53 @@ def test_the_containers_of_a_killed_reproci_are_removed_by_the_next_run(engine, 
 
 
 def test_ctrl_c_removes_the_running_container_and_the_run_directory(engine, tmp_path):
-    proc = start(tmp_path, "run", "--image", IMAGE, "-m", "conv", "--steps", "400", preexec_fn=interruptible)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        running = [c for c in containers_of(engine, proc.pid)
-                   if c.labels.get("reproci") == "worker" and c.status == "running"]
-        if running:
-            break
-        time.sleep(0.2)
-    assert running, "no worker container started"
-    # Hygiene, read back from the live container: user, network, read-only code, explicit environment.
-    attrs = engine.api.inspect_container(running[0].id)
-    assert attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
-    assert attrs["HostConfig"]["NetworkMode"] == "none" and attrs["HostConfig"]["CapDrop"] == ["ALL"]
-    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
-    assert not mounts["/reproci/code/reproci"]["RW"]
-    assert mounts["/reproci/run"]["RW"] and set(mounts) == {"/reproci/code/reproci", "/reproci/run"}
-    image_env = set(engine.api.inspect_image(IMAGE)["Config"]["Env"])
-    env = dict(e.split("=", 1) for e in set(attrs["Config"]["Env"]) - image_env)
-    assert set(env) == {"PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                        "PYTHONUNBUFFERED", "CUBLAS_WORKSPACE_CONFIG", "PYTHONPATH", "HOME",
-                        "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"}  # the manifest's avx2 cap
-    time.sleep(1)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == errors.EXIT_INTERRUPTED, err
-    assert "interrupted" in err
-    assert left_behind(tmp_path, pid=proc.pid, engine=engine) == []
-    assert not list((tmp_path / "results").glob("*/"))
+    """Ctrl-C as soon as the first worker container runs (the other run's container may still be
+    in the making): once the CLI has exited, no container of its pid is left, in any state."""
+    proc = start(tmp_path, "run", "--image", IMAGE, "-m", "conv", "--steps", "400", "--memory", "3g",
+                 "--pids-limit", "300", preexec_fn=interruptible)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = [c for c in containers_of(engine, proc.pid)
+                       if c.labels.get("reproci") == "worker" and c.status == "running"]
+            if running or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        assert running, "no worker container started"
+        # Hygiene, read back from the live container: user, network, privileges, read-only root and code,
+        # the limits asked for, explicit environment.
+        attrs = engine.api.inspect_container(running[0].id)
+        host = attrs["HostConfig"]
+        assert attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+        assert host["NetworkMode"] == "none" and host["CapDrop"] == ["ALL"]
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["ReadonlyRootfs"] is True and set(host["Tmpfs"]) == {"/tmp"}
+        assert host["Memory"] == host["MemorySwap"] == 3 * 1024**3 and host["PidsLimit"] == 300
+        mounts = {m["Destination"]: m for m in attrs["Mounts"]}
+        assert not mounts["/reproci/code/reproci"]["RW"]
+        assert mounts["/reproci/run"]["RW"] and set(mounts) == {"/reproci/code/reproci", "/reproci/run"}
+        image_env = set(engine.api.inspect_image(IMAGE)["Config"]["Env"])
+        env = dict(e.split("=", 1) for e in set(attrs["Config"]["Env"]) - image_env)
+        assert set(env) == {"PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                            "PYTHONUNBUFFERED", "CUBLAS_WORKSPACE_CONFIG", "PYTHONPATH", "HOME",
+                            "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"}  # the manifest's avx2 cap
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)  # the CLI has exited: whatever it removes is removed by now
+        assert proc.returncode == errors.EXIT_INTERRUPTED, err
+        assert "interrupted" in err
+        assert left_behind(tmp_path, pid=proc.pid, engine=engine) == []  # polls a while for the engine to settle
+        assert not list((tmp_path / "results").glob("*/"))
+    finally:  # one failure here must not leave containers for the tests after it to count
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        import docker.errors
+
+        for c in containers_of(engine, proc.pid):
+            try:
+                c.remove(force=True)
+            except docker.errors.NotFound:
+                pass
 
 
 def one_line_error(run: Run, code: int, fragment: str) -> None:

@@ -205,3 +205,29 @@ def test_stages_on_the_command_line_win_over_a_config_string(tmp_path, monkeypat
     (tmp_path / "reproci.yaml").write_text("stages: throughput\n")
     assert build(cli(), env={}).stages == ("throughput",)
     assert build(cli(stages=("audit",)), env={}).stages == ("audit",)
+
+
+def test_container_limits_read_docker_sizes_from_the_command_line_and_the_file(tmp_path, monkeypatch):
+    o = build(cli(image="team/img:1"), env={})
+    assert (o.memory, o.pids_limit) == (8 * 1024**3, 1024)  # the defaults
+    o = build(cli(image="team/img:1", memory="512m", pids_limit=64), env={})
+    assert (o.memory, o.pids_limit) == (512 * 1024**2, 64)
+    assert build(cli(image="team/img:1", memory="1.5GiB"), env={}).memory == 3 * 1024**3 // 2
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reproci.yaml").write_text("memory: 16g\npids_limit: 300\n")
+    o = build(cli(image="team/img:1"), env={})
+    assert (o.memory, o.pids_limit) == (16 * 1024**3, 300)
+
+
+@pytest.mark.parametrize("kw, said", [
+    ({"memory": "lots"}, "--memory 'lots' is not a size: write e.g. 8g, 512m or 16GiB"),
+    ({"memory": "infg"}, "--memory 'infg' is not a size"),
+    ({"memory": "64"}, "--memory '64' is under 64 MiB, too little for python3 and torch: give a unit, e.g. 8g"),
+    ({"pids_limit": 4}, "--pids-limit 4 is under 16"),
+    ({"memory": "8g", "image": None}, "--memory limits a container (--image)"),
+    ({"pids_limit": 64, "image": None}, "--pids-limit limits a container (--image)"),
+])
+def test_a_container_limit_that_cannot_be_is_a_usage_error(kw, said):
+    with pytest.raises(errors.UsageError) as e:
+        build(cli(**{"image": "team/img:1", **kw}), env={})
+    assert str(e.value).startswith(said), str(e.value)

@@ -69,6 +69,12 @@ class BackendOptions(Protocol):
     @property
     def fork_servers(self) -> Path | None: ...  # a folder of standing servers, shared across invocations
 
+    @property
+    def memory(self) -> int: ...  # docker: a container's memory limit in bytes
+
+    @property
+    def pids_limit(self) -> int: ...  # docker: a container's processes and threads
+
 
 @dataclass(frozen=True)
 class LaunchResult:
@@ -77,6 +83,7 @@ class LaunchResult:
     timed_out: bool = False
     log_tail: str = ""  # last lines of the worker's stderr/stdout
     launch: dict[str, Any] | None = None  # how the process started: {"mode": "forked" | "fresh" | "container", ...}
+    limit: str | None = None  # the one line naming a container limit that stopped the run (docker_spec.limit_hit)
 
 
 class Backend(abc.ABC):

@@ -15,7 +15,7 @@ from .docker_engine import Engine
 class Container:
     """One container, created on enter and removed on exit, whatever happened in between.
 
-    Verbs: start, wait (with a timeout), kill, remove. Its output is streamed into
+    Verbs: start, wait (with a timeout), kill, oom_killed, remove. Its output is streamed into
     ``tail`` (the last lines) from the moment it starts. ``config`` holds the engine's
     create keywords (labels, user, mounts as binds, environment, ...).
     """
@@ -64,6 +64,10 @@ class Container:
 
     def kill(self) -> None:
         self.engine.kill(self._id)
+
+    def oom_killed(self) -> bool:
+        """Whether the engine says the container's memory limit killed a process of it."""
+        return self.engine.oom_killed(self._id)
 
     def remove(self) -> None:
         if self.id is not None and self.engine.remove(self.id):

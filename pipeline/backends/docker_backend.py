@@ -1,8 +1,10 @@
 """The Docker backend: every worker run in a fresh container of one image.
 
 A container runs as the invoking user (files it writes are theirs), with no network,
-no capabilities, and an environment of the determinism variables, PYTHONPATH and HOME
-only: nothing is inherited from the host (``docker_spec`` says what is mounted where).
+no capabilities, no privilege gain, a read-only root filesystem, a memory and a process
+limit (``--memory``, ``--pids-limit``: a run stopped by one is an ERROR that names it), and an
+environment of the determinism variables, PYTHONPATH and HOME only: nothing is inherited
+from the host (``docker_spec`` says what is mounted where).
 Every container carries the labels ``reproci.session``, ``reproci.host`` and ``reproci.pid``
 and is removed on success, failure, timeout and Ctrl-C; ``close`` also sweeps the session's
 label for a container it did not get to record. A reproci killed by SIGKILL can do none of
@@ -34,12 +36,13 @@ from .docker_forking import server_for
 from .forking import ServerFailed, follow, fresh_reason
 from .forkpool import ForkServers
 from .docker_engine import Engine, device_requests, image_digest, no_python3_error
-from .docker_spec import (RUN, Bind, code_binds, container_path, container_user, environment, translate_spec,
-                          worker_command)
+from .docker_spec import (RUN, Bind, Limits, code_binds, container_config, container_path, container_user, environment,
+                          limit_hit, translate_spec, worker_command)
 
 LABEL = "reproci"  # every container: reproci=worker|preflight
 MIN_PYTHON = (3, 10)
 PREFLIGHT_TIMEOUT_S = 120.0
+CREATE_WAIT_S = 30.0  # how long close() waits for a create the engine has not answered
 
 # Runs in the image before any worker: which python3, and can it find torch and numpy?
 # find_spec, not import: the answer comes in well under a second.
@@ -72,9 +75,12 @@ class DockerBackend(Backend):
         entry = options.image_entry
         self.gpus = requested_gpus(options)
         self._requests = device_requests(self.gpus)
+        self.limits = Limits(memory=options.memory, pids=options.pids_limit)
         self.session = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
         self._live: dict[str, Container] = {}
+        self._creating = threading.Condition(self._lock)  # notified as each create in flight ends
+        self._in_flight = 0  # creates the engine has not answered yet: close() waits for them
         self._run_dirs: list[Path] = []
         self._plugin_binds: dict[PurePosixPath, Bind] = {}
         self.servers = ForkServers() if options.fork_server is True else None  # opt-in: docker_forking.py
@@ -139,11 +145,12 @@ class DockerBackend(Backend):
             if timed_out:
                 c.kill()
                 code = c.wait(30) if c.id else None
+            limit = None if timed_out else limit_hit(code, code is not None and c.oom_killed(), list(c.tail), self.limits)
         seconds = time.monotonic() - t0
         if code == EXIT_MISSING_DEPENDENCY:
             self._raise_if_missing_dependency(spec_file.parent / spec.output)
         return LaunchResult(returncode=-9 if code is None else code, seconds=seconds, timed_out=timed_out,
-                            log_tail="\n".join(c.tail), launch={"mode": "container"})
+                            log_tail="\n".join(c.tail), launch={"mode": "container"}, limit=limit)
 
     def _forked(self, spec: WorkerSpec, binds: list[Bind], run_dir: Path, inner: PurePosixPath, timeout: float,
                 on_step: OnStep | None, on_start: OnStart | None) -> LaunchResult | None:
@@ -172,12 +179,18 @@ class DockerBackend(Backend):
     def close(self) -> None:
         if self.servers is not None:
             self.servers.close()
+        self._remove_live()
+        with self._creating:  # a run's thread may be creating one now (Ctrl-C mid-create): this process would exit
+            self._creating.wait_for(lambda: self._in_flight == 0, timeout=CREATE_WAIT_S)  # before it removed it
+        self._remove_live()
+        self.engine.remove_labelled(f"reproci.session={self.session}")  # any not recorded
+        self.engine.close()
+
+    def _remove_live(self) -> None:
         with self._lock:
             live = list(self._live.values())
         for c in live:
             c.remove()
-        self.engine.remove_labelled(f"reproci.session={self.session}")  # any not recorded (Ctrl-C mid-create)
-        self.engine.close()
 
     def sweep_orphans(self) -> list[str]:
         """Remove the containers of this host's reproci processes that are gone; say so."""
@@ -199,9 +212,8 @@ class DockerBackend(Backend):
                       "reproci.host": socket.gethostname(),
                       "reproci.image": self.reference, **labels}
         c = Container(self.engine, self.image_id, command, display=self.reference, gpus=self.gpus,
-                      labels=all_labels, user=self.user, network_mode="none", cap_drop=["ALL"],
-                      security_opt=["no-new-privileges"], tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"},
-                      shm_size="1g", device_requests=self._requests or None, **config)
+                      labels=all_labels, user=self.user, **container_config(self.limits),
+                      device_requests=self._requests or None, **config)
         return _Tracked(self, c)
 
     def _preflight(self) -> dict[str, Any]:
@@ -263,9 +275,17 @@ class _Tracked:
         self.backend, self.container = backend, container
 
     def __enter__(self) -> Container:
-        c = self.container.__enter__()
-        with self.backend._lock:
-            self.backend._live[str(c.id)] = c
+        b = self.backend
+        with b._lock:
+            b._in_flight += 1
+        try:
+            c = self.container.__enter__()
+            with b._lock:
+                b._live[str(c.id)] = c
+        finally:
+            with b._creating:
+                b._in_flight -= 1
+                b._creating.notify_all()
         return c
 
     def __exit__(self, *exc: object) -> None:

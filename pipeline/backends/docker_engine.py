@@ -24,7 +24,8 @@ from .docker_spec import Bind
 
 _GPU_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._-]*$")
 _HOST_CONFIG_KEYS = {"mounts", "network_mode", "tmpfs", "shm_size", "device_requests", "cap_drop", "security_opt",
-                     "init"}  # create_container keywords that belong in its HostConfig
+                     "init", "read_only", "mem_limit", "memswap_limit", "pids_limit"}  # create_container keywords
+# that belong in its HostConfig
 
 
 class Engine:
@@ -92,6 +93,13 @@ class Engine:
                 return None
             raise InfrastructureError(f"lost the Docker engine while waiting for a container: {e}") from e
         return int(result.get("StatusCode", -1))
+
+    def oom_killed(self, cid: str) -> bool:
+        """Whether the kernel killed a process of the (stopped) container for its memory limit."""
+        try:
+            return bool(self.client.api.inspect_container(cid)["State"].get("OOMKilled"))
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False  # gone, or the engine with it: no answer is no evidence
 
     def kill(self, cid: str) -> None:
         try:

@@ -7,7 +7,11 @@ read-only at run time. Inside a container:
     /reproci/code/reproci                                      read-only, on PYTHONPATH
     /reproci/plugins/<id>                                      read-only: a plugin model's directory
     /reproci/run                                               read-write: results/<run_id>
-    /tmp                                                       tmpfs, also HOME
+    /tmp                                                       tmpfs, also HOME (torch's, inductor's, Triton's caches)
+    everything else                                            read-only (the image's root filesystem)
+
+Every container is also held to a memory limit (swap included) and a limit on its processes
+and threads (``Limits``); ``limit_hit`` says which one stopped a run.
 """
 
 from __future__ import annotations
@@ -56,6 +60,53 @@ def plugin_target(host_dir: Path) -> PurePosixPath:
 def container_path(host: Path, run_dir: Path) -> PurePosixPath:
     """Where a file under the run directory appears in the container."""
     return RUN / PurePosixPath(host.resolve().relative_to(run_dir.resolve()).as_posix())
+
+
+GIB = 1024**3
+DEFAULT_MEMORY = 8 * GIB  # the reference models peak at 0.36 GiB a container (page cache included); a GPU's
+# CUDA context and torch.compile's worker pool (a process a core, up to 32) add GiBs: headroom for those
+DEFAULT_PIDS = 1024  # processes and threads: the reference models peak at 9; inductor's pool and torchrun's ranks add more
+PIDS_EXHAUSTED = ("Resource temporarily unavailable", "can't start new thread", "fork: retry")  # EAGAIN from fork/clone
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one container may use: memory in bytes (no swap beyond it) and processes plus threads."""
+
+    memory: int = DEFAULT_MEMORY
+    pids: int = DEFAULT_PIDS
+
+
+def container_config(limits: Limits) -> dict[str, Any]:
+    """The engine's create keywords every container gets, whatever it runs: no network, no
+    capabilities, no privilege gained through set-uid files, a read-only root filesystem with
+    /tmp as tmpfs (HOME is there), and the limits."""
+    return {"network_mode": "none", "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "read_only": True,
+            "tmpfs": {"/tmp": "rw,nosuid,nodev,mode=1777"}, "shm_size": "1g",
+            "mem_limit": limits.memory, "memswap_limit": limits.memory, "pids_limit": limits.pids}
+
+
+def size_text(n: int) -> str:
+    """Bytes as a user writes them for --memory: ``4 GiB``, ``512 MiB``."""
+    for unit, size in (("GiB", GIB), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:g} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} B"
+
+
+def limit_hit(code: int | None, oom_killed: bool, tail: list[str], limits: Limits) -> str | None:
+    """The one line that says a container limit stopped a run (the engine's OOM kill, or a fork
+    or thread start refused with EAGAIN), or None when no limit did."""
+    if code in (0, None):
+        return None
+    if oom_killed:
+        return (f"the container hit its memory limit ({size_text(limits.memory)}): raise it with --memory "
+                "(e.g. --memory 16g) or train a smaller configuration")
+    if any(s in line for line in tail for s in PIDS_EXHAUSTED):
+        return (f"the container hit its process limit ({limits.pids} processes and threads): raise it with "
+                "--pids-limit, or start fewer loader workers or threads")
+    return None
 
 
 def container_user(uid: int, gid: int, *, rootless: bool) -> str:

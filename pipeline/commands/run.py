@@ -41,6 +41,10 @@ _OPTIONS = [
                       "has it (default: the image's manifest cpu_isa, else native: what the host offers)."),
     click.option("--world-size", type=int, help="Ranks per run under DDP, launched by torchrun (default 1); audit and probes run one process."),
     click.option("--gpus", help="Docker backend: GPUs to request: all, a count, or ids like 0,1."),
+    click.option("--memory", help="Docker backend: a container's memory limit, swap included, e.g. 8g or 512m "
+                                  "(default 8g); a run that reaches it is an ERROR that says so."),
+    click.option("--pids-limit", type=int, help="Docker backend: a container's processes and threads (default 1024); "
+                                                "a run that reaches it is an ERROR that says so."),
     click.option("--timeout", type=float, help="Seconds allowed per worker run (default 600)."),
     click.option("--jobs", "-j", type=int, help="Worker runs at once (default: usable CPUs / --threads, at most 3)."),
     click.option("--results-dir", type=click.Path(path_type=Path), help="Where results go (default ./results)."),

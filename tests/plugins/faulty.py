@@ -112,3 +112,25 @@ def nan_loss(ctx: ModelContext) -> TrainSetup:
         loss = nn.functional.mse_loss(m(b[0]), b[1])
         return loss * float("nan") if calls[0] >= 3 else loss
     return _base(ctx, loss_fn=loss_fn)
+
+
+def allocate_forever(ctx: ModelContext) -> TrainSetup:
+    """A loss that keeps every batch's 64 MiB of scratch alive: memory grows without end (a leak)."""
+    hoard: list[torch.Tensor] = []
+
+    def loss_fn(m: nn.Module, b) -> torch.Tensor:
+        while True:
+            hoard.append(torch.ones(16 * 1024 * 1024))  # written, so resident: 64 MiB each
+    return _base(ctx, loss_fn=loss_fn)
+
+
+def fork_forever(ctx: ModelContext) -> TrainSetup:
+    """A loss that starts helper processes and never reaps them: processes grow without end."""
+    import os
+
+    def loss_fn(m: nn.Module, b) -> torch.Tensor:
+        while True:
+            if os.fork() == 0:
+                time.sleep(3600)
+                os._exit(0)
+    return _base(ctx, loss_fn=loss_fn)
