@@ -75,3 +75,30 @@ def test_a_merge_summary_that_cannot_be_written_writes_no_merged_file_either(fil
     code, _, err = cli("merge", str(files["compared"]), "-o", str(tmp_path / "m.json"), "--summary", str(tmp_path))
     assert code == errors.EXIT_USAGE and one_line(err).startswith(f"error: --summary {tmp_path} is a directory")
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a file system with no space left (a 16 KiB tmpfs, filled); skipped where this
+    process may not mount one."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is refused here: no full disk to write to")
+    try:
+        with contextlib.suppress(OSError), open(folder / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("verb", ["merge", "report", "pr-body"])
+def test_an_output_on_a_full_disk_is_exit_5_and_leaves_nothing(files, cli, full_disk, verb):
+    path = full_disk / "out.md"
+    code, _, err = cli(*_commands(files)[verb], "-o", str(path))
+    assert code == errors.EXIT_INFRA and one_line(err) == f"error: disk full while writing {path}; free space and run again"
+    assert listing(full_disk) == ["filler"]
