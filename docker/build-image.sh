@@ -134,7 +134,7 @@ pick_builder() {
   return 1
 }
 pick_builder || die "no docker client with BuildKit: install the buildx plugin (docker-buildx) or Debian's docker.io client"
-"$DOCKER" info >/dev/null 2>&1 || die "the Docker engine does not answer (is dockerd running? see .ci/docker-setup.sh)"
+"$DOCKER" info >/dev/null 2>&1 || die "the Docker engine does not answer: start it (systemctl start docker, or dockerd as root), or point DOCKER_HOST at one"
 
 # --- the base image ------------------------------------------------------------
 if [ -n "$BASE_DIGEST" ]; then

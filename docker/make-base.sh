@@ -38,8 +38,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-command -v docker >/dev/null || die "docker is not installed (run .ci/docker-setup.sh)"
-docker info >/dev/null 2>&1 || die "the Docker engine does not answer (is dockerd running? see .ci/docker-setup.sh)"
+command -v docker >/dev/null || die "docker is not installed: install Docker (Debian and Ubuntu: apt-get install docker.io) and start its engine"
+docker info >/dev/null 2>&1 || die "the Docker engine does not answer: start it (systemctl start docker, or dockerd as root), or point DOCKER_HOST at one"
 
 if [ "$FORCE" = 0 ] && docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "make-base: $TAG exists; nothing to do (--force makes it again)"

@@ -160,6 +160,18 @@ def test_images_list_shows_every_image_and_says_when_the_engine_is_not_there(
     assert "note: digests unknown: cannot reach the Docker engine at unix:///nonexistent.sock" in err
 
 
+@pytest.mark.parametrize("script, args", [("build-image.sh", ["cpu-torch2.13"]), ("make-base.sh", [])])
+def test_the_shipped_scripts_say_what_a_user_can_do_when_the_engine_does_not_answer(script: str, args: list[str]) -> None:
+    """`reproci images build` runs these scripts (shipped beside the code): their advice names
+    no file of reproci's own development tree, only what a user can do."""
+    if shutil.which("docker") is None:
+        pytest.skip("no docker client: the scripts stop before they ask the engine")
+    p = subprocess.run(["bash", str(ROOT / "pipeline" / "_recipes" / "docker" / script), *args], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert p.returncode == 1 and "the Docker engine does not answer: start it" in p.stderr, p.stderr
+    assert ".ci/" not in p.stderr
+
+
 def test_images_never_built_are_listed_as_not_built() -> None:
     rows = [{"name": "a", "reference": "r/a:1", "gpu": False, "python": "3.11", "packages": {}, "digest": None},
             {"name": "bb", "reference": "r/bb:1", "gpu": True, "python": "3.12", "packages": {"torch": "2.7.1"},
