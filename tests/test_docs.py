@@ -315,6 +315,23 @@ def test_readme_keeps_its_two_fresh_machine_commands() -> None:
     assert fresh == [RUN_COMMAND, TEST_COMMAND], f"expected exactly the two fresh-machine commands, found {fresh}"
 
 
+def test_the_adoption_path_starts_with_an_install_that_works_before_a_release() -> None:
+    """No release is published yet: the README's first line for a user's repository installs from
+    the repository the generated workflows call (a git URL), not a `reproci==` pin that finds
+    nothing, and says where the pinned release comes in."""
+    from packaging.requirements import Requirement
+
+    from reproci import scaffold
+
+    text = README.read_text()
+    block = text.split("## Use reproci in your repository\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    args = shlex.split(block.splitlines()[0], comments=True)
+    assert args[:2] == ["pip", "install"] and len(args) == 3, args
+    requirement = Requirement(args[2])
+    assert (requirement.name, requirement.url) == ("reproci", f"git+https://github.com/{scaffold.REPOSITORY}")
+    assert "No release is published yet" in text and "docs/github-actions.md#before-the-first-release" in text
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert TEST_COMMAND in [line.strip() for line in ci], ".ci/run no longer runs the README's test command"
