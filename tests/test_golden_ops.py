@@ -70,3 +70,11 @@ def test_a_drift_the_kept_steps_cannot_explain_says_why_no_op_is_named() -> None
     golden_ops.name_changes(NO_OPTIONS, None, none, _Golden({}), project_commit=None, image={})
     assert none["models"][0]["message"].endswith("the golden keeps no per-op hashes for this model "
                                                  "(a golden update records them)")
+
+
+def test_why_no_op_is_named_never_says_step_none():
+    """A difference with no known step says nothing of its step; step 0 is before the first step."""
+    kept = {1: ([], []), 2: ([], [])}
+    assert golden_ops._unnamed(kept, None) == "the golden keeps per-op hashes of steps 1–2"
+    assert golden_ops._unnamed(kept, 0).endswith("and this difference begins before the first step")
+    assert golden_ops._unnamed(kept, 7).endswith("and this difference begins at step 7")

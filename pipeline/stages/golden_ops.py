@@ -106,8 +106,10 @@ def _unnamed(kept: dict[int, Any], step: int | None) -> str:
     if not kept:
         return "the golden keeps no per-op hashes for this model (a golden update records them)"
     steps = sorted(kept)
-    return (f"the golden keeps per-op hashes of steps {steps[0]}–{steps[-1]}, "
-            f"and this difference begins at step {step}")
+    kept_steps = f"the golden keeps per-op hashes of steps {steps[0]}–{steps[-1]}"
+    if step is None:  # no recorded step differs (a change outside them): there is no step to name
+        return kept_steps
+    return f"{kept_steps}, and this difference begins {'before the first step' if step == 0 else f'at step {step}'}"
 
 
 def _first_changed(rows: list[dict[str, Any]], kept: tuple[list[str], list[str]]) -> dict[str, Any]:
