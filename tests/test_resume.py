@@ -158,3 +158,16 @@ def test_readme_example_resumes_exactly_on_an_epoch_boundary(reproci):
     assert p.returncode == 0, p.stdout + p.stderr
     m = reproci.latest()["models"][0]
     assert m["verdict"] == "NEW" and m["message"].startswith("A = B = C") and m["runs"]["C"]["start_step"] == 16
+
+
+def test_a_checkpoint_whose_step_may_move_is_not_named_by_the_step_it_may_leave():
+    """Run A moves k past the loader's first epoch unless --resume-at is given: C's progress line
+    ("resuming from ...") then names A's checkpoint, not ckpt-15.pt for one taken at step 24."""
+    from reproci.models import resolve
+    from reproci.options import RunOptions
+    from reproci.stages import determinism
+
+    for auto, name in ((True, "ckpt-A.pt"), (False, "ckpt-15.pt")):
+        options = RunOptions(models=(resolve("embedding"),), steps=30, resume_at=15, resume_at_auto=auto)
+        specs = determinism.plan(options, options.models[0], project_commit=None, image={})
+        assert specs["A"].checkpoint_path == specs["C"].resume_from == name

@@ -69,13 +69,16 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     # Every run is evaluated at its end (eval_fn, when the plugin has one): held-out metrics
     # are compared like the state (stages/sidestate.py); A's are also the variance stage's first seed.
     base = dataclasses.replace(base, evaluate=True)
-    a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=f"ckpt-{k}.pt", final_dump_path="final-A.pt",
+    # A may move k past the loader's first epoch (resume_at_auto): its checkpoint is then named by
+    # the run, not by a k it may not keep, so no line names ckpt-15.pt for a checkpoint at step 24
+    checkpoint = "ckpt-A.pt" if options.resume_at_auto else f"ckpt-{k}.pt"
+    a = dataclasses.replace(base, checkpoint_at=k, checkpoint_path=checkpoint, final_dump_path="final-A.pt",
                             checkpoint_after_epoch=options.resume_at_auto,
                             fault=fault if fault == "clock-seed" else None)
     b = dataclasses.replace(base, role="B", output="record-B.json",
                             fault=fault if fault in ("clock-seed", "buffer-drift") else None)
     # C, when compiled, reuses A's caches: W proves warm = cold first (``_decide``), and C compiles in seconds
-    c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=f"ckpt-{k}.pt",
+    c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=checkpoint,
                             compile_cache="inductor-cache-A",
                             fault=fault if fault in ("clock-seed", "resume-skip-loader-position", "resume-drop-rng") else None)
     return {"A": a, "B": b, "C": c}
