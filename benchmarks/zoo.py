@@ -132,8 +132,8 @@ def catalog() -> list[Entry]:
         Entry("lora.gpt2_lora_clock_seed", "peft", "GPT2LMHeadModel", "causal LM (LoRA)", "peft", NONDETERMINISTIC,
               "torch.manual_seed(time.time_ns()) in the factory", requires=p),
         Entry("lightning_zoo.cnn_metric_unsaved", "lightning", "LightningModule (CNN)", "image classification",
-              "pytorch-lightning, torchmetrics", RESUME_BROKEN, "torchmetrics Accuracy state outside the checkpoint",
-              requires=lt),
+              "pytorch-lightning, torchmetrics", "NEW", "torchmetrics Accuracy only logged, its state outside every "
+              "checkpoint: A = B = C, with a warning that says persistent(True)", requires=lt),
         Entry("lightning_zoo.cnn_collate_rng_seeded", "lightning", "LightningModule (CNN)", "image classification",
               "pytorch-lightning", RESUME_BROKEN, "private random.Random(seed) in the DataModule's collate_fn",
               requires=lt),

@@ -56,8 +56,7 @@ class Difference:
     def sentence(self) -> str:
         """'loader.batch_sampler.rng (random.Random) differs between A and C at step 16'."""
         sides = self.sides()
-        what = f"{self.type}, the state of the torchmetrics {self.metric} {self.owner}" if self.metric else self.type
-        return f"{self.path} ({what}) differs between A and C at step {self.step}" + (f" ({sides})" if sides else "")
+        return f"{self.path} ({self.type}) differs between A and C at step {self.step}" + (f" ({sides})" if sides else "")
 
 
 def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
@@ -147,7 +146,9 @@ def errors(a: dict[str, Any], c: dict[str, Any]) -> list[str]:
 
 def fix(d: Difference) -> str:
     if d.metric:
-        return f"call {d.owner}.persistent(True) (torchmetrics then keeps its state in the state_dict, so in the checkpoint)"
+        return (f"it is the state of the torchmetrics {d.metric} {d.owner}, which torchmetrics keeps out of the "
+                f"state_dict by default: call {d.owner}.persistent(True) (its state then goes into the state_dict, "
+                f"and so into the checkpoint)")
     if d.kind == "module":
         return "declare it in TrainSetup.state_modules (checkpointed and fingerprinted like the model)"
     if d.kind == "rng":
@@ -206,8 +207,7 @@ def metrics(diffs: list[Difference]) -> str | None:
     return (f"the state of {'; '.join(named)}{' …' if len(owners) > 3 else ''} differs between A and C at step "
             f"{min(d.step for d in found)}: torchmetrics keeps a metric's state out of the state_dict by default, so "
             f"no checkpoint holds it, Lightning's included; every trained tensor agrees, so a resumed run trains "
-            f"identically but logs another epoch value; to resume it too, call {fixes} (its state then goes "
-            f"into the state_dict, and so into the checkpoint)")
+            f"identically but logs another epoch value; to resume it too, call {fixes}")
 
 
 def notice(diffs: list[Difference]) -> str | None:
