@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 import pytest
 import yaml
@@ -70,6 +70,15 @@ def installed(*names: str) -> list[Any]:
     return [importlib.import_module(n) for n in names]
 
 
+def unavailable(switch: str, problem: str) -> NoReturn:
+    """Skip a test for want of an optional tool (``problem`` says which, and how to get it), or
+    fail it where ``REPROCI_REQUIRE_<switch>=1`` says the tool is required (``.ci/run`` sets
+    the switches of what CI installs): a required test never passes by skipping."""
+    if os.environ.get(f"REPROCI_REQUIRE_{switch}") == "1":
+        pytest.fail(f"REPROCI_REQUIRE_{switch}=1 but {problem}")
+    pytest.skip(problem)
+
+
 def docker_client(*images: str) -> Any:
     """The Docker SDK client, with ``images`` present; skip (or fail under REPROCI_REQUIRE_DOCKER=1)
     without an engine or an image. The caller closes it."""
@@ -87,9 +96,7 @@ def docker_client(*images: str) -> Any:
     except docker.errors.DockerException as e:
         problem = f"no Docker engine answers ({e}): run `bash .ci/docker-setup.sh`"
     if problem:
-        if os.environ.get("REPROCI_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"REPROCI_REQUIRE_DOCKER=1 but {problem}")
-        pytest.skip(problem)
+        unavailable("DOCKER", problem)
     return client
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from reproci import verdicts
 
-from .helpers import ROOT, build_wheel
+from .helpers import ROOT, build_wheel, unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -154,10 +154,17 @@ def test_from_a_wheel_init_first_run_printed_golden_update_and_ci_run_in_a_users
     assert not (repo / "pipeline" / "worker").exists()  # the user's package is theirs alone
 
 
-@pytest.mark.docker
-def test_from_a_wheel_the_shipped_cpu_image_builds_and_runs_the_users_model(venv: Path, repo: Path) -> None:
+@pytest.fixture(scope="module")
+def docker_engine() -> None:
+    """Skip without a Docker engine, or fail under REPROCI_REQUIRE_DOCKER=1; asked before the
+    venv is made (a module fixture listed first)."""
     if shutil.which("docker") is None and not Path("/var/run/docker.sock").exists():
-        pytest.skip("no Docker engine here (.ci/run starts one)")
+        unavailable("DOCKER", "no Docker engine here (.ci/run starts one)")
+
+
+@pytest.mark.docker
+def test_from_a_wheel_the_shipped_cpu_image_builds_and_runs_the_users_model(docker_engine: None, venv: Path,
+                                                                           repo: Path) -> None:
     if not next(repo.glob("reproci_*.py"), None):
         assert reproci(venv, repo, "init").returncode == 0
         next(repo.glob("reproci_*.py")).write_text(PLUGIN)

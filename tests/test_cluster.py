@@ -12,6 +12,7 @@ import pytest
 from reproci import errors, verdicts
 from reproci.cluster import cell, placement, ray_driver
 from reproci.commands.run import DRIVER_ONLY, run_cmd
+from tests.helpers import unavailable
 
 
 def parsed(*argv: str) -> dict:
@@ -162,7 +163,10 @@ def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, g
 def test_an_address_where_no_cluster_answers_is_one_infrastructure_error_at_once(cli, tmp_path, monkeypatch):
     import socket
 
-    pytest.importorskip("ray", reason="Ray is not installed: `pip install -e '.[test]'` installs it")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        unavailable("RAY", "Ray is not installed: `pip install -e '.[test]'` installs it")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -16,7 +16,7 @@ import pytest
 from reproci.reports import build as report_build
 from reproci.reports import html as html_report
 
-from .helpers import Cli, model_entry
+from .helpers import Cli, model_entry, unavailable
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -79,10 +79,11 @@ def test_html_is_self_contained_parses_strictly_and_has_every_chart(two_runs):
 
 @pytest.mark.slow
 def test_html_renders_in_a_headless_browser(two_runs, tmp_path: Path):
-    """A real browser draws the page (skipped where Debian's chromium is not installed)."""
+    """A real browser draws the page (skipped where Debian's chromium is not installed, unless
+    REPROCI_REQUIRE_BROWSER=1)."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("chromium is not installed")
+        unavailable("BROWSER", "chromium is not installed (`apt-get install chromium` installs Debian's)")
     cli, _ = two_runs
     page = tmp_path / "report.html"
     assert cli("report", "--format", "html", "--output", str(page)).returncode == 0
