@@ -93,13 +93,19 @@ def unwritable(path: Path, flag: str) -> UsageError | None:
     return UsageError(f"{flag} {path}: {why}: name a path in a folder you can write to")
 
 
+def is_unwritable(e: OSError) -> bool:
+    """Whether ``e`` says the path cannot take a file (a user's to fix: exit 2), not that the
+    system failed (a disk error, a full disk)."""
+    return isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)) or \
+        e.errno in (errno.EROFS, errno.EPERM, errno.EACCES)
+
+
 def error_of(path: Path, flag: str, e: OSError) -> Exception:
     """The error an OSError of writing a user's file is: a full disk is infrastructure (exit 5),
     a path that cannot take a file a usage error (exit 2) naming it; else the OSError itself."""
     if e.errno == errno.ENOSPC:
         return InfrastructureError(f"disk full while writing {path}; free space and run again")
-    if isinstance(e, (IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)) or \
-            e.errno in (errno.EROFS, errno.EPERM, errno.EACCES):
+    if is_unwritable(e):
         return unwritable(path, flag) or UsageError(f"{flag} {path}: cannot write it ({e.strerror or e}): "
                                                     "name a path in a folder you can write to")
     return e

@@ -207,7 +207,7 @@ def write(options: InitOptions, planned: dict[Path, str], appended: dict[Path, s
         for folder in new_folders:
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and atomic.is_unwritable(e):
             raise UsageError(f"reproci init could not write {target} ({e.strerror or e}); nothing was written: "
                              "make it writable, then run init again") from e
         raise
