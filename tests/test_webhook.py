@@ -36,7 +36,7 @@ class Hook(http.server.BaseHTTPRequestHandler):
 def hook() -> Iterator[str]:
     Hook.answers, Hook.received = [], []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/hook"
     server.shutdown()
     server.server_close()
