@@ -15,7 +15,7 @@ from reproci.stages import census as compare
 from reproci.worker.state import census
 from reproci.worker.contract import ModelContext, TrainSetup
 
-from .helpers import PLUGINS, Cli, model_entry
+from .helpers import PLUGINS, Cli, installed, model_entry
 
 
 def _setup(**kw) -> TrainSetup:
@@ -114,10 +114,13 @@ FIXED = ("ema_after_step_declared", "loss_ema_in_scheduler_declared", "bucketing
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cli = Cli(tmp_path_factory.mktemp("census"))
-    refs = [a for m in (*BUGGY, *FIXED, "logging_counter") for a in ("-m", f"{CENSUS}:{m}")]
+    refs = [a for m in (*BUGGY, *FIXED, "logging_counter") for a in ("-m", f"{CENSUS}:{m}")] + [
+        a for m in ("kept", "metric_in_loss", "module_state_lost", "datamodule_state_lost")
+        for a in ("-m", f"{PLUGINS / 'lightning_state.py'}:{m}")]
     p = cli("run", "--steps", "12", "--resume-at", "6", "--jobs", "2", *refs)
     assert p.returncode == 1, p.stdout + p.stderr
-    return {m["model"].removeprefix("census."): m for m in cli.latest()["models"]}
+    doc = cli.latest()
+    return {**{m["model"].removeprefix("census."): m for m in doc["models"]}, "reports": {"stderr": p.stderr, "doc": doc}}
 
 
 @pytest.mark.slow
@@ -162,3 +165,103 @@ def test_the_first_differing_op_is_the_one_the_loss_reads(run):
     assert line == int(op["aside"]["source"].split(":")[1].split()[0]) + 2, (op, op["aside"])  # running vs train_err
     assert "neither the loss nor the gradients read it" in m["message"]
     assert "likely cause: model.running.mean_value (Tensor[float32, ()]) differs between A and C" in m["message"]
+
+
+# -- torchmetrics, and the state a Lightning Trainer checkpoints outside the state_dict --------
+
+def test_a_metrics_state_alone_is_a_warning_and_beside_a_trained_tensor_the_likely_cause():
+    """Decided by what the object is (the worker marks a torchmetrics Metric's items), not by its
+    name: a metric's state differing alone keeps PASS with a warning that says how to keep it; with
+    a trained tensor differing too (a metric the loss reads) the verdict is the tensors', the metric
+    its likely cause; the same tensor unmarked (a plain attribute) is a resume bug by itself."""
+    from reproci.golden.compare import Divergence
+
+    acc = {"kind": "tensor", "type": "Tensor[int64, (3,)]", "sha": "1", "metric": "MulticlassAccuracy",
+           "owner": "model.train_acc"}
+    diffs = compare.differences(_record(6, {"model.train_acc.tp": acc}), _record(6, {"model.train_acc.tp": {**acc, "sha": "2"}}))
+    assert [(d.path, d.strong, d.metric, d.owner) for d in diffs] == [
+        ("model.train_acc.tp", False, "MulticlassAccuracy", "model.train_acc")]
+    assert compare.decide(verdicts.PASS, None, None, diffs) == (verdicts.PASS, None, None)
+    warning = compare.metrics(diffs)
+    assert warning.startswith("the state of model.train_acc (torchmetrics MulticlassAccuracy: tp) differs between A "
+                              "and C at step 6"), warning
+    assert "a resumed run trains identically" in warning and warning.endswith("call model.train_acc.persistent(True)")
+    assert compare.notice(diffs) is None
+    ev = Divergence(step=7, tensor="grad:net.2.bias", kind="grad", cause="compute")
+    assert compare.decide(verdicts.RESUME_BROKEN, ("A", "C"), ev, diffs) == (verdicts.RESUME_BROKEN, ("A", "C"), ev)
+    hint = compare.hint(verdicts.RESUME_BROKEN, ("A", "C"), ev, diffs)
+    assert hint.startswith("likely cause: model.train_acc.tp (Tensor[int64, (3,)]) differs between A and C at step 6, "
+                           "outside the checkpoint: it is the state of the torchmetrics MulticlassAccuracy"), hint
+    assert "call model.train_acc.persistent(True)" in hint
+    plain = {k: v for k, v in acc.items() if k not in ("metric", "owner")}
+    diffs = compare.differences(_record(6, {"model.train_acc.tp": plain}),
+                                _record(6, {"model.train_acc.tp": {**plain, "sha": "2"}}))
+    assert compare.decide(verdicts.PASS, None, None, diffs)[0] == verdicts.RESUME_BROKEN
+    assert compare.metrics(diffs) is None
+
+
+def test_the_census_marks_the_state_of_a_torchmetrics_metric_by_its_class():
+    (torchmetrics,) = installed("torchmetrics")
+
+    model = nn.Linear(2, 3)
+    model.train_acc = torchmetrics.classification.MulticlassAccuracy(num_classes=3)
+    model.train_acc(torch.zeros(4, 3), torch.tensor([0, 1, 2, 0]))
+    model.seen = torch.zeros(3, dtype=torch.int64)  # a tensor of the user's own beside it
+    items = census.take(TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=[],
+                                   loss_fn=lambda m, b: m(b).sum()))
+    assert {p: (i.get("metric"), i.get("owner")) for p, i in items.items() if p.startswith("model.train_acc.")} == {
+        f"model.train_acc.{s}": ("MulticlassAccuracy", "model.train_acc") for s in ("fn", "fp", "tn", "tp")}
+    assert "metric" not in items["model.seen"]
+
+
+@pytest.mark.slow
+def test_a_logged_metric_is_a_warning_in_every_report_and_a_metric_the_loss_reads_is_resume_broken(run):
+    """Lightning's documented logging of a torchmetrics accuracy: every trained tensor agrees, the
+    accuracy's counts do not (they are in no checkpoint, Lightning's included): A = B = C with the
+    metric named in a warning, on the terminal and in the Markdown report. A running mean that
+    scales the loss, its twin, is RESUME_BROKEN with the metric as the likely cause."""
+    from reproci.reports import markdown
+
+    kept = run["lightning_state.kept"]
+    assert kept["verdict"] == verdicts.NEW and kept["message"].startswith("A = B = C"), kept["message"]
+    warning = kept["state_census"]["metrics"]
+    assert warning.startswith("the state of model.train_acc (torchmetrics MulticlassAccuracy: fn, fp, tn, tp) differs "
+                              "between A and C at step 6"), warning
+    assert warning.endswith("call model.train_acc.persistent(True)"), warning
+    flat = " ".join(run["reports"]["stderr"].split())
+    assert f"warning: lightning_state.kept: {' '.join(warning.split())}" in flat, run["reports"]["stderr"]
+    assert f"- ⚠️ **lightning_state.kept**: {warning}" in markdown.render(run["reports"]["doc"])
+    fed = run["lightning_state.metric_in_loss"]
+    assert fed["verdict"] == verdicts.RESUME_BROKEN and fed["evidence"]["cause"] != "census", fed["message"]
+    assert ("likely cause: model.running.mean_value (Tensor[float32, ()]) differs between A and C at step 6, outside "
+            "the checkpoint: it is the state of the torchmetrics MeanMetric model.running") in fed["message"], fed["message"]
+    assert not fed["state_census"]["metrics"]
+
+
+@pytest.mark.slow
+def test_state_a_trainer_checkpoints_outside_the_state_dict_is_kept_and_its_twins_lose_it(run):
+    """on_save_checkpoint/on_load_checkpoint (the module's jitter generator) and a datamodule's
+    state_dict/load_state_dict (its collate noise generator) are checkpointed as the Trainer does:
+    the census finds nothing but the logged metric. Without the hooks the state is lost: each twin
+    is RESUME_BROKEN, its generator the likely cause."""
+    kept = run["lightning_state.kept"]
+    assert [d["path"] for d in kept["state_census"]["differences"] if not d.get("metric")] == []
+    for name, path in (("module_state_lost", "model.jitter"), ("datamodule_state_lost", "loader.collate_fn.__self__.noise")):
+        m = run[f"lightning_state.{name}"]
+        assert m["verdict"] == verdicts.RESUME_BROKEN, (name, m["message"])
+        assert f"likely cause: {path} (torch.Generator) differs between A and C at step 6" in m["message"], m["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, resumes", [("kept", True), ("metric_in_loss", False), ("module_state_lost", False),
+                                           ("datamodule_state_lost", False)])
+def test_lightnings_own_trainer_resumes_what_reproci_calls_kept_and_not_what_it_calls_lost(tmp_path, name, resumes):
+    """The same objects under a real Trainer: fit, save_checkpoint at the first epoch's end, resume
+    fresh objects with fit(ckpt_path=...): the weights equal an uninterrupted fit's exactly where
+    reproci said the resume is kept (a logged metric's counts notwithstanding), and only there."""
+    installed("pytorch_lightning", "torchmetrics")
+    from .plugins import lightning_state
+
+    through = lightning_state.fit_through(name, str(tmp_path))
+    resumed = lightning_state.fit(name, str(tmp_path))
+    assert all(torch.equal(through[k], resumed[k]) for k in through) is resumes
