@@ -7,20 +7,20 @@ import http.server
 import json
 import socket
 import threading
-from typing import Iterator
+from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
-
 from reproci.reports import webhook
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
     """Answers each POST with the next status of ``answers`` (then 200) and keeps what it got."""
 
-    answers: list[int] = []
-    received: list[dict] = []
+    answers: ClassVar[list[int]] = []
+    received: ClassVar[list[dict]] = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         cls = type(self)
         status = cls.answers.pop(0) if cls.answers else 200
