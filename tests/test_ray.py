@@ -70,13 +70,18 @@ class Cluster:
         outside = {k: v for k, v in os.environ.items() if k not in ("REPROCI_FORK_SERVERS", "PYTEST_CURRENT_TEST")}
         return {**outside, **ENV_FOR_RAY, "PYTHONPATH": str(ROOT), "CI": ""}
 
-    def node(self, role: str, *, head: bool = False) -> subprocess.Popen:
+    def node(self, role: str, *, head: bool = False, pool: str | None = None, ip: str = "127.0.0.1",
+             env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A node labelled with its role (and ``reproci.test/pool`` if given), at ``ip`` (any loopback
+        address: nodes are placed in address order), its tasks with ``env`` over the cluster's."""
         where = ["--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"] if head else \
             [f"--address={self.address}"]
+        labels = f"reproci.test/role={role}" + (f",reproci.test/pool={pool}" if pool else "")
         log = open(self.tmp / f"ray-{role}.log", "w")
-        proc = subprocess.Popen([*self.prefix, str(_ray_bin()), "start", "--block", *where, "--node-ip-address=127.0.0.1",
-                                 "--num-cpus=2", "--disable-usage-stats", f"--labels=reproci.test/role={role}"],
-                                env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([*self.prefix, str(_ray_bin()), "start", "--block", *where, f"--node-ip-address={ip}",
+                                 "--num-cpus=2", "--disable-usage-stats", f"--labels={labels}"],
+                                env={**self.env(), **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         self.nodes[role] = proc
         self._wait_for(len(self.nodes), f"node {role} (log: {log.name})")
         return proc
@@ -133,7 +138,7 @@ def cluster(engine, tmp_path_factory) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("ray"))
     try:
         c.open()
-        c.node("worker")
+        c.node("worker", pool="mixed")
         yield c
     finally:
         c.close()
@@ -251,22 +256,41 @@ def test_ctrl_c_cancels_every_cell_and_leaves_no_container_or_process(cluster, e
     assert not [d for d in (cwd / "results").glob("*/")] if (cwd / "results").is_dir() else True, "a run folder stayed"
 
 
-def test_a_node_killed_mid_cell_is_an_infrastructure_error_that_names_it(cluster, engine, tmp_path):
-    cluster.node("victim")
-    cwd = project(tmp_path)
+def test_a_node_without_docker_gets_no_cell_and_a_node_killed_mid_cell_loses_that_cell_alone(cluster, engine, tmp_path):
+    """--image over the pool of three nodes: one where no Docker engine answers (its DOCKER_HOST
+    points nowhere) is left out, and says so; nodes are placed in address order, so were it kept it
+    would get a cell. The hanging cell's node (victim) is killed mid-cell: that cell is an
+    infrastructure error (exit 5) naming the node, never a verdict, and the other cell's verdict is kept."""
+    cluster.node("nodocker", pool="mixed", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    cluster.node("victim", pool="mixed", ip="127.0.0.2")
+    shutil.copy(ROOT / "tests" / "plugins" / "faulty.py", tmp_path / "faulty.py")  # a plugin of the project
     since = time.time()
-    proc = cluster.reproci(cwd, "--image", IMAGE, "-m", "conv", "--steps", "400",
-                           "--node-label", "reproci.test/role=victim")
-    _wait_for_container(engine, since, proc)
-    cluster.kill("victim")
-    code, out, err = finish(proc, timeout=180)
+    proc = cluster.reproci(tmp_path, "--image", IMAGE, "-m", "embedding", "-m", "faulty.py:hang", "--steps", "4",
+                           "--resume-at", "2", "--timeout", "120", "--node-label", "reproci.test/pool=mixed")
+    try:
+        deadline = time.monotonic() + 120
+        while not [c for c in _worker_containers(engine, since)
+                   if c.labels.get("reproci.model") == "faulty.hang" and c.status == "running"]:
+            assert time.monotonic() < deadline and proc.poll() is None, "the hanging cell's container did not start"
+            time.sleep(0.5)
+        cluster.kill("victim")
+        code, out, err = finish(proc, timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert code == errors.EXIT_INFRA, out + err
-    placed = re.search(r"cell conv@cpu-torch2\.13: placed on node (127\.0\.0\.1 \(\w{8}\))", err)
-    assert placed, err
+    left_out = re.findall(r"node 127\.0\.0\.1 \((\w{8})\) left out: no Docker engine answers there \(cannot reach", err)
+    assert len(left_out) == 1, err
+    placed = dict(re.findall(r"cell (\S+)@cpu-torch2\.13: placed on node (127\.0\.0\.\d \(\w{8}\))", err))
+    assert placed["faulty.hang"].startswith("127.0.0.2") and left_out[0] not in placed["embedding"], err
     lines = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and placed.group(1) in lines[0] and "died" in lines[0], err
-    assert "PASS" not in out and "FAIL" not in out  # never a verdict
-    assert _gone(engine, since) == []  # the cell's run stopped its container when its task died
+    assert len(lines) == 1 and "cell faulty.hang@cpu-torch2.13" in lines[0], err
+    assert placed["faulty.hang"] in lines[0] and "died" in lines[0], err
+    doc = json.loads((tmp_path / "results" / "latest.json").read_text())
+    assert [(m["model"], m["verdict"]) for m in doc["models"]] == [("embedding", "NEW")]  # the other cell, kept
+    assert len(doc["lost_cells"]) == 1 and doc["summary"]["exit_code"] == errors.EXIT_INFRA
+    assert _gone(engine, since) == []  # the lost cell's run stopped its container when its task died
 
 
 def test_the_driver_alone_records_one_golden_from_the_cells_and_one_machine_passes_against_it(cluster, tmp_path):

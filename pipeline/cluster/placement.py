@@ -121,8 +121,11 @@ def usable(ray: Any, candidates: list[Node], options: RunOptions, progress: Call
     candidates = [n for n in candidates if n in probed]
     gpus = options.world_size if options.device == "cuda" else 0
     fit = [n for n in candidates if n.resources.get("GPU", 0) >= gpus and n.resources.get("CPU", 0) >= 1]
-    if options.image is not None:
-        fit = [n for n in fit if probed[n]["docker"] is None]
+    if options.image is not None:  # a node where no Docker engine answers cannot run an --image cell
+        no_docker = [n for n in fit if probed[n]["docker"] is not None]
+        for n in no_docker:
+            progress(f"node {n.name} left out: no Docker engine answers there ({probed[n]['docker']})")
+        fit = [n for n in fit if n not in no_docker]
     if not fit:
         why = []
         if gpus:
