@@ -174,3 +174,58 @@ def test_a_bare_state_dict_is_not_a_checkpoint(tmp_path: Path):
     torch.save(_setup(seed=0).model.state_dict(), path)
     with pytest.raises(ValueError, match=rf"has version None, expected {CHECKPOINT_VERSION}"):
         checkpoint.load(str(path), _setup(seed=1), CPU)
+
+
+class _AssignsLoaded(nn.Module):
+    """A module that keeps its state as plain tensor attributes and, loading, assigns the tensors
+    it is given as they are: what a torchmetrics ``Metric`` with persistent states does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.total = torch.zeros(3)
+        self.seen = [torch.zeros(2)]
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):  # type: ignore[no-untyped-def]
+        destination[prefix + "total"] = self.total
+        destination[prefix + "seen"] = self.seen
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):  # type: ignore[no-untyped-def]
+        self.total = state_dict.pop(prefix + "total")
+        self.seen = state_dict.pop(prefix + "seen")
+
+
+def test_state_a_module_assigns_as_loaded_goes_back_to_the_device_it_was_on(tmp_path: Path):
+    """The checkpoint loads on the CPU; a module that assigns what it loads (a persistent metric)
+    must not be left holding CPU tensors on a device run (on CUDA the next update raised
+    "Encountered different devices"). No GPU here: the meta device stands in for one."""
+    original = _setup(seed=0)
+    original.model.add_module("metric", _AssignsLoaded())
+    original.model.metric.total += 5
+    checkpoint.save(str(tmp_path / "ckpt.pt"), original, LoopPosition(step=1))
+
+    resumed = _setup(seed=1)
+    resumed.model.add_module("metric", _AssignsLoaded().to("meta"))
+    resumed.model.metric.total = resumed.model.metric.total.to("meta")
+    resumed.model.metric.seen = [t.to("meta") for t in resumed.model.metric.seen]
+    checkpoint.load(str(tmp_path / "ckpt.pt"), resumed, CPU)
+    assert resumed.model.metric.total.device.type == "meta"
+    assert [t.device.type for t in resumed.model.metric.seen] == ["meta"]
+    assert all(p.device.type == "cpu" for p in resumed.model.parameters())  # the rest where it was
+
+
+def test_a_persistent_torchmetrics_metric_keeps_its_device_after_a_resume(tmp_path: Path):
+    """The same with a real torchmetrics metric made persistent, as the census advises (the meta
+    device stands in for a GPU)."""
+    classification = pytest.importorskip("torchmetrics.classification")
+    original = _setup(seed=0)
+    original.model.add_module("acc", classification.MulticlassAccuracy(num_classes=3))
+    original.model.acc.persistent(True)
+    original.model.acc.update(torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1]))
+    checkpoint.save(str(tmp_path / "ckpt.pt"), original, LoopPosition(step=1))
+
+    resumed = _setup(seed=1)
+    resumed.model.add_module("acc", classification.MulticlassAccuracy(num_classes=3))
+    resumed.model.acc.persistent(True)
+    resumed.model.acc.to("meta")
+    checkpoint.load(str(tmp_path / "ckpt.pt"), resumed, CPU)
+    assert {getattr(resumed.model.acc, s).device.type for s in ("tp", "fp", "tn", "fn")} == {"meta"}

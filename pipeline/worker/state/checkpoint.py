@@ -70,12 +70,15 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
     state = torch.load(path, map_location="cpu", weights_only=False)
     if state.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"checkpoint {path} has version {state.get('version')}, expected {CHECKPOINT_VERSION}")
+    roots = (setup.model, *setup.state_modules.values())
+    placed = _attribute_devices(roots)
     setup.model.load_state_dict(state["model"])
     setup.optimizer.load_state_dict(state["optimizer"])
     saved_modules = state.get("state_modules") or {}
     for name, module in setup.state_modules.items():
         if name in saved_modules:
             module.load_state_dict(saved_modules[name])
+    _put_back(placed)
     if setup.scheduler is not None and state["scheduler"] is not None:
         setup.scheduler.load_state_dict(state["scheduler"])
     if setup.scaler is not None and state["scaler"] is not None:
@@ -84,6 +87,32 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
     start = EpochStart.from_dict(p["epoch_start"]) if p.get("epoch_start") is not None else None
     pos = LoopPosition(p["step"], p["epoch"], p["batch_in_epoch"], start)
     return pos, Resume(rng=rng.to_cpu(state["rng"]), extra=state["extra"])
+
+
+def _attribute_devices(roots: tuple[torch.nn.Module, ...]) -> dict[tuple[torch.nn.Module, str], torch.device]:
+    """Where each tensor a module keeps as a plain attribute (or a list of them) lives now."""
+    placed = {}
+    for root in roots:
+        for module in root.modules():
+            for name, value in vars(module).items():
+                first = value[0] if isinstance(value, list) and value else value
+                if isinstance(first, torch.Tensor) and not isinstance(first, torch.nn.Parameter) \
+                        and not name.startswith("_"):
+                    placed[(module, name)] = first.device
+    return placed
+
+
+def _put_back(placed: dict[tuple[torch.nn.Module, str], torch.device]) -> None:
+    """A module whose ``_load_from_state_dict`` assigns the loaded tensors as they come (a
+    torchmetrics ``Metric`` with persistent states does) is given the checkpoint's CPU tensors
+    on a device run: each goes back to the device it was on before the load, as a buffer's
+    copy would (else the next update mixes devices: "Encountered different devices")."""
+    for (module, name), device in placed.items():
+        value = getattr(module, name, None)
+        if isinstance(value, torch.Tensor) and value.device != device:
+            setattr(module, name, value.to(device))
+        elif isinstance(value, list) and any(isinstance(v, torch.Tensor) and v.device != device for v in value):
+            setattr(module, name, [v.to(device) if isinstance(v, torch.Tensor) else v for v in value])
 
 
 def extra_sha256(setup: TrainSetup) -> str | None:
