@@ -1,14 +1,15 @@
 """The command line: the ``reproci`` group and ``main``, the only place that turns errors
 into exit codes. Each verb's click code is in ``pipeline/commands/<verb>.py``.
 
-Ctrl-C is honoured from the first moment: ``_interrupt`` (Python's own handler but for one
-place, below) is installed before the heavy imports, and a Ctrl-C during those imports ends
-the process with one line and exit 130, not a traceback."""
+Ctrl-C is honoured from the first moment: ``_interrupt`` (Python's own handler but for two
+kinds of place where raising breaks the interpreter) is installed before the heavy imports,
+and a Ctrl-C during those imports ends the process with one line and exit 130, not a
+traceback."""
 
 from __future__ import annotations
 
+import _signal  # built in, as _thread, sys and time: nothing to load before the handler is in place
 import _thread
-import signal
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -16,77 +17,93 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from types import FrameType
 
-REDELIVER_S = 0.05  # a signal that lands inside importlib's own locking code is raised again this much later
+REDELIVER_S = 0.05  # a signal that lands where raising is unsafe is raised again this much later ...
+REDELIVER_AT_MOST = 40  # ... at most this many times in a row (2 s: the unsafe places are brief, a wait is not)
+_redelivered = [0]
+_MAIN = _thread.get_ident()  # the thread that imports the CLI: the main thread, where the handler is installed
 _terminated: list[int] = []  # SIGTERM (a cancelled CI job) seen: the message and exit code say so
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGINT (and SIGTERM, once ``main`` runs): KeyboardInterrupt, as Python's own handler
-    raises it, except inside importlib's bootstrap code. There a KeyboardInterrupt can land
-    between taking the interpreter's import lock and the ``try`` that releases it (or in a
-    module lock's weakref callback, where it is swallowed): the lock is then held for good, the
-    Ctrl-C lost, and every other thread that imports (the runs' threads, torch's import beside
-    them) waits for ever, and this process with them. So there it is delivered again shortly,
-    once that code is left."""
-    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+    raises it, except in two places where raising it breaks the interpreter:
+
+    - importlib's bootstrap code: there it can land between taking the interpreter's import
+      lock and the ``try`` that releases it (or in a module lock's weakref callback, where it
+      is swallowed): the lock is then held for good, the Ctrl-C lost, and every other thread
+      that imports (the runs' threads, torch's import beside them) waits for ever, and this
+      process with them;
+    - code that ``exec`` runs from a string (``<string>``: dataclasses and namedtuple make
+      their methods so): a KeyboardInterrupt raised there marks the interpreter as ended by an
+      unhandled Ctrl-C even once it is caught, so it exits killed by SIGINT, not with 130.
+
+    There it is delivered again a moment later, once that code is left."""
+    where = frame.f_code.co_filename if frame is not None else ""
+    if (where.startswith("<frozen importlib") or where == "<string>") and _redelivered[0] < REDELIVER_AT_MOST:
+        _redelivered[0] += 1
         _thread.start_new_thread(_deliver_again, (signum,))
         return
-    if signum == signal.SIGTERM:
+    _redelivered[0] = 0
+    if signum == _signal.SIGTERM:
         _terminated.append(signum)
     raise KeyboardInterrupt  # a cancelled CI job cleans up like Ctrl-C: workers, containers, files
 
 
 def _deliver_again(signum: int) -> None:
+    """The signal again, to the main thread itself: it also wakes a wait there, as the first did."""
     time.sleep(REDELIVER_S)
-    _thread.interrupt_main(signum)
-
-
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # first thing: before the heavy imports
     try:
-        signal.signal(signal.SIGINT, _interrupt)
+        _signal.pthread_kill(_MAIN, signum)
+    except OSError:  # the main thread is gone: the process is ending
+        pass
+
+
+if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:  # first thing: before the heavy imports
+    try:
+        _signal.signal(_signal.SIGINT, _interrupt)
     except ValueError:  # imported outside the main thread: its Ctrl-C is not this module's
         pass
 
 try:
+    import signal
+
     import click
     from rich.markup import escape
 
     from . import __version__, console, errors
     from .commands import audit, bisect, blame, compare, golden, images, init, matrix, merge, models, pr_body, report, run
     from .errors import ReprociError
+
+    err_console = console.stderr()
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, prog_name="reproci")
+    def cli() -> None:
+        """reproci: prove PyTorch training is bitwise reproducible inside a container image,
+        and alert when an upgrade changes results.
+
+        Exit codes: 0 pass, 1 reproducibility failure, 2 usage/config error, 3 golden drift,
+        4 run error, 5 engine/infrastructure error, 6 golden file error, 7 compare: too few seeds,
+        130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+        """
+
+    for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd, golden.golden_group, images.images_group, matrix.matrix_cmd, merge.merge_cmd,
+                    pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, compare.compare_cmd, init.init_cmd):
+        cli.add_command(command)
 except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load: nothing was started yet
     from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
     sys.stderr.write("interrupted: reproci was still starting; nothing was started\n")
     raise SystemExit(EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED) from None
 
-err_console = console.stderr()
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="reproci")
-def cli() -> None:
-    """reproci: prove PyTorch training is bitwise reproducible inside a container image,
-    and alert when an upgrade changes results.
-
-    Exit codes: 0 pass, 1 reproducibility failure, 2 usage/config error, 3 golden drift,
-    4 run error, 5 engine/infrastructure error, 6 golden file error, 7 compare: too few seeds,
-    130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
-    """
-
-
-for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd, golden.golden_group, images.images_group, matrix.matrix_cmd, merge.merge_cmd,
-                pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, compare.compare_cmd, init.init_cmd):
-    cli.add_command(command)
-
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to one line and an exit code."""
     terminated = _terminated
-    terminated.clear()
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _interrupt)
-    try:
+    try:  # from the first line: a Ctrl-C anywhere in here is the one-line interrupted message
+        terminated.clear()
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _interrupt)
         cli.main(args=argv, prog_name="reproci", standalone_mode=False)
         return 0
     except ReprociError as e:

@@ -46,13 +46,13 @@ def test_a_factory_the_plugin_never_defines_is_refused_before_any_run(cli, tmp_p
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.py").write_text("import torch\n\ndef build(ctx):\n    def nosuch():\n        pass\n\n"
                                       "class Net:\n    nosuch = 1\n\ndef helper():\n    pass\n")
-    code, out, err = cli("run", "-m", "mine.py:nosuch")
+    code, _, err = cli("run", "-m", "mine.py:nosuch")
     assert code == errors.EXIT_USAGE, err
     assert err == ("error: mine.py defines no 'nosuch' at its top level (from --model mine.py:nosuch; its top-level "
                    "functions: build, helper); name the factory after the colon")
     assert not (tmp_path / "results").exists()
     monkeypatch.syspath_prepend(str(tmp_path))
-    code, out, err = cli("run", "-m", "mine:nosuch")  # a module's source is read the same way
+    code, _, err = cli("run", "-m", "mine:nosuch")  # a module's source is read the same way
     assert code == errors.EXIT_USAGE and "mine.py defines no 'nosuch' at its top level" in err
 
 

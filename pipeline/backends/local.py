@@ -7,9 +7,11 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfrastructureError
-from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, worker_command
+from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, run_temp_dir, worker_command
 from ..worker.process.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStart, OnStep, take_line
 from .forking import ForkedRun, ServerFailed, fresh_reason, kill_process_group
@@ -36,6 +38,7 @@ class LocalBackend(Backend):
         self.options = options
         self._procs: dict[subprocess.Popen[bytes] | ForkedRun, bool] = {}  # each running worker: under torchrun?
         self._lock = threading.Lock()
+        self._temps: set[Path] = set()  # the temporary folders of the runs under way (``run_temp_dir``)
         self.servers = ForkServers(options.fork_servers) if options.fork_server is not False else None
 
     def image_info(self) -> dict[str, Any]:
@@ -59,7 +62,19 @@ class LocalBackend(Backend):
         self.refuse_if_closed(spec)
         t0 = time.monotonic()
         env = self.environment(spec)
-        proc, launch = self._start(spec, spec_file, env)
+        temp = Path(run_temp_dir(spec_file, env.get("TMPDIR") or tempfile.gettempdir()))  # the worker makes it
+        with self._lock:
+            self._temps.add(temp)
+        try:
+            proc, launch = self._start(spec, spec_file, env)
+            return self._wait(proc, launch, spec, t0, timeout=timeout, on_step=on_step, on_start=on_start)
+        finally:  # however the run ended: its loader workers' pymp-* folders too, where it was killed
+            shutil.rmtree(temp, ignore_errors=True)
+            with self._lock:
+                self._temps.discard(temp)
+
+    def _wait(self, proc: subprocess.Popen[bytes] | ForkedRun, launch: dict[str, str], spec: WorkerSpec, t0: float, *,
+              timeout: float, on_step: OnStep | None, on_start: OnStart | None) -> LaunchResult:
         if on_start is not None:
             on_start(getattr(proc, "started", None))  # a forked run's own clock: this thread may have waited
         with self._lock:
@@ -119,6 +134,10 @@ class LocalBackend(Backend):
             procs = list(self._procs.items())
         for p, torchrun in procs:
             _kill_group(p, torchrun=torchrun)
+        with self._lock:
+            temps = list(self._temps)
+        for temp in temps:  # now, not by the launching threads: this process may end first (Ctrl-C)
+            shutil.rmtree(temp, ignore_errors=True)
         if self.servers is not None:
             self.servers.close()
 

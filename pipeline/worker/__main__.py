@@ -80,12 +80,34 @@ def die_with_parent() -> None:
         os._exit(EXIT_INTERRUPTED)
 
 
+def own_temp_dir(spec_file: Path) -> None:
+    """Point this run's temporary files (TMPDIR, for it and every process it starts) at a folder
+    of its own, which the launcher removes once the run ends (``launch.run_temp_dir``). Kept
+    as it was where that folder cannot be made, or is not this user's own."""
+    import stat
+    import tempfile
+
+    from .process.launch import run_temp_dir
+
+    folder = run_temp_dir(spec_file, tempfile.gettempdir())
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:  # another rank of the run made it
+        pass
+    except OSError:
+        return
+    st = os.lstat(folder)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+        os.environ["TMPDIR"] = tempfile.tempdir = folder
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()
     if len(argv) != 1:
         print("usage: python -m reproci.worker SPEC.json", file=sys.stderr)
         return EXIT_USAGE
     spec_file = Path(argv[0]).resolve()
+    own_temp_dir(spec_file)
     from .process.spec import WorkerSpec, for_rank, resolve
 
     # Under torchrun each rank writes its own files (spec.for_rank); rank 0's are the run's.

@@ -6,6 +6,7 @@ without importing torch.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 CUBLAS_WORKSPACE = ":4096:8"  # what the launcher sets
@@ -24,6 +25,17 @@ CPU_ISA_ENV = {
 }
 CPU_ISA_CAPABILITY = {"avx2": "AVX2", "avx512": "AVX512"}  # what torch.backends.cpu.get_cpu_capability() says then
 CPU_ISA_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def run_temp_dir(spec_file: str | os.PathLike[str], base: str) -> str:
+    """The temporary folder of the run of ``spec_file`` under ``base`` (its TMPDIR): the worker
+    makes it and points TMPDIR there (``worker.__main__.own_temp_dir``), the launcher removes it
+    once the run ends, however it ends. A run killed (Ctrl-C, a timeout) leaves nothing in the
+    temporary directory: not even multiprocessing's ``pymp-*`` folder of each loader worker,
+    which only a clean exit removes. Named after the spec's path, which both sides know; short,
+    since a Unix socket's path inside it (multiprocessing's) has 108 bytes."""
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(spec_file))).hexdigest()[:16]
+    return os.path.join(base, f"reproci-run-{digest}")
 
 
 def launch_environment(*, seed: int, threads: int, strict: bool, hash_seed: int | None = None,
