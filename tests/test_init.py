@@ -277,6 +277,10 @@ def test_the_workflows_call_reproci_s_reusable_ones_pinned_to_the_installed_rele
                                                                         "${{ inputs.image }}")
     text = (repo / ".github" / "workflows" / "reproci.yml").read_text()
     assert re.search(rf"uses: \S+@v{re.escape(__version__)} # zizmor: ignore\[unpinned-uses\]", text)  # a tag, said why
+    for name in ("reproci", "golden-update"):  # and what to pin while no release has that tag
+        text = " ".join((repo / ".github" / "workflows" / f"{name}.yml").read_text().replace("#", " ").split())
+        assert f"Before reproci's first release the tag v{__version__} does not resolve" in text
+        assert f"git+https://github.com/{scaffold.REPOSITORY}@SHA" in text
 
 
 # --- the plugin it writes --------------------------------------------------------------------
