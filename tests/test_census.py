@@ -4,6 +4,8 @@ the checkpoint's; through the real CLI, each buggy model beside a twin that decl
 
 from __future__ import annotations
 
+import copy
+import json
 import random
 
 import pytest
@@ -11,15 +13,17 @@ import torch
 from torch import nn
 
 from reproci import verdicts
+from reproci.golden.compare import first_divergence
 from reproci.stages import census as compare
 from reproci.worker.state import census
+from reproci.worker.state.state import transient_buffers
 from reproci.worker.contract import ModelContext, TrainSetup
 
 from .helpers import PLUGINS, Cli, installed, model_entry
 
 
 def _setup(**kw) -> TrainSetup:
-    model = nn.Linear(2, 1)
+    model = kw.pop("model", None) or nn.Linear(2, 1)
     data = torch.utils.data.TensorDataset(torch.ones(8, 2), torch.ones(8, 1))
     ctx = ModelContext(profile="quick", device=torch.device("cpu"), seed=0)
     loader = torch.utils.data.DataLoader(data, batch_size=2, shuffle=True, generator=ctx.generator())
@@ -42,7 +46,7 @@ def test_the_census_finds_private_state_by_path_and_leaves_the_checkpoints_alone
     setup.model.tracked = torch.ones(3)  # a plain tensor attribute: not in the state dict
     items = census.take(setup)
     assert items["loss_fn.<noise>"]["kind"] == "rng" and items["loss_fn.<noise>"]["type"] == "torch.Generator"
-    assert items["loss_fn.<shadow>"] == {"kind": "module", "type": "Linear", "sha": items["loss_fn.<shadow>"]["sha"]}
+    assert items["loss_fn.<shadow>"]["kind"] == "module" and items["loss_fn.<shadow>"]["type"] == "Linear"
     assert items["loss_fn.<counter>['n']"]["value"] == "3"
     assert items["model.scratch"]["kind"] == "tensor" and items["model.tracked"]["type"] == "Tensor[float32, (3,)]"
     assert not any(p.startswith("loss_fn.<ctx>") for p in items)  # the harness's ModelContext
@@ -62,6 +66,110 @@ def test_the_census_digest_follows_every_change():
     assert before["after_step.<held>['t']"]["sha"] != after["after_step.<held>['t']"]["sha"]
     assert before["after_step.<held>['r']"]["sha"] != after["after_step.<held>['r']"]["sha"]
     assert census.take(setup) == after  # taking it changes nothing
+
+
+def _shadow_item(shadow: nn.Module) -> dict:
+    def loss_fn(m, b):
+        return (m(b[0]) - shadow(b[0])).pow(2).mean()
+
+    return census.take(_setup(loss_fn=loss_fn))["loss_fn.<shadow>"]
+
+
+def test_a_module_outside_the_checkpoint_is_one_item_of_its_whole_state():
+    """An EMA or teacher kept in a closure: hashed by its state dict, so another object with the
+    same state gives the same item, and one bit of a parameter or a buffer changes it."""
+    shadow = nn.BatchNorm1d(2)
+    first = _shadow_item(shadow)
+    assert first["kind"] == "module" and first["type"] == "BatchNorm1d"
+    assert _shadow_item(copy.deepcopy(shadow)) == first  # two censuses of two objects
+    for name in ("bias", "running_var"):
+        nudged = copy.deepcopy(shadow)
+        getattr(nudged, name).data.view(torch.int32)[1] ^= 1  # one bit
+        assert _shadow_item(nudged)["sha"] != first["sha"], name
+
+
+NOISE = torch.Generator().manual_seed(5)  # module state of the user's code, named by the loss below
+SEEN = {"calls": 0}
+
+
+def _loss_reading_globals(m, b):
+    SEEN["calls"] += 1
+    jitter = (lambda x: x + 0.01 * torch.randn(x.shape, generator=NOISE))  # named only by a nested function
+    return (m(jitter(b[0])) - b[1]).pow(2).mean()
+
+
+def test_the_census_walks_the_module_globals_a_users_function_names():
+    items = census.take(_setup(loss_fn=_loss_reading_globals))
+    assert items["loss_fn.<global NOISE>"]["kind"] == "rng" and items["loss_fn.<global NOISE>"]["type"] == "torch.Generator"
+    assert items["loss_fn.<global SEEN>['calls']"]["value"] == "0"
+    NOISE.manual_seed(6)
+    assert census.take(_setup(loss_fn=_loss_reading_globals))["loss_fn.<global NOISE>"] != items["loss_fn.<global NOISE>"]
+    # a library's function: its module's globals are the library's, not the plugin's state
+    library = census.take(_setup(after_step=json.dumps))
+    assert not [p for p in library if p.startswith("after_step")], library
+
+
+class _Stepping(nn.Module):
+    """State a user's submodule keeps beside its parameters, outside the state dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 1)
+        self._noise = torch.Generator().manual_seed(3)  # private, of the user's own class
+        self._scale = torch.full((), 2.0)
+        self.steps = 4  # a step counter the forward would read
+        self.rate = 0.5
+        self.verbose = True  # a flag: not state worth comparing
+        self.history = [torch.zeros(1), torch.ones(1)]
+
+
+class _OwnLinear(nn.Linear):
+    """A user's subclass of a torch module: torch's private attributes stay torch's."""
+
+    def __init__(self) -> None:
+        super().__init__(2, 1)
+        self.seen = 7
+        self._torch_like = 1
+
+
+def test_the_census_takes_submodule_state_the_state_dict_leaves_out():
+    model = nn.Sequential(_Stepping(), _OwnLinear())
+    model.register_buffer("window", torch.arange(3.0), persistent=False)
+    items = census.take(_setup(model=model, state_modules={"ema": _Stepping()}))
+    assert items["model.0._noise"]["kind"] == "rng"
+    assert items["model.0._scale"]["type"] == "Tensor[float32, ()]"
+    assert items["model.0.steps"]["value"] == "4" and items["model.0.rate"]["value"] == "0.5"
+    assert items["model.0.history[1]"]["kind"] == "tensor" and items["model.window"]["kind"] == "tensor"
+    assert items["model.1.seen"]["value"] == "7"
+    assert items["state_modules.ema._noise"]["kind"] == "rng" and items["state_modules.ema.steps"]["value"] == "4"
+    model[0].steps += 1
+    model[0]._noise.seed()
+    again = census.take(_setup(model=model))
+    assert again["model.0.steps"]["value"] == "5" and again["model.0._noise"]["sha"] != items["model.0._noise"]["sha"]
+    # never torch's own bookkeeping, a torch class's private or plain attributes, or a flag
+    assert "model.0.lin.in_features" not in items and "model.1.in_features" in items  # a user's class: its own numbers
+    assert not [p for p in items if p.startswith("model.") and p.rsplit(".", 1)[-1] in (
+        "_parameters", "_buffers", "_modules", "training", "_torch_like", "verbose", "weight", "bias")], items
+
+
+def test_a_second_loader_drawn_by_hand_is_named_by_its_generator_and_position():
+    aux = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=2, shuffle=True,
+                                      generator=torch.Generator().manual_seed(2))
+    held = {"it": iter(aux)}
+    setup = _setup(after_step=lambda step: (aux, next(held["it"])))
+    before = census.take(setup)
+    setup.after_step(0)
+    after = census.take(setup)
+    assert before["after_step.<aux>.generator"]["kind"] == "rng"
+    assert before["after_step.<aux>.dataset.tensors[0]"]["kind"] == "tensor"
+    assert (before["after_step.<held>['it']._num_yielded"]["value"], after["after_step.<held>['it']._num_yielded"]["value"]) \
+        == ("0", "1")
+    assert after["after_step.<aux>.generator"]["sha"] != before["after_step.<aux>.generator"]["sha"]  # the epoch's order drawn
+    # the training loader, reached from a closure: its generator is checkpointed, its parts named from the loader
+    own = _setup()
+    loader = own.loader
+    own.loss_fn = lambda m, b: (m(b[0]) - b[1]).pow(2).mean() + 0 * len(loader)
+    assert not [p for p in census.take(own) if p.startswith("loss_fn") or "generator" in p]
 
 
 def _record(k: int, resume: dict, next_: dict | None = None) -> dict:
@@ -105,16 +213,63 @@ def test_a_cache_that_agrees_once_c_has_stepped_is_no_state():
     assert compare.differences(a, c) == []
 
 
+def test_a_cache_filled_lazily_from_the_inputs_is_derived_and_lost_entries_are_not():
+    """A dataset's dict of prepared samples: A holds every sample it has read, C those read since
+    the resume; the entries both hold agree, so the rest is derived, not lost. An entry both hold
+    that differs, or a container of which C holds nothing, is lost state."""
+    def entry(sha: str) -> dict:
+        return {"kind": "tensor", "type": "Tensor[float32, (8,)]", "sha": sha}
+
+    filled = {f"loader.dataset.cache[{i}][0]": entry(f"x{i}") for i in range(8)}
+    since_resume = {p: v for p, v in filled.items() if p[len("loader.dataset.cache["):][0] in "25"}
+    a, c = _record(6, filled, filled), _record(6, {}, since_resume)
+    assert compare.differences(a, c) == []
+    changed = {**since_resume, "loader.dataset.cache[2][0]": entry("other")}  # a shared entry that differs
+    found = compare.differences(a, _record(6, {}, changed))
+    assert "loader.dataset.cache[2][0]" in [d.path for d in found] and len(found) == 7
+    history = {f"after_step.<log>[{i}]": entry(f"h{i}") for i in range(3)}  # nothing of it in C
+    assert [d.path for d in compare.differences(_record(6, history), _record(6, {}))] == list(history)
+
+
+def _resumed(rows: list, inv_freq: int, *, transient: bool) -> dict:
+    names = ["param:w", "grad:w", "buffer:rotary.inv_freq", "optim:w.m"]
+    return {"tensor_names": names, "fingerprints": rows, "start_step": 2, "batch_fingerprints": [0] * len(rows),
+            "losses": [1.0] * len(rows), "final_sha256": "f", "tensor_sha256": {},
+            "initial_fingerprint": {"step": 2, "names": ["param:w", "buffer:rotary.inv_freq", "optim:w.m"],
+                                    "row": [2, inv_freq, 2], "transient": ["buffer:rotary.inv_freq"] if transient else []}}
+
+
+def test_a_non_persistent_buffer_rewritten_by_the_next_forward_is_no_restore_difference():
+    """C's freshly loaded state against A's at the resume point: a non-persistent buffer (no
+    checkpoint holds one) that differs there and agrees after step k+1 was recomputed from the
+    batch (a rotary embedding's ``inv_freq``); one that still differs there is lost."""
+    a = {**_resumed([[1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3], [4, 4, 4, 4]], 0, transient=True), "start_step": 0}
+    a.pop("initial_fingerprint")
+    assert first_divergence(a, _resumed([[3, 3, 3, 3], [4, 4, 4, 4]], 9, transient=True)) is None
+    persistent = first_divergence(a, _resumed([[3, 3, 3, 3], [4, 4, 4, 4]], 9, transient=False))
+    assert (persistent.step, persistent.cause, persistent.tensor) == (2, "restore", "buffer:rotary.inv_freq")
+    lost = first_divergence(a, _resumed([[3, 3, 8, 3], [4, 4, 8, 4]], 9, transient=True))
+    assert (lost.step, lost.cause, lost.tensor) == (2, "restore", "buffer:rotary.inv_freq")
+    # what the worker marks as such: the non-persistent buffers, by the names the rows carry
+    rotary = nn.Module()
+    rotary.register_buffer("inv_freq", torch.ones(2), persistent=False)
+    rotary.register_buffer("table", torch.ones(2))
+    assert transient_buffers(nn.Sequential(nn.Linear(2, 2), rotary)) == ["buffer:1.inv_freq"]
+
+
 CENSUS = PLUGINS / "census.py"
 BUGGY = ("ema_after_step_hidden", "loss_ema_in_scheduler_hidden", "bucketing_sampler_hidden", "warmup_counter",
          "metrics_unsaved")
 FIXED = ("ema_after_step_declared", "loss_ema_in_scheduler_declared", "bucketing_sampler_declared")
+# clean models a plain resume loop proves clean, each beside a twin that really loses state
+CLEAN = ("dataset_cache", "rotary_recomputed", "aux_loader_declared", "submodule_state_declared")
+LOSING = ("dataset_cache_and_counter", "rotary_smoothed", "aux_loader_hidden", "submodule_state_hidden")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     cli = Cli(tmp_path_factory.mktemp("census"))
-    refs = [a for m in (*BUGGY, *FIXED, "logging_counter") for a in ("-m", f"{CENSUS}:{m}")] + [
+    refs = [a for m in (*BUGGY, *FIXED, "logging_counter", *CLEAN, *LOSING) for a in ("-m", f"{CENSUS}:{m}")] + [
         a for m in ("kept", "metric_in_loss", "module_state_lost", "datamodule_state_lost")
         for a in ("-m", f"{PLUGINS / 'lightning_state.py'}:{m}")]
     p = cli("run", "--steps", "12", "--resume-at", "6", "--jobs", "2", *refs)
@@ -138,6 +293,38 @@ def test_private_state_where_users_keep_it_is_resume_broken_and_named(run):
     # no hashed tensor differs for the hidden EMA: the census alone fails it, and says how to fix it
     ema = run["ema_after_step_hidden"]
     assert ema["evidence"]["cause"] == "census" and "declare it in TrainSetup.state_modules" in ema["message"]
+
+
+@pytest.mark.slow
+def test_derived_state_passes_and_state_really_lost_beside_it_is_resume_broken_and_named(run):
+    """A dataset's cache filled as it reads (A holds more entries than C), a non-persistent rotary
+    buffer rewritten each forward (C's differs where it resumes), a second loader and a submodule's
+    private generator and step counter declared through the extra state: A = B = C, nothing
+    differs. Their twins lose state, and the census names it: the dataset's count of reads beside
+    its cache, the buffer carried from step to step, the second loader's generator and position,
+    the submodule's private generator and counter."""
+    for name in CLEAN:
+        m = run[name]
+        assert m["verdict"] == verdicts.NEW and m["message"].startswith("A = B = C"), (name, m["message"])
+        assert m["state_census"]["differences"] == [] and not m["state_census"]["notice"], (name, m["state_census"])
+    causes = {
+        "dataset_cache_and_counter": ["likely cause: loader.dataset.reads (int) differs between A and C at step 6"],
+        "aux_loader_hidden": ["likely cause: loss_fn.<aux>.generator (torch.Generator) differs between A and C at step 6",
+                              "loss_fn.<held>['it']._num_yielded"],
+        "submodule_state_hidden": ["likely cause: model.0._noise (torch.Generator) differs between A and C at step 6",
+                                   "model.0.steps"],
+    }
+    for name, said in causes.items():
+        m = run[name]
+        assert m["verdict"] == verdicts.RESUME_BROKEN and m["evidence"]["cause"] != "census", (name, m["message"])
+        assert all(s in m["message"] for s in said), (name, m["message"])
+    counter = run["submodule_state_hidden"]["state_census"]["differences"]
+    assert {"path": "model.0.steps", "sides": "A 6, C 0"}.items() <= next(d for d in counter if d["path"] == "model.0.steps").items()
+    assert not [d for d in run["dataset_cache_and_counter"]["state_census"]["differences"] if ".cache[" in d["path"]]
+    smoothed = run["rotary_smoothed"]
+    assert smoothed["verdict"] == verdicts.RESUME_BROKEN, smoothed["message"]
+    assert (smoothed["evidence"]["step"], smoothed["evidence"]["cause"], smoothed["evidence"]["tensor"]) == \
+        (6, "restore", "buffer:0.inv_freq"), smoothed["evidence"]
 
 
 @pytest.mark.slow

@@ -136,10 +136,23 @@ def _start_divergence(a: Mapping[str, Any], b: Mapping[str, Any], rows_a: dict[i
     else:
         return None
     differing = [n for n in names if n in ra and n in rb and ra[n] != rb[n]]
+    if cause == "restore":
+        differing = [n for n in differing if not _recomputed(n, step, (a, b), rows_a, rows_b)]
     if not differing:
         return None
     return Divergence(step=step, tensor=differing[0], kind=differing[0].partition(":")[0], cause=cause,
                       differing_tensors=len(differing), tensors=differing[:10])
+
+
+def _recomputed(name: str, step: int, records: tuple[Mapping[str, Any], ...], rows_a: dict[int, dict[str, int]],
+                rows_b: dict[int, dict[str, int]]) -> bool:
+    """A non-persistent buffer that differs where a run resumed and agrees after the next step: no
+    checkpoint holds it (a rotary embedding's ``inv_freq``), and the first forward rewrote it from
+    its inputs. The rule of the state census: only a difference that persists counts."""
+    if not any(name in ((r.get("initial_fingerprint") or {}).get("transient") or ()) for r in records):
+        return False
+    na, nb = rows_a.get(step + 1), rows_b.get(step + 1)
+    return na is not None and nb is not None and name in na and na.get(name) == nb.get(name)
 
 
 def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence | None:

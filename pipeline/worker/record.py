@@ -27,6 +27,7 @@ from .controls import ControlWatch
 from .evaluate import evaluate
 from .faults import Faults
 from .state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
+from .state.state import transient_buffers
 from .process.spec import WorkerSpec
 from .timing import StepClock
 from .turns import Turns
@@ -52,7 +53,8 @@ class Trace:
         self.initial: dict[str, Any] | None = None
         if fingerprints:  # the state before this run's first step: step 0, or the resume point
             names, row = initial_row(setup.model, setup.optimizer, setup.state_modules)
-            self.initial = {"step": start_step, "names": names, "row": row.tolist()}
+            self.initial = {"step": start_step, "names": names, "row": row.tolist(),
+                            "transient": transient_buffers(setup.model)}
         self.fps = StepFingerprints(setup.model, setup.optimizer, setup.state_modules) if fingerprints else None
         self.losses: list[torch.Tensor] = []
         self.batches = BatchLog()  # each step's batch checksums

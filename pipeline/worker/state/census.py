@@ -13,16 +13,21 @@ the harness can reach from the set-up is the plugin's private state, and the cen
   bound objects, ``functools.partial`` arguments, and the module globals they name, where
   the function is the user's own code), and the schedulers (a ``LambdaLR``'s lambdas among
   them), through the harness's stepper wrappers;
+- a second loader found on the way (in a closure, a dataset) and drawn from by hand: its
+  generator, dataset and samplers, and an iterator's position (``_num_yielded``);
 - the model's own modules, for what their ``state_dict`` leaves out: tensors kept as plain
   attributes or non-persistent buffers (a torchmetrics metric's state, its items marked with
-  the metric's class and path: ``is_metric``), RNG objects.
+  the metric's class and path: ``is_metric``), RNG objects; on a module of the user's own
+  class, its plain numbers too (a step counter the forward reads), and, where every class
+  between it and ``nn.Module`` is the user's, its private (``_``) attributes (a library's
+  private attributes are that library's bookkeeping; torch's own are never looked at).
 
 Each item found is one of four kinds: an RNG object (its state), a module (its state dict),
 a tensor (exact bit checksum, dtype and shape), or a plain value (an int, float, bool, short
 string or None: a counter, a flag). Runs A and C take a census at the resume point (the
 state after step k, with step k+1's batch in hand) and after step k+1; the determinism stage
 compares them (``reproci.stages.census``). The walk never enters the harness's own objects
-(the classes of ``reproci.worker``), iterators, locks, caches, modules or classes, and
+(the classes of ``reproci.worker``), iterators other than a loader's, locks, caches, modules or classes, and
 stops at a depth and an item count, so it costs milliseconds, not a pass over the data.
 """
 
@@ -127,10 +132,9 @@ class Census:
 
     def _loader(self, loader: torch.utils.data.DataLoader, path: str, depth: int) -> None:
         """A second loader the plugin keeps (in a closure, a dataset) and draws from by hand: what
-        decides its order (its generator, samplers) and its dataset. The training loader is the
-        harness's: its order generator and position are checkpointed, its parts are roots."""
-        if loader is self.setup.loader:
-            return
+        decides its order (its generator, samplers) and its dataset. Reached from a closure, the
+        training loader adds nothing: its order generator is checkpointed, its parts were walked
+        first (``_roots``)."""
         for name in ("generator", "dataset", "sampler", "batch_sampler"):
             part = getattr(loader, name, None)
             if part is not None:

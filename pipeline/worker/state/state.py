@@ -64,6 +64,18 @@ def state_tensors(
     return out
 
 
+def transient_buffers(model: torch.nn.Module) -> list[str]:
+    """The ``buffer:NAME`` of every non-persistent buffer: no checkpoint holds one (a rotary
+    embedding's ``inv_freq``), so a resumed run has it as its constructor made it until a
+    forward rewrites it."""
+    out = []
+    for mname, module in model.named_modules():
+        for name in getattr(module, "_non_persistent_buffers_set", ()):
+            if module._buffers.get(name) is not None:
+                out.append(f"buffer:{mname}.{name}" if mname else f"buffer:{name}")
+    return sorted(out)
+
+
 def state_identity(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                    modules: Modules | None = None) -> list[int]:
     """Which tensor objects hold the state and where their data is (id and data pointer of
