@@ -12,19 +12,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
 from reproci import cli, errors
 
-from .helpers import PLUGINS, ROOT, interruptible, left_behind, said
+from .helpers import PLUGINS, ROOT, docker_client, interruptible, left_behind, said
 
 # Across the start: the CLI's own imports (to ~0.6 s), the run folder, torch's import beside the
 # first runs (to ~3 s), the fork server's start and the first runs. Each point costs its delay
 # and the seconds the CLI takes to stop.
 DELAYS = (0.1, 0.3, 0.6, 0.9, 1.3, 1.8, 2.4, 3.0)
 ENDS_WITHIN_S = 10.0
+IMAGE = "reproci/cpu-torch2.13:1"  # .ci/docker-setup.sh builds it
 INTERPRETER_START = "interrupted in the interpreter's own start"
 
 
@@ -51,12 +52,36 @@ def test_a_ctrl_c_where_raising_breaks_the_interpreter_is_raised_once_that_code_
         signal.signal(signal.SIGINT, before)
 
 
+def _env(tmp: Path) -> dict[str, str]:
+    """The CLI's environment: its runs' TMPDIR is ``tmp`` (a standing fork server's for it, once)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "PYTEST_CURRENT_TEST")}
+    env.update({"PYTHONPATH": str(ROOT), "TMPDIR": str(tmp), "CI": ""})
+    return env
+
+
+def _at_moments(tmp_path: Path, env: dict[str, str], delays: tuple[float, ...], args: tuple[str, ...],
+                engine: Any = None) -> list[str]:
+    """Ctrl-C at each delay after a start: what went wrong."""
+    failures: list[str] = []
+    for delay in delays:
+        wrong = [INTERPRETER_START]
+        for attempt in range(5):  # a loaded host can take longer than the first point to start Python
+            start, at = time.monotonic(), delay + 0.1 * attempt
+            wrong = _ctrl_c(tmp_path / f"at-{at:.1f}-{attempt}", env, args,
+                            lambda start=start, at=at: time.monotonic() - start >= at, f"at {at:.1f} s", engine)
+            if wrong != [INTERPRETER_START]:
+                break
+        failures += wrong
+    return failures
+
+
 def _left_in(tmp: Path) -> list[str]:
     """What runs left in their TMPDIR: multiprocessing's folders (a loader worker's), a run's own."""
     return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.name.startswith(("pymp-", "reproci-run-")))
 
 
-def _ctrl_c(cwd: Path, env: dict[str, str], args: tuple[str, ...], when: Callable[[], bool], what: str) -> list[str]:
+def _ctrl_c(cwd: Path, env: dict[str, str], args: tuple[str, ...], when: Callable[[], bool], what: str,
+            engine: Any = None) -> list[str]:
     """Start ``reproci run ARGS`` in ``cwd``, press Ctrl-C once ``when()`` holds: what went wrong."""
     cwd.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "reproci.cli", "run", *args], cwd=cwd, env=env,
@@ -80,7 +105,7 @@ def _ctrl_c(cwd: Path, env: dict[str, str], args: tuple[str, ...], when: Callabl
         wrong.append(f"Ctrl-C {what}: exit {proc.returncode} after {took:.1f} s, said {err[-800:]!r}")
     if (cwd / "results").exists() and any((cwd / "results").iterdir()):
         wrong.append(f"Ctrl-C {what}: left {sorted(os.listdir(cwd / 'results'))} in results/")
-    if left := left_behind(cwd, pid=proc.pid):
+    if left := left_behind(cwd, pid=proc.pid, engine=engine):
         wrong.append(f"Ctrl-C {what}: left running {left}")
     if left := _left_in(Path(env["TMPDIR"])):
         wrong.append(f"Ctrl-C {what}: left {left} in TMPDIR")
@@ -94,21 +119,26 @@ def test_ctrl_c_at_any_moment_of_the_start_ends_the_run_at_once(tmp_path):
     traceback while the CLI's modules loaded, and to leave each loader worker's pymp-* folder in
     /tmp. The last point waits for a loader worker's folder. About 30 s here."""
     tmp = Path(tempfile.mkdtemp(prefix="rci-"))  # the runs' TMPDIR, short: a Unix socket's path has 108 bytes
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS", "PYTEST_CURRENT_TEST")}
-    env.update({"PYTHONPATH": str(ROOT), "TMPDIR": str(tmp), "CI": ""})
-    failures: list[str] = []
+    env = _env(tmp)
     try:
-        for delay in DELAYS:
-            wrong = [INTERPRETER_START]
-            for attempt in range(5):  # a loaded host can take longer than the first point to start Python
-                start, at = time.monotonic(), delay + 0.1 * attempt
-                wrong = _ctrl_c(tmp_path / f"at-{at:.1f}-{attempt}", env, ("-m", "embedding", "--steps", "30"),
-                                lambda start=start, at=at: time.monotonic() - start >= at, f"at {at:.1f} s")
-                if wrong != [INTERPRETER_START]:
-                    break
-            failures += wrong
+        failures = _at_moments(tmp_path, env, DELAYS, ("-m", "embedding", "--steps", "30"))
         failures += _ctrl_c(tmp_path / "loader", env, ("-m", f"{PLUGINS / 'resumable.py'}:worker_augmented", "--steps", "400"),
                             lambda: any(tmp.rglob("pymp-*")), "while loader workers run")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_ctrl_c_at_moments_of_a_docker_runs_start_ends_it_at_once(tmp_path):
+    """With --image, Ctrl-C 0.5-1.5 s in used to hang in 6 of 18 tries. About 15 s here."""
+    engine = docker_client(IMAGE)
+    tmp = Path(tempfile.mkdtemp(prefix="rci-"))
+    try:
+        failures = _at_moments(tmp_path, _env(tmp), (0.6, 0.9, 1.2, 2.0),
+                               ("--image", IMAGE, "-m", "embedding", "--steps", "30"), engine)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        engine.close()
     assert not failures, "\n".join(failures)
