@@ -36,6 +36,7 @@ from . import combine
 from .placement import Node, first_line, nodes, usable
 
 CONNECT_TIMEOUT_S = 10.0
+NODE_DEATH_WAIT_S = 10.0  # how long a cell stopped on its node waits for the cluster to say whether the node died
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pt", "*.ckpt", ".cache", "node_modules"]
 
 
@@ -230,6 +231,13 @@ def _collect(ray: Any, pending: dict[Any, tuple[cell_mod.CellSpec, Node]],
                                  "run the cell again", errors.EXIT_INFRA))
                     progress(f"cell {spec.name}: lost with node {node.name}")
                     continue
+                if r.run_tar is None and r.exit_code in (errors.EXIT_INTERRUPTED, errors.EXIT_TERMINATED):
+                    # stopped on its node, not from here: a node going down stops its cells' runs as it goes
+                    what = "was lost: the node died" if _died(ray, node) else "was stopped on its node"
+                    lost.append((f"cell {spec.name} on node {node.name} {what} (its run exited {r.exit_code}); "
+                                 "run the cell again", errors.EXIT_INFRA))
+                    progress(f"cell {spec.name}: lost with node {node.name}")
+                    continue
                 if r.run_tar is None:
                     said = next((line for line in reversed(r.stderr_tail) if line.strip()), f"exit {r.exit_code}")
                     lost.append((f"cell {spec.name} on node {node.name}: {said.removeprefix('error: ')}", r.exit_code))
@@ -241,6 +249,17 @@ def _collect(ray: Any, pending: dict[Any, tuple[cell_mod.CellSpec, Node]],
         raise
     order = {spec.name: i for i, (spec, _) in enumerate(pending.values())}
     return sorted(done, key=lambda r: order[r.name]), lost
+
+
+def _died(ray: Any, node: Node, within: float = NODE_DEATH_WAIT_S) -> bool:
+    """Whether the cluster marks ``node`` dead within ``within`` seconds (it notices a lost node a
+    little after the node's tasks notice it)."""
+    deadline = time.monotonic() + within
+    while any(n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def _cancel(ray: Any, refs: list[Any]) -> None:
