@@ -277,7 +277,7 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb":
           "g": GIB, "gb": GIB, "gib": GIB, "t": 1024 * GIB, "tb": 1024 * GIB, "tib": 1024 * GIB}
 
 
-def _limits(pick: Settings, image: str | None) -> dict[str, int]:
+def _limits(pick: Settings, image: str | None) -> dict[str, Any]:
     """A container's memory (``--memory 8g``, binary units as Docker reads them) and process limits."""
     for key in ("memory", "pids_limit"):
         if image is None and pick(key, None) is not None:
