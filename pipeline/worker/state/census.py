@@ -186,20 +186,24 @@ def is_metric(module: Any) -> bool:
 
 # what torch itself keeps on every module: hooks, parameters, buffers, submodules, the mode
 _MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) | {"_compiled_call_impl"}
+_OWN: dict[type, tuple[bool, bool]] = {}  # a module's class -> _own_class's answer
 
 
-@functools.lru_cache(maxsize=None)
 def _own_class(cls: type) -> tuple[bool, bool]:
     """(whether a module's class is the plugin's own code, whether every class between it and
     ``nn.Module`` is): the private attributes of a module whose class or base a library wrote
     (a torchmetrics metric, a LightningModule) are that library's bookkeeping."""
-    def own(c: type) -> bool:
-        filename = getattr(sys.modules.get(c.__module__), "__file__", None)
-        if filename is None:  # a class made where no module file is known: one of its functions'
-            filename = next((f.__code__.co_filename for f in vars(c).values() if hasattr(f, "__code__")), "<unknown>")
-        return reach.user_code(filename)
-    bases = [c for c in cls.__mro__ if c is not object and not issubclass(torch.nn.Module, c)]
-    return own(cls), all(own(c) for c in bases)
+    if cls not in _OWN:
+        bases = [c for c in cls.__mro__ if c is not object and not issubclass(torch.nn.Module, c)]
+        _OWN[cls] = (_user_class(cls), all(_user_class(c) for c in bases))
+    return _OWN[cls]
+
+
+def _user_class(c: type) -> bool:
+    filename = getattr(sys.modules.get(c.__module__), "__file__", None)
+    if filename is None:  # a class made where no module file is known: one of its functions'
+        filename = next((f.__code__.co_filename for f in vars(c).values() if hasattr(f, "__code__")), "<unknown>")
+    return reach.user_code(filename)
 
 
 def take(setup: TrainSetup) -> dict[str, dict[str, str]]:
