@@ -87,8 +87,9 @@ try:
         130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
         """
 
-    for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd, golden.golden_group, images.images_group, matrix.matrix_cmd, merge.merge_cmd,
-                    pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, compare.compare_cmd, init.init_cmd):
+    for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd, golden.golden_group, images.images_group,
+                    matrix.matrix_cmd, merge.merge_cmd, pr_body.pr_body_cmd, report.report_cmd, models.models_cmd,
+                    compare.compare_cmd, init.init_cmd):
         cli.add_command(command)
 except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load: nothing was started yet
     from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED

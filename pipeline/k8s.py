@@ -240,7 +240,8 @@ def cell_job(opts: Options, cells: ImageCells, project: Project) -> dict[str, An
             "spec": {"completionMode": "Indexed", "completions": count, "parallelism": min(opts.parallelism or count, count),
                      "backoffLimitPerIndex": 0, "activeDeadlineSeconds": opts.deadline, "ttlSecondsAfterFinished": TTL,
                      "suspend": project.on_volume,  # goldens on the volume: resumed once they are copied there
-                     "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+                     "podFailurePolicy": {"rules": [{"action": "Ignore",
+                                                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
                      "template": {"metadata": {"labels": labels(opts, "cell", cells.name)},
                                   "spec": pod_spec(opts, [cell], volumes, initContainers=[copy], **pod_extra)}}}
 

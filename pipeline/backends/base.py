@@ -100,7 +100,7 @@ class Backend(abc.ABC):
         self.closed = True
         self.close()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - not abstract: a backend that holds nothing has nothing to release
         """Release everything (processes, containers). Safe to call twice."""
 
     def refuse_if_closed(self, spec: WorkerSpec) -> None:

@@ -117,7 +117,8 @@ class ForkServer:
         except socket.timeout:
             return {"reason": f"the server was not ready after {READY_TIMEOUT_S:g} s"}
         except OSError as e:
-            data, describe = b"", (lambda: str(e))
+            reason = str(e)  # e is unbound once the except clause ends: describe() runs after it
+            data, describe = b"", (lambda: reason)
         finally:
             self.control.settimeout(None)
         return json.loads(data) if data else {"reason": f"the server stopped: {describe()}"}

@@ -27,7 +27,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 STDERR_TAIL = 40  # lines of the cell's stderr that come back with its result
 CANCEL_GRACE_S = 60.0  # how long a cancelled cell's run has to stop its workers and containers

@@ -26,7 +26,8 @@ _OPTIONS = [
                  help="--backend ray: only nodes with this label, KEY=VALUE (repeatable), e.g. ray.io/accelerator-type=H100."),
     click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
     click.option("--model", "-m", "models", multiple=True,
-                  help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. Default: all reference models."),
+                  help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. "
+                       "Default: all reference models."),
     click.option("--stage", "-s", "stages", multiple=True,  # every stage of the registry (options.STAGES is its names)
                  help=f"Stage: {options_mod.STAGES[0]} (default), {', '.join(options_mod.STAGES[1:-1])} or "
                       f"{options_mod.STAGES[-1]}. Repeatable."),
@@ -39,7 +40,8 @@ _OPTIONS = [
     click.option("--cpu-isa", type=click.Choice(["avx2", "avx512", "native"]), default=None,
                  help="Cap the CPU kernels at this level (ATen, oneDNN and MKL), so goldens hold on every host that "
                       "has it (default: the image's manifest cpu_isa, else native: what the host offers)."),
-    click.option("--world-size", type=int, help="Ranks per run under DDP, launched by torchrun (default 1); audit and probes run one process."),
+    click.option("--world-size", type=int,
+                 help="Ranks per run under DDP, launched by torchrun (default 1); audit and probes run one process."),
     click.option("--gpus", help="Docker backend: GPUs to request: all, a count, or ids like 0,1."),
     click.option("--memory", help="Docker backend: a container's memory limit, swap included, e.g. 8g or 512m "
                                   "(default 8g); a run that reaches it is an ERROR that says so."),
@@ -76,7 +78,8 @@ _OPTIONS = [
     click.option("--seeds", type=int, help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
     click.option("--slowdown-factor", type=float, help="Throughput regression threshold against the golden (default 1.25)."),
     click.option("--slowdown-fails", is_flag=True, default=None, help="A throughput regression fails the run (exit 3) instead of warning."),
-    click.option("--probes-fail", is_flag=True, default=None, help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
+    click.option("--probes-fail", is_flag=True, default=None,
+                 help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
     click.option("--fault", hidden=True, help="TEST ONLY: inject a fault to prove a verdict fires."),
 ]
 

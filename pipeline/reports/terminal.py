@@ -56,8 +56,9 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
         image = (document.get("image") or {}).get("name")
         ci = (document.get("options") or {}).get("ci")
         lead = "[bold red]error[/]" if ci else "notice"
+        record = (document.get("golden") or {}).get("update_command") or f"reproci golden update --image {image}"
         err.print(f"{lead}: no golden for image {image} yet ({', '.join(new)}); runs are reproducible by "
-                  f"themselves. Record with `{(document.get('golden') or {}).get('update_command') or f'reproci golden update --image {image}'}`"
+                  f"themselves. Record with `{record}`"
                   + (" (CI mode: this fails)" if ci else ""),
                   highlight=False)
     if results_path:

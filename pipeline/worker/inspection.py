@@ -56,7 +56,7 @@ def epoch_order(setup: TrainSetup) -> tuple[dict[str, Any], Any]:
         seen: list[int] = []
         with _sampled_indices(drawn):
             it = loader_mod.begin_epoch(setup, epoch)
-            for i, batch in zip(range(FIRST_BATCHES), it):
+            for _, batch in zip(range(FIRST_BATCHES), it):
                 first_batch = batch if first_batch is None else first_batch
                 s = batch_checksum(batch)
                 seen.append(int(s) if s is not None else 0)

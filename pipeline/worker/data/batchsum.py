@@ -8,8 +8,6 @@ different schemes are never compared.
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import numpy as np
 import torch
 
