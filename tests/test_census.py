@@ -19,7 +19,7 @@ from reproci.worker.state import census
 from reproci.worker.state.state import transient_buffers
 from reproci.worker.contract import ModelContext, TrainSetup
 
-from .helpers import PLUGINS, Cli, installed, model_entry
+from .helpers import PLUGINS, Cli, installed
 
 
 def _setup(**kw) -> TrainSetup:
@@ -94,7 +94,7 @@ SEEN = {"calls": 0}
 
 def _loss_reading_globals(m, b):
     SEEN["calls"] += 1
-    jitter = (lambda x: x + 0.01 * torch.randn(x.shape, generator=NOISE))  # named only by a nested function
+    jitter = (lambda x: x + 0.01 * torch.randn(x.shape, generator=NOISE))  # noqa: E731 - named only by a nested function
     return (m(jitter(b[0])) - b[1]).pow(2).mean()
 
 

@@ -52,8 +52,10 @@ def test_inside_and_outside_seed_noise(cli, tmp_path: Path) -> None:
     assert "conv accuracy ↑:" in out and out.count(": inside seed noise (") == 2
     code, out, _ = cli("compare", str(a), str(write_results(tmp_path, "c", conv=WORSE)))
     assert code == 0
-    assert "conv final_loss ↓: A 2 ± 0.0381 (K=5), B 2.42 ± 0.0286 (K=5): outside seed noise: B is worse by 0.418 (95 % CI [0.368, 0.468])" in out
-    assert "conv accuracy ↑: A 0.5 ± 0.0158 (K=5), B 0.404 ± 0.0114 (K=5): outside seed noise: B is worse by 0.096 (95 % CI [-0.116, -0.0755])" in out  # accuracy fell: worse, too
+    assert ("conv final_loss ↓: A 2 ± 0.0381 (K=5), B 2.42 ± 0.0286 (K=5): outside seed noise: "
+            "B is worse by 0.418 (95 % CI [0.368, 0.468])") in out
+    assert ("conv accuracy ↑: A 0.5 ± 0.0158 (K=5), B 0.404 ± 0.0114 (K=5): outside seed noise: "
+            "B is worse by 0.096 (95 % CI [-0.116, -0.0755])") in out  # accuracy fell: worse, too
 
 
 def test_fail_worse_gates_on_a_worse_b_only(cli, tmp_path: Path) -> None:

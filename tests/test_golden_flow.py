@@ -87,7 +87,7 @@ def test_golden_from_other_packages_is_upgrade_changed(workspace):
     p = workspace("golden", "update", "-m", "conv", "-m", "embedding", "--threads", "2", *SHORT)
     assert p.returncode == 0, p.stderr  # the "old image": recorded with other hashes
     path = workspace.cwd / "goldens" / "local.yaml"
-    header = "".join(l for l in path.read_text().splitlines(True) if l.startswith("#"))
+    header = "".join(line for line in path.read_text().splitlines(True) if line.startswith("#"))
     data = yaml.safe_load(path.read_text())
     data["packages"]["torch"] = "2.12.0+cpu"
     data["environment"]["torch"] = "2.12.0+cpu"
@@ -140,12 +140,12 @@ def test_show_and_diff(workspace):
     p = workspace("golden", "diff", "local", "two-threads")
     assert p.returncode == 0
     assert "threads.intra_op: 1 → 2" in p.stdout
-    conv_line = next(l for l in p.stdout.splitlines() if l.startswith("│ conv"))
+    conv_line = next(line for line in p.stdout.splitlines() if line.startswith("│ conv"))
     assert "differs" in conv_line and "step 1" in conv_line
     # whether the thread count moves embedding is the host's kernels' to say: diff tells what the goldens hold
     finals = [yaml.safe_load((workspace.cwd / "goldens" / f"{name}.yaml").read_text())["models"]["embedding"]["final_sha256"]
               for name in ("local", "two-threads")]
-    said = next(l for l in p.stdout.splitlines() if l.startswith("│ embedding"))
+    said = next(line for line in p.stdout.splitlines() if line.startswith("│ embedding"))
     assert ("identical" in said) == (finals[0] == finals[1]) and ("differs" in said) == (finals[0] != finals[1]), said
     p = workspace("golden", "show", "nope")
     assert p.returncode == errors.EXIT_USAGE and "known: local, two-threads" in p.stderr  # a wrong name, not a corrupt file

@@ -178,7 +178,7 @@ def test_each_extra_installs_what_the_message_names_and_is_pinned_for_tests() ->
         dists = {req.split(">")[0].split("<")[0].split("=")[0].strip() for req in extras[extra]}
         assert dists == set(names.split(", ")), (extra, dists)
         assert dists <= pins, dists - pins
-    for module, (dist, extra) in contract.OPTIONAL_PACKAGES.items():
+    for module, (_dist, extra) in contract.OPTIONAL_PACKAGES.items():
         assert extra is None or extra in contract.EXTRAS, module
     for example, extra in (("hf_gpt2.py", "hf"), ("lightning_regressor.py", "lightning")):
         assert f"pip install 'reproci[{extra}]'" in (ROOT / "examples" / example).read_text(), example

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from reproci.cli import cli
-from tests.helpers import FILES, ROOT, WORKFLOWS, run_step, steps, triggers
+from tests.helpers import ROOT, WORKFLOWS, run_step, steps, triggers
 from tests.workflow_helpers import (ALL, CALLS, REUSABLE, actionlint, check_jsonschema, linter, load, step_named,
                                     stub_reproci, zizmor)  # noqa: F401 - stub_reproci: a fixture
 
@@ -471,7 +471,7 @@ def test_the_set_up_step_installs_the_reproci_it_is_asked_for(tmp_path: Path, re
     python.chmod(0o755)
     (tmp_path / "cache").mkdir()
     for name in REUSABLE:
-        for job_id, job in load(name)["jobs"].items():
+        for job_id in load(name)["jobs"]:
             step = step_named(load(name), job_id, "Set up reproci on the runner")
             env = {"PYTHON": str(python), "REPROCI": requirement, "RUNNER_TOOL_CACHE": str(tmp_path / "cache"),
                    "GITHUB_PATH": str(tmp_path / "path"), "STUB_ARGS": str(tmp_path / "args")}
