@@ -41,7 +41,7 @@ def check_syntax(path: Path, text: str, shown: str | None = None, factory: str |
     if path.suffix != ".py":
         return
     try:
-        tree = compile(path.read_bytes(), str(path), "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        tree = ast.parse(path.read_bytes(), str(path))
         compile(tree, str(path), "exec", dont_inherit=True)  # what only the compiler refuses ('return' outside a function)
     except SyntaxError as e:
         where = f"{shown or path}:{e.lineno}" if e.lineno else str(shown or path)

@@ -178,7 +178,7 @@ def _neftune(model: torch.nn.Module, alpha: float) -> None:
     except ImportError:  # transformers before the integration module: the hook in trainer_utils
         from transformers.trainer_utils import neftune_post_forward_hook
 
-        embeddings = model.get_input_embeddings()  # type: ignore[operator]
+        embeddings = model.get_input_embeddings()
         embeddings.neftune_noise_alpha = alpha
         embeddings.register_forward_hook(neftune_post_forward_hook)
         return

@@ -62,7 +62,7 @@ from reproci.worker.steppers import EveryEpoch
 try:
     import lightning.pytorch as pl
 except ImportError:  # the older package name
-    import pytorch_lightning as pl  # type: ignore[no-redef]
+    import pytorch_lightning as pl
 
 _FN = getattr(getattr(getattr(pl, "trainer", None), "states", None), "TrainerFn", None)
 FITTING = _FN.FITTING if _FN is not None else "fit"  # what Trainer.fit passes to setup(stage=...)
@@ -85,8 +85,8 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
     source = datamodule if datamodule is not None else module
     if not callable(getattr(source, "train_dataloader", None)):
         raise ContractError(f"lightning_setup: the datamodule, a {type(source).__name__}, has no train_dataloader()")
-    module.log = lambda *a, **k: None  # type: ignore[method-assign]  # a Trainer's logger is not there
-    module.log_dict = lambda *a, **k: None  # type: ignore[method-assign]
+    module.log = lambda *a, **k: None  # a Trainer's logger is not there
+    module.log_dict = lambda *a, **k: None
     _before_fit(ctx, module, datamodule)
     module = module.to(ctx.device)
     optimizer, schedulers = _optimizers(_hook(module, "configure_optimizers"))
@@ -213,7 +213,7 @@ def _trainer_flags(deterministic: bool) -> None:
     try:
         from pytorch_lightning.trainer.connectors.accelerator_connector import _set_torch_flags
     except ImportError:
-        from lightning.pytorch.trainer.connectors.accelerator_connector import _set_torch_flags  # type: ignore[no-redef]
+        from lightning.pytorch.trainer.connectors.accelerator_connector import _set_torch_flags
     _set_torch_flags(deterministic=deterministic)
 
 

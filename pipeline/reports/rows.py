@@ -43,7 +43,7 @@ def rate_text(mode: dict[str, Any] | None) -> str:
     return text
 
 
-def bytes_text(n: int | None) -> str:
+def bytes_text(n: float | None) -> str:
     if not n:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -63,8 +63,8 @@ def op_text(op: dict[str, Any]) -> str:
 def golden_verdict(m: dict[str, Any]) -> str:
     """The model's verdict, with the golden comparison's when it says more."""
     v = str(m.get("verdict", "?"))
-    g = m.get("golden") if isinstance(m.get("golden"), dict) else {}
-    gv = g.get("verdict")
+    g = m.get("golden")
+    gv = g.get("verdict") if isinstance(g, dict) else None
     return v if not gv or gv == v else f"{v} (golden: {gv})"
 
 

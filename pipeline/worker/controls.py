@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable
 
 import torch
@@ -41,7 +42,7 @@ def _inside_cudnn_off() -> bool:
     off for that block, so the cuDNN settings that ``flags`` also sets (``deterministic=False``,
     ``allow_tf32=True`` by default) choose no kernel. Library code does this around ops without a
     cuDNN path (the CTC loss of transformers); it leaves no control open."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         if f.f_code.co_name == "set_flags" and _resolved(f.f_code.co_filename) == _CUDNN_FLAGS_FILE:
             return not torch._C._get_cudnn_enabled()
@@ -90,7 +91,7 @@ def _resolved(filename: str) -> str:
 def _caller() -> tuple[str, int, str] | None:
     """The innermost frame outside torch, the harness and the stdlib; None if the harness
     itself made the call (it toggles some controls around its own checksums)."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     while f is not None:
         name = _resolved(f.f_code.co_filename)
         if name == _THIS_FILE:  # this module's own routing of cuDNN's properties

@@ -52,7 +52,7 @@ def _check_compiler(device: torch.device) -> None:
                               f"does not work ({broken}): {FIX_CXX}")
 
 
-def _optimized_module() -> type | None:
+def _optimized_module() -> type[torch.nn.Module] | None:
     try:
         from torch._dynamo.eval_frame import OptimizedModule
     except ImportError:  # pragma: no cover - a torch without dynamo
@@ -67,7 +67,7 @@ def unwrap(setup: TrainSetup) -> torch.nn.Module | None:
     if optimized is None or not isinstance(setup.model, optimized):
         return None
     compiled = setup.model
-    setup.model = compiled._orig_mod  # type: ignore[assignment]
+    setup.model = compiled._orig_mod
     return compiled
 
 

@@ -31,11 +31,11 @@ def _sampled_indices(out: list[Any]) -> Iterator[None]:
         out.append(index.tolist() if isinstance(index, torch.Tensor) else index)
         return index
 
-    cls._next_index = recording  # type: ignore[method-assign]
+    cls._next_index = recording
     try:
         yield
     finally:
-        cls._next_index = original  # type: ignore[method-assign]
+        cls._next_index = original
 
 
 def _flat(batches: list[Any]) -> list[Any]:

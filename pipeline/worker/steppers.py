@@ -61,11 +61,11 @@ class Optimizers(torch.optim.Optimizer):
         self._optimizer_step_post_hooks: OrderedDict = OrderedDict()
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
         return [g for o in self.optimizers for g in o.param_groups]
 
     @property
-    def state(self) -> dict[Any, Any]:  # type: ignore[override]
+    def state(self) -> dict[Any, Any]:
         merged: dict[Any, Any] = {}
         for o in self.optimizers:
             merged.update(o.state)
@@ -75,7 +75,7 @@ class Optimizers(torch.optim.Optimizer):
         for o in self.optimizers:
             o.zero_grad(set_to_none=set_to_none)
 
-    def step(self, closure: Any = None) -> None:  # type: ignore[override]
+    def step(self, closure: Any = None) -> None:
         for o in self.optimizers:
             o.step()
 

@@ -142,7 +142,8 @@ def for_rank(spec: WorkerSpec, rank: int) -> WorkerSpec:
     if rank == 0:
         return spec
     files = {k: rank_path(getattr(spec, k), rank) for k in RANK_FILES if getattr(spec, k) is not None}
-    return dataclasses.replace(spec, **files, **{k: None for k in RANK_0_ONLY})
+    cleared: dict[str, Any] = {**files, **{k: None for k in RANK_0_ONLY}}
+    return dataclasses.replace(spec, **cleared)
 
 
 def other_worker_count(n: int) -> int:
