@@ -8,7 +8,7 @@ traceback."""
 
 from __future__ import annotations
 
-import _signal  # built in, as _thread, sys and time: nothing to load before the handler is in place
+import _signal  # type: ignore[import-not-found]  # built in, as _thread, sys and time: nothing to load before the handler is in place; typeshed has no stub for it
 import _thread
 import sys
 import time

@@ -48,7 +48,9 @@ class _Alias:
 
 
 def _spec(name: str) -> importlib.machinery.ModuleSpec:
-    return importlib.machinery.ModuleSpec(name, _Alias(name))
+    # A loader by its two methods: importlib.abc.Loader, its base in typeshed, is not imported here (it brings
+    # importlib.resources, tempfile and random with it, before the CLI's Ctrl-C handler and in every worker).
+    return importlib.machinery.ModuleSpec(name, _Alias(name))  # type: ignore[arg-type]
 
 
 class OldTopLevel:

@@ -143,8 +143,9 @@ def missing_package(e: BaseException) -> tuple[str, str, str] | None:
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        top = (cur.name or "").split(".")[0] if isinstance(cur, ModuleNotFoundError) else ""
-        if top in OPTIONAL_PACKAGES and (cur.name == top or _absent(top)):  # accelerate.utils: accelerate itself
+        name = (cur.name or "") if isinstance(cur, ModuleNotFoundError) else ""
+        top = name.split(".")[0]
+        if top in OPTIONAL_PACKAGES and (name == top or _absent(top)):  # accelerate.utils: accelerate itself
             return top, _importer(cur, top), "imports"
         if isinstance(cur, ImportError) and not isinstance(cur, ModuleNotFoundError):
             for asked in _REQUIRES.findall(str(cur)):

@@ -65,7 +65,7 @@ def with_workers(setup: TrainSetup, requested: int) -> dict[str, Any]:
     """Rebuild the setup's DataLoader with another number of worker processes (``requested``
     < 0: the other count, ``other_worker_count``). The same dataset, sampler, generator,
     collate and worker_init_fn; returns what changed (or why nothing could)."""
-    loader = setup.loader
+    loader: Any = setup.loader  # a DataLoader exactly, or nothing is changed
     if type(loader) is not torch.utils.data.DataLoader:
         return {"applicable": False, "why": f"the loader is a {type(loader).__name__}, not a torch DataLoader"}
     before = loader.num_workers

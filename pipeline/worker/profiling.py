@@ -58,7 +58,7 @@ def op_times(prof: Any, device: torch.device, raw: bool = True) -> list[dict[str
         row[1] += self_cpu
         row[2] += self_dev
     names = set().union(*per_step) if per_step else set()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         cols = [statistics.median(step.get(name, [0.0, 0.0, 0.0])[k] for step in per_step) for k in range(3)]
         rows.append({"name": name, "calls": cols[0], "self_cpu_us": cols[1], "self_device_us": cols[2]})
@@ -86,7 +86,7 @@ def _events(prof: Any, device: torch.device, raw: bool) -> list[Event]:
     for e in prof.events():
         if not str(getattr(e, "device_type", "CPU")).endswith("CPU"):
             continue
-        dev = getattr(e, "self_device_time_total", None)
+        dev: float | None = getattr(e, "self_device_time_total", None)
         if dev is None:  # older torch
             dev = getattr(e, "self_cuda_time_total", 0.0)
         out.append((e.name, e.time_range.start, e.time_range.end, e.self_cpu_time_total, float(dev)))

@@ -125,9 +125,11 @@ class _Tagger(TorchFunctionMode):
         """An SDPA call, for the audit: its inputs, where it was made and the backend it ran (``attention``)."""
         from . import attention
 
+        calls = self.recorder.attention
+        assert calls is not None  # the caller records attention only where there is a list for it
         facts = attention.call_facts(tuple(args), kwargs)
         start = len(self.recorder.rows)
-        self.recorder.attention.append(facts)
+        calls.append(facts)
         out = func(*args, **kwargs)
         place = [p for p in (self.recorder.module(), user_frame([(f.filename, f.lineno or 0, f.name)
                                                                    for f in traceback.extract_stack()])) if p]

@@ -74,8 +74,9 @@ class BatchLog:
 
 def _ints(per_step: list[int | torch.Tensor]) -> list[int]:
     where = [i for i, v in enumerate(per_step) if isinstance(v, torch.Tensor)]
+    tensors = [v for v in per_step if isinstance(v, torch.Tensor)]
     out = list(per_step)
     if where:
-        for i, v in zip(where, torch.stack([per_step[i].cpu() for i in where]).tolist()):
+        for i, v in zip(where, torch.stack([t.cpu() for t in tensors]).tolist()):
             out[i] = v
     return out

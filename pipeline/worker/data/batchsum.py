@@ -8,6 +8,8 @@ different schemes are never compared.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -197,7 +199,7 @@ def _words(t: torch.Tensor) -> torch.Tensor:
     return flat if flat.dtype == torch.int32 else flat.to(torch.int32)
 
 
-def tensors_of(batch: object) -> list[torch.Tensor]:
+def tensors_of(batch: Any) -> list[torch.Tensor]:
     """Every leaf of a batch the checksums see, as a tensor: tensors (sparse ones densified),
     numeric numpy arrays, and Python scalars and strings (as their values' bytes)."""
     kind = type(batch)

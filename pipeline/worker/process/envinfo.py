@@ -162,7 +162,7 @@ def packages() -> dict[str, str]:
     if _PACKAGES is None:
         out: dict[str, str] = {}
         for dist in importlib.metadata.distributions():
-            name = dist.metadata.get("Name")
+            name = (dist.metadata.get_all("Name") or [None])[0]
             if name:
                 out[name.lower().replace("_", "-")] = dist.version
         _PACKAGES = dict(sorted(out.items()))

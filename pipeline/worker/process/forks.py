@@ -81,7 +81,7 @@ class Server:
                 if key.fileobj is self.listener:
                     self._accept()
                 elif key.fileobj in self.controls:
-                    request = self._request(key.fileobj)  # type: ignore[arg-type]
+                    request = self._request(key.fileobj)
                     if request is not None:
                         return request
                     if not self.controls and self.listener is None:

@@ -105,7 +105,7 @@ def is_iterator(obj: Any) -> bool:
 
 # -- digests ----------------------------------------------------------------------------------
 
-def digest(data: str | bytes) -> str:
+def digest(data: str | bytes | memoryview) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()[:16]
 
 
