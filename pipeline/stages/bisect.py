@@ -254,14 +254,13 @@ def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: An
     refs = {m.name: m for m in options.models}
     for entry in document["models"]:
         model = refs.get(entry["model"])
-        kw = {"project_commit": project_commit, "image": image}
         if model is None:
             continue
         if entry.get("verdict") in BISECTED:
             record_a = json.loads((ctx.run_dir / entry["records"]["A"]).read_text())
-            entry["bisect"] = bisect_model(ctx, options, model, entry, record_a, **kw)
+            entry["bisect"] = bisect_model(ctx, options, model, entry, record_a, project_commit=project_commit, image=image)
         elif entry.get("verdict") in DRIFT and golden is not None and model.name in golden.models:
-            entry["bisect"] = bisect_drift(ctx, options, model, entry, golden, **kw)
+            entry["bisect"] = bisect_drift(ctx, options, model, entry, golden, project_commit=project_commit, image=image)
 
 
 def rows(document: dict[str, Any]) -> list[dict[str, Any]]:

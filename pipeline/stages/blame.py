@@ -86,7 +86,7 @@ class Blame:
     def __init__(self, options: Any, ctx: RunContext, engine: Any, old_id: str, new_id: str, golden: Any,
                  document: dict[str, Any], project_commit: str | None, image: dict[str, Any]) -> None:
         self.options, self.ctx, self.engine, self.old_id, self.new_id = options, ctx, engine, old_id, new_id
-        self.golden, self.document, self.kw = golden, document, {"project_commit": project_commit, "image": image}
+        self.golden, self.document, self.project_commit, self.image = golden, document, project_commit, image
         self.diff = package_diff(golden.data.get("packages"), document.get("packages"))
         self.tags: dict[tuple[str, ...], str | None] = {}
         self.cannot: dict[tuple[str, ...], str] = {}
@@ -144,7 +144,8 @@ class Blame:
         if tag is None:
             return {**out, "outcome": "cannot swap", "why": self.cannot[group]}
         self.seq += 1
-        spec = dataclasses.replace(base_spec(self.options, model, f"blame{self.seq}", **self.kw), steps=steps)
+        spec = dataclasses.replace(base_spec(self.options, model, f"blame{self.seq}", project_commit=self.project_commit,
+                                             image=self.image), steps=steps)
         spec = dataclasses.replace(spec, output=f"record-{spec.role}.json")
         t0 = time.monotonic()
         try:

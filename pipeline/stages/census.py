@@ -91,7 +91,8 @@ def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
         x, y = (ra.get(path), rc.get(path)) if early else (na.get(path), nc.get(path))
         kinds = [d["kind"] for d in (x, y, na.get(path), nc.get(path)) if d is not None]
         kind = next((s for s in STRONG if s in kinds), kinds[0])
-        marked = next((d for d in (x, y, na.get(path), nc.get(path)) if d is not None and d.get("metric")), {})
+        marked: dict[str, Any] = next((d for d in (x, y, na.get(path), nc.get(path)) if d is not None and d.get("metric")),
+                                      {})
         found.append(Difference(path=path, kind=kind, type=(x or y or na.get(path) or nc.get(path) or {}).get("type", "?"),
                                 step=k if early else k + 1, a=x, c=y, metric=marked.get("metric"),
                                 owner=marked.get("owner")))

@@ -196,7 +196,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     a = records["A"]
     result.update(
         verdict=verdict,
-        message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None
+        message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None and pair
                  else census.describe(private) + (f"; {controls_sentence(switched)}" if switched else "")
                  if evidence is not None and evidence.cause == "census"
                  else describe(verdict, evidence, pair, switched))

@@ -80,13 +80,13 @@ class Determinism(_Stage):
         first changed (``golden_ops``), and a re-run that proves a settable cause (``golden_cause``)."""
         from .. import verdicts
 
-        options, kw = run.options, {"project_commit": run.project_commit, "image": run.image}
+        options, commit, image = run.options, run.project_commit, run.image
         ops = None
         if options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
-            ops = golden_ops.record(options, run.ctx, list(options.models), **kw)
+            ops = golden_ops.record(options, run.ctx, list(options.models), project_commit=commit, image=image)
         golden_check.apply(options, document, run.ctx.run_dir, run.old_golden, ops)
-        golden_ops.name_changes(options, run.ctx, document, run.old_golden, **kw)
-        golden_cause.confirm(options, run.ctx, document, run.old_golden, **kw)
+        golden_ops.name_changes(options, run.ctx, document, run.old_golden, project_commit=commit, image=image)
+        golden_cause.confirm(options, run.ctx, document, run.old_golden, project_commit=commit, image=image)
 
 
 class Throughput(_Stage):
