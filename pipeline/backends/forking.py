@@ -25,7 +25,7 @@ import sys
 import threading
 from collections import deque
 from pathlib import Path, PurePosixPath
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from .base import OnStep, take_line
 
@@ -152,7 +152,7 @@ class ForkServer:
             data = ours.recv(1 << 12)
         except OSError:
             data = b""
-        message = json.loads(data) if data else {"refused": "the server did not answer"}
+        message: dict[str, Any] = json.loads(data) if data else {"refused": "the server did not answer"}
         if "pid" not in message:
             ours.close()
             stdout.close()

@@ -73,7 +73,7 @@ class LocalBackend(Backend):
             with self._lock:
                 self._temps.discard(temp)
 
-    def _wait(self, proc: subprocess.Popen[bytes] | ForkedRun, launch: dict[str, str], spec: WorkerSpec, t0: float, *,
+    def _wait(self, proc: subprocess.Popen[bytes] | ForkedRun, launch: dict[str, str | None], spec: WorkerSpec, t0: float, *,
               timeout: float, on_step: OnStep | None, on_start: OnStart | None) -> LaunchResult:
         if on_start is not None:
             on_start(getattr(proc, "started", None))  # a forked run's own clock: this thread may have waited
@@ -100,11 +100,12 @@ class LocalBackend(Backend):
             reader.join(timeout=5)
             with self._lock:
                 self._procs.pop(proc, None)
-        return LaunchResult(returncode=proc.returncode, seconds=time.monotonic() - t0, timed_out=timed_out,
+        returncode = -signal.SIGKILL if proc.returncode is None else proc.returncode  # as forking.follow has it
+        return LaunchResult(returncode=returncode, seconds=time.monotonic() - t0, timed_out=timed_out,
                             log_tail="\n".join(tail), launch=launch)
 
     def _start(self, spec: WorkerSpec, spec_file: Path,
-               env: dict[str, str]) -> tuple[subprocess.Popen[bytes] | ForkedRun, dict[str, str]]:
+               env: dict[str, str]) -> tuple[subprocess.Popen[bytes] | ForkedRun, dict[str, str | None]]:
         """The run's process, forked where a server can give it what a fresh interpreter would,
         and how it started ({"mode": "forked"} or {"mode": "fresh", "why": ...})."""
         why = "--no-fork-server" if self.servers is None else fresh_reason(env, world_size=spec.world_size)
@@ -160,7 +161,7 @@ def cuda_missing() -> str | None:
         tree = ast.parse((Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text())
     except (OSError, SyntaxError, ValueError):
         tree = ast.Module(body=[], type_ignores=[])
-    built = {t.id: n.value.value for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+    built: dict[str, object] = {t.id: n.value.value for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
              for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
              if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)}
     if {"cuda", "hip"} <= built.keys() and built["cuda"] is None and built["hip"] is None:
