@@ -13,6 +13,7 @@ import base64
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -56,8 +57,9 @@ def config_path() -> Path | None:
     return find_config()
 
 
-def config_settings(path: Path | None) -> dict[str, object]:
-    """The config file's settings, refused (one line) where a pod cannot honour them."""
+def config_settings(path: Path | None) -> dict[str, Any]:
+    """The config file's settings (each value checked by its key, as ``load_config`` reads them), refused
+    (one line) where a pod cannot honour them."""
     settings, _ = load_config(path)
     for key, why in REFUSED_KEYS.items():
         if settings.get(key) not in (None, False):

@@ -338,7 +338,7 @@ def _cpu_isa(pick: Settings, entry: images.ImageEntry | None, env: Mapping[str, 
     cpu_isa = pick("cpu_isa", None) or (entry.cpu_isa if entry is not None else None)
     remote = entry is not None and str(env.get("DOCKER_HOST", "")).startswith(("tcp://", "ssh://"))
     lacking = None if cpu_isa in (None, "native") or remote else cpu_flags.host_lacks(cpu_isa)
-    if lacking is None:
+    if lacking is None or cpu_isa is None:
         return cpu_isa
     what, instead = lacking
     if pick("cpu_isa", None) is None and entry is not None:  # the manifest's setting: this host cannot run it

@@ -129,7 +129,7 @@ def _manifest(options: InitOptions) -> Path:
 
 
 def _template(name: str) -> Template:
-    return Template(resources.files("reproci").joinpath("templates", f"{name}.tmpl").read_text(encoding="utf-8"))
+    return Template((resources.files("reproci") / "templates" / f"{name}.tmpl").read_text(encoding="utf-8"))
 
 
 def files(options: InitOptions, branch: str = "main") -> dict[Path, str]:

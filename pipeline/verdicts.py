@@ -141,13 +141,14 @@ def unsaid_warnings(m: dict[str, Any], said: str = "") -> list[tuple[str, str]]:
 def by_severity(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Model entries, most serious verdict first (stable within a verdict)."""
     rank = {v: i for i, v in enumerate(ORDER)}
-    return sorted(models, key=lambda m: rank.get(m.get("verdict"), -1))
+    return sorted(models, key=lambda m: rank.get(str(m.get("verdict")), -1))
 
 
 def evidence_of(m: dict[str, Any]) -> dict[str, Any] | None:
     """The evidence behind a model's verdict: the golden comparison's for drift, else the
     run comparison's (A, B, C), else the golden comparison's."""
-    golden = m.get("golden") if isinstance(m.get("golden"), dict) else {}
+    g = m.get("golden")
+    golden: dict[str, Any] = g if isinstance(g, dict) else {}
     if m.get("verdict") in DRIFTING and golden.get("evidence"):
         return golden["evidence"]
     return m.get("evidence") or golden.get("evidence")
@@ -239,7 +240,7 @@ def op_text(op: dict[str, Any] | None) -> str:
     if not op.get("found"):
         return f"no op output differs in that step ({op.get('ops')} ops compared): the difference entered outside them"
     where = "".join([f" in {op['module']}" if op.get("module") else "", f" at {op['source']}" if op.get("source") else ""])
-    pass_ = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}.get(op.get("phase"), "")
+    pass_ = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}.get(str(op.get("phase")), "")
     if op.get("kind") == "sequence":
         return f"the ops themselves differ from op {op['index']}: {op['op']}{where}" + (f", {pass_}" if pass_ else "")
     mag = magnitude_text(op)

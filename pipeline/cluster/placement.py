@@ -127,12 +127,12 @@ def usable(ray: Any, candidates: list[Node], options: RunOptions, progress: Call
             progress(f"node {n.name} left out: no Docker engine answers there ({probed[n]['docker']})")
         fit = [n for n in fit if n not in no_docker]
     if not fit:
-        why = []
+        needs = []
         if gpus:
-            why.append(f"{gpus} GPU(s)")
+            needs.append(f"{gpus} GPU(s)")
         if options.image is not None:
-            why.append("a Docker engine (" + "; ".join(f"{n.name}: {probed[n]['docker']}" for n in candidates
-                                                       if probed[n]["docker"]) + ")")
-        raise InfrastructureError(f"no node of the Ray cluster has {' and '.join(why) or 'a CPU free'} for these cells; "
+            needs.append("a Docker engine (" + "; ".join(f"{n.name}: {probed[n]['docker']}" for n in candidates
+                                                         if probed[n]["docker"]) + ")")
+        raise InfrastructureError(f"no node of the Ray cluster has {' and '.join(needs) or 'a CPU free'} for these cells; "
                                   "add such a node or change --node-label")
     return fit

@@ -206,8 +206,8 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
     # fingerprints, or a change outside the recorded steps): name tensors by final hash.
     ta, tb = a.get("tensor_sha256") or {}, b.get("tensor_sha256") or {}
     differing = sorted(n for n in set(ta) | set(tb) if ta.get(n) != tb.get(n))
-    first = differing[0] if differing else None
-    return Divergence(step=None, tensor=first, kind=first.partition(":")[0] if first else None, cause="compute",
+    named = differing[0] if differing else None
+    return Divergence(step=None, tensor=named, kind=named.partition(":")[0] if named else None, cause="compute",
                       differing_tensors=len(differing), losses_equal=losses_equal, tensors=differing[:10])
 
 

@@ -114,7 +114,7 @@ def _changes(golden: Golden, document: dict[str, Any]) -> dict[str, Any]:
     env_old, env_new = golden.data.get("environment"), document.get("environment")
     old_digest, new_digest = golden.image.get("digest"), (document.get("image") or {}).get("digest")
     device = (document.get("options") or {}).get("device")
-    out = {"packages": package_diff(golden.data.get("packages"), document.get("packages")),
+    out: dict[str, Any] = {"packages": package_diff(golden.data.get("packages"), document.get("packages")),
            "toolchain": diff_keys(env_old, env_new, TOOLCHAIN_KEYS), "host": host_diff(env_old, env_new, device),
            "digest": [old_digest, new_digest] if old_digest and new_digest and old_digest != new_digest else None}
     out["env"] = {**out["toolchain"], **out["host"], **({"image.digest": out["digest"]} if out["digest"] else {})}

@@ -272,7 +272,8 @@ def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: di
             models_yaml: dict[str, Any], arrays: dict[str, np.ndarray], now: str) -> None:
     """Write in the order that keeps the previous golden intact until the last rename."""
     buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
+    # numpy's stub types **kwds against its keyword allow_pickle (bool); these keys are tensor names
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
     side_bytes = buf.getvalue()
     side_sha = hashlib.sha256(side_bytes).hexdigest()
     side_name = f"{image_name}.{side_sha[:12]}.npz"

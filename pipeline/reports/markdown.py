@@ -74,7 +74,7 @@ def _run(doc: dict[str, Any]) -> list[str]:
         [[r["model"], r["verdict"], r["strict"], r["default"], r["slowdown_text"] if not r["error"] else "failed",
           r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in rows])
     lines.append("")
-    t0 = next((m.get("throughput") for m in doc.get("models", []) if m.get("throughput")), {}) or {}
+    t0: dict[str, Any] = next((m.get("throughput") for m in doc.get("models", []) if m.get("throughput")), {}) or {}
     lines.append(f"Slowdown = strict step time / default step time: {_how_sampled(t0)}. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "
                  f"{rows[0]['memory_kind'] or 'not reported'}.")
