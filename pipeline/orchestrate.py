@@ -36,7 +36,7 @@ def project_commit(root: Path) -> str | None:
 
 
 def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: None,
-            on_step: Callable[[str, str, int, int], None] | None = None) -> tuple[results.ResultsDocument, Path]:
+            on_step: Callable[[str, str, int, int], None] | None = None) -> tuple[dict[str, Any], Path]:
     """Run every stage for every model; return the results document and its path.
 
     The run directory is removed if this is interrupted, so no partial results stay.
@@ -86,7 +86,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         raise
 
 
-def publish(options: RunOptions, run_dir: Path, document: results.ResultsDocument) -> Path:
+def publish(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> Path:
     """A finished run's alerts (annotations, step summary, webhook), its results file and its
     history entry (results/history/: trends for `reproci report`); the results file's path."""
     alerts_out = _alert(options, document)
@@ -160,7 +160,7 @@ def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | No
 
 
 def _document(options: RunOptions, run_id: str, image: dict[str, Any], environment: dict[str, Any] | None,
-              models: list[dict[str, Any]], commit: str | None, seconds: float) -> results.ResultsDocument:
+              models: list[dict[str, Any]], commit: str | None, seconds: float) -> dict[str, Any]:
     return results.new_document(
         run_id=run_id,
         reproci_version=__version__,
@@ -186,7 +186,7 @@ def _alert(options: RunOptions, document: dict[str, Any]) -> dict[str, Any]:
     """Annotations, the step summary and the webhook; failures here never change the verdict."""
     out: dict[str, Any] = {}
     if options.github_actions:
-        for line in github.annotations(document):
+        for line in github.run_annotations(document):
             print(line, flush=True)
     if options.step_summary is not None:
         try:

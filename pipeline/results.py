@@ -93,7 +93,8 @@ class ModelEntry(TypedDict, total=False):
 
 
 class ResultsDocument(TypedDict, total=False):
-    """``results.json``: what every later command (goldens, reports, merge) reads."""
+    """``results.json``: what every later command (goldens, reports, merge) reads. The keys a document
+    may hold (a run's is checked against them); it is built and read as a plain dict."""
 
     schema: str
     version: int
@@ -110,6 +111,7 @@ class ResultsDocument(TypedDict, total=False):
     golden: GoldenOutcome
     alerts: dict[str, Any]
     summary: Summary
+    lost_cells: list[str]  # --backend ray: the cells that never came back, one line each (docs/distributed.md)
 
 
 def sections(hint: Any) -> list[Any]:
@@ -132,9 +134,9 @@ def warning_fields(kind: Any = None, prefix: tuple[str, ...] = ()) -> tuple[tupl
 WARNING_FIELDS = warning_fields()
 
 
-def new_document(**fields: Any) -> ResultsDocument:
+def new_document(**fields: Any) -> dict[str, Any]:
     """A results document of the current schema and version."""
-    return ResultsDocument(schema=SCHEMA, version=VERSION, complete=True, **fields)  # type: ignore[typeddict-item]
+    return {"schema": SCHEMA, "version": VERSION, "complete": True, **fields}
 
 
 def new_run_id(image_name: str) -> str:
@@ -142,7 +144,7 @@ def new_run_id(image_name: str) -> str:
     return f"{stamp}-{image_name}-{os.getpid()}"
 
 
-def write(run_dir: Path, document: ResultsDocument) -> Path:
+def write(run_dir: Path, document: dict[str, Any]) -> Path:
     text = json.dumps(document, indent=2, sort_keys=False, default=str) + "\n"
     path = run_dir / "results.json"
     atomic.write_text(path, text)
@@ -150,7 +152,7 @@ def write(run_dir: Path, document: ResultsDocument) -> Path:
     return path
 
 
-def load(path: Path) -> ResultsDocument:
+def load(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "results.json"
     try:

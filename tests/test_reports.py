@@ -295,7 +295,7 @@ def _channels(doc: dict) -> dict[str, str]:
 
     return {"terminal": _terminal(doc)[1], "markdown": markdown.render(doc), "summary": github.summary_markdown(doc),
             "pr body": prbody.render(doc), "html": "\n".join(_html_warnings(html_report.render(doc))),
-            "annotations": "\n".join(github.annotations(doc))}
+            "annotations": "\n".join(github.run_annotations(doc))}
 
 
 @pytest.mark.parametrize("path", __import__("reproci.results").results.WARNING_FIELDS, ids=".".join)

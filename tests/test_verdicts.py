@@ -75,9 +75,9 @@ def test_run_and_merged_annotations_agree_on_levels():
     run_doc = doc(verdicts.UPGRADE_CHANGED, verdicts.NONDETERMINISTIC, verdicts.PASS, verdicts.NEW)
     merged = {"missing": [], "models": [{**m, "image": "img"} for m in run_doc["models"]]}
     levels = lambda lines: sorted(line.split(" ", 1)[0] for line in lines)  # noqa: E731
-    assert levels(github.annotations(run_doc)) == levels(github.merged_annotations(merged)) == [
+    assert levels(github.run_annotations(run_doc)) == levels(github.merged_annotations(merged)) == [
         "::error", "::notice", "::warning"]
-    assert github.annotations(run_doc)[0].startswith("::error ")  # most serious first
+    assert github.run_annotations(run_doc)[0].startswith("::error ")  # most serious first
 
 
 def test_workflow_command_escaping():

@@ -43,7 +43,7 @@ def unpack_cells(done: list[cell_mod.CellResult], run_dir: Path) -> list[dict[st
 
 
 def document(options: RunOptions, run_id: str, created: str, seconds: float,
-             docs: list[dict[str, Any]]) -> results.ResultsDocument:
+             docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document from the cells' documents: the first cell's image, environment, packages
     and options (one image and one device kind: they are the same in every cell), every
     cell's models, the run's own id, time and summary."""
@@ -66,7 +66,7 @@ def document(options: RunOptions, run_id: str, created: str, seconds: float,
     ordered = {k: doc[k] for k in first if k in doc}  # the keys in the order one machine writes them
     ordered.update({k: v for k, v in doc.items() if k not in ordered})
     verdicts.summarize(ordered)
-    return ordered  # type: ignore[return-value]
+    return ordered
 
 
 def _golden_section(docs: list[dict[str, Any]], command: str) -> dict[str, Any] | None:

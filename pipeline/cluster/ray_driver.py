@@ -177,7 +177,7 @@ def cell_name(options: RunOptions, model: str) -> str:
 
 
 def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str, ...],
-              progress: Callable[[str], None]) -> tuple[results.ResultsDocument, Path, list[str]]:
+              progress: Callable[[str], None]) -> tuple[dict[str, Any], Path, list[str]]:
     """Run every cell on the cluster; return the combined document, its path, and one line per
     cell lost (its node died, or its run ended without results)."""
     ray = _ray()
@@ -280,7 +280,7 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
 
 def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]],
             pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
-            ) -> tuple[results.ResultsDocument, Path, list[str]]:
+            ) -> tuple[dict[str, Any], Path, list[str]]:
     if not done:
         line, code = lost[0] if lost else ("no cell returned results", errors.EXIT_INFRA)
         more = f" (and {len(lost) - 1} more cell(s))" if len(lost) > 1 else ""

@@ -46,7 +46,7 @@ def _model_annotations(m: dict[str, Any], image: Any, *, ci: bool) -> list[str]:
                   for kind, text in verdicts.warnings(m)]
 
 
-def annotations(document: dict[str, Any]) -> list[str]:
+def run_annotations(document: dict[str, Any]) -> list[str]:
     """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``),
     one per warning of a model (``verdicts.warnings``), then the portability dependencies."""
     image = (document.get("image") or {}).get("name")
@@ -98,7 +98,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
     if image.get("digest"):
         lines += [f"Image digest: `{image['digest']}`", ""]
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
-        [cell(m["model"]), f"{verdicts.ICON.get(m.get('verdict'), '')} **{m.get('verdict')}**",
+        [cell(m["model"]), f"{verdicts.ICON.get(str(m.get('verdict')), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
     warned = markdown.warnings(document)
     findings = markdown.findings(document)

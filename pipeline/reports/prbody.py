@@ -32,7 +32,7 @@ def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
         problems.append("the determinism stage did not run (add --stage determinism)")
     if not doc.get("models"):
         problems.append("no models ran")
-    golden = doc.get("golden") if isinstance(doc.get("golden"), dict) else {}
+    golden = _golden(doc)
     if golden.get("refused"):
         problems.append(f"the golden was not recorded: {golden['refused']}")
     elif not golden.get("updated"):
@@ -69,7 +69,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return table(header, rows, max_rows=MAX_ROWS)
 
 
-def _diff_rows(diffs: list[dict[str, Any]]) -> list[list[str]]:
+def _diff_rows(diffs: list[dict[str, Any] | None]) -> list[list[str]]:
     """Union of per-model diffs {key: [old, new]}: one row per key."""
     merged: dict[str, tuple[Any, Any]] = {}
     for diff in diffs:
@@ -115,7 +115,8 @@ def _image_lines(doc: dict[str, Any], has_old: bool) -> list[str]:
     """The golden's image identity against this run's."""
     image = doc.get("image") or {}
     name = image.get("name") or "local"
-    old = next((_golden(m)["golden_image"] for m in doc.get("models", []) if _golden(m).get("golden_image")), {})
+    old: dict[str, Any] = next((_golden(m)["golden_image"] for m in doc.get("models", []) if _golden(m).get("golden_image")),
+                               {})
     lines = ["### Image", ""]
     lines += _table(["", "current golden", "this run"], [
         ["reference", cell(old.get("reference") or old.get("name")), cell(image.get("reference") or name)],
@@ -123,7 +124,7 @@ def _image_lines(doc: dict[str, Any], has_old: bool) -> list[str]:
     ])
     if not has_old:
         lines += ["", "No earlier golden for this image: this is its first."]
-    recorded = doc.get("golden") if isinstance(doc.get("golden"), dict) else {}
+    recorded = _golden(doc)
     if recorded.get("file"):
         state = "written by this run" if recorded.get("updated") else "not written by this run"
         lines += ["", f"Golden file: {code(recorded['file'])} ({state})."]
