@@ -271,3 +271,21 @@ def test_no_fork_server_starts_every_run_fresh(backends, tmp_path) -> None:
 def test_a_ddp_run_is_started_by_torchrun_not_forked() -> None:
     assert forking.fresh_reason({}, world_size=2) == "torchrun starts the ranks"
     assert forking.fresh_reason({"OMP_NUM_THREADS": "1"}, world_size=1) is None
+
+
+def test_a_server_whose_connection_breaks_before_it_is_ready_says_so() -> None:
+    """The control socket reset by the other end (the server died as it started): one error naming the
+    reset, the server stopped, not a NameError from the reason read after its except clause ended."""
+    import socket
+    import struct
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    control = socket.create_connection(listener.getsockname())
+    peer, _ = listener.accept()
+    listener.close()
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    peer.close()  # an RST, not an end of file: recv raises ConnectionResetError
+    stopped: list[bool] = []
+    with pytest.raises(forking.ServerFailed, match="the server stopped: .*reset by peer"):
+        forking.ForkServer(control, stop=lambda: stopped.append(True), describe=lambda: "it exited 1")
+    assert stopped == [True]
