@@ -8,6 +8,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from .errors import InfrastructureError, UsageError
 
@@ -115,21 +116,21 @@ def write_output(path: Path, text: str, *, flag: str = "--output") -> None:
     """Write a file the user named, atomically. A path that cannot take a file (a directory, a
     file among its folders, a read-only folder) is a usage error (exit 2) naming it and ``flag``,
     a full disk an infrastructure error (exit 5); either way nothing is left half-written."""
-    refused = unwritable(path, flag)
-    if refused is not None:
-        raise refused
-    try:
-        write_text(path, text)
-    except OSError as e:
-        raise error_of(path, flag, e) from e
+    _to_output(write_text, path, text, flag)
 
 
 def append_output(path: Path, text: str, *, flag: str) -> None:
     """``append_text`` to a file the user named (a step summary), its failures as ``write_output``'s."""
+    _to_output(append_text, path, text, flag)
+
+
+def _to_output(write: Callable[[Path, str], None], path: Path, text: str, flag: str) -> None:
+    """``write(path, text)`` to a file the user named: refused before anything is written where the
+    path cannot take a file, an OSError on the way turned into its one-line error."""
     refused = unwritable(path, flag)
     if refused is not None:
         raise refused
     try:
-        append_text(path, text)
+        write(path, text)
     except OSError as e:
         raise error_of(path, flag, e) from e
