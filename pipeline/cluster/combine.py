@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from .. import results, verdicts
+from .. import errors, results, verdicts
+from ..errors import ReprociError
 from ..golden import combined as golden_combined
 from ..golden import store as golden_store
 from ..golden.advice import update_command
@@ -119,3 +122,40 @@ def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.C
     summary_keys = {"verdicts", "exit_code"}
     if summary_keys <= set(doc.get("summary") or {}):
         verdicts.summarize(doc)  # drift is now this update's evidence, as on one machine
+
+
+def finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]], started: float,
+           write_cells: Callable[[Path], None]) -> tuple[dict[str, Any], Path, list[str]]:
+    """The cells that came back made one run: its directory, document and golden, published as one
+    machine's; ``lost`` (a line and an exit code per cell that did not) makes it exit 5.
+    ``write_cells(run_dir)`` records where each cell ran (the engine's own ``cells.json``)."""
+    if not done:
+        line, code = lost[0] if lost else ("no cell returned results", errors.EXIT_INFRA)
+        more = f" (and {len(lost) - 1} more cell(s))" if len(lost) > 1 else ""
+        raise error(code, line + more)
+    run_id = results.new_run_id(options.image_name)
+    run_dir = (options.results_dir / run_id).resolve()
+    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        docs = unpack_cells(done, run_dir)
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        doc = document(options, run_id, created, time.monotonic() - started, docs)
+        write_golden(options, doc, done)
+        if lost:
+            doc["lost_cells"] = [line for line, _ in lost]
+            doc["summary"]["exit_code"] = errors.EXIT_INFRA  # as verdicts.document_exit_code reads it back
+        from ..orchestrate import publish
+
+        path = publish(options, run_dir, doc)
+        write_cells(run_dir)
+        return doc, path, [line for line, _ in lost]
+    except BaseException:
+        results.discard(run_dir)
+        raise
+
+
+def error(code: int, line: str) -> ReprociError:
+    """A one-line error with the exit code of the cell it speaks for."""
+    err = ReprociError(line)
+    err.return_code = code
+    return err

@@ -23,12 +23,11 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .. import console, errors, results
-from ..errors import InfrastructureError, ReprociError, UsageError
+from .. import console, errors
+from ..errors import InfrastructureError, UsageError
 from ..golden.advice import shown
 from ..options import RunOptions
 from . import cell as cell_mod
@@ -281,30 +280,8 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
 def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]],
             pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
             ) -> tuple[dict[str, Any], Path, list[str]]:
-    if not done:
-        line, code = lost[0] if lost else ("no cell returned results", errors.EXIT_INFRA)
-        more = f" (and {len(lost) - 1} more cell(s))" if len(lost) > 1 else ""
-        raise _error(code, line + more)
-    run_id = results.new_run_id(options.image_name)
-    run_dir = (options.results_dir / run_id).resolve()
-    run_dir.mkdir(parents=True, exist_ok=False)
-    try:
-        docs = combine.unpack_cells(done, run_dir)
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        doc = combine.document(options, run_id, created, time.monotonic() - started, docs)
-        combine.write_golden(options, doc, done)
-        if lost:
-            doc["lost_cells"] = [line for line, _ in lost]
-            doc["summary"]["exit_code"] = errors.EXIT_INFRA  # as verdicts.document_exit_code reads it back
-        from ..orchestrate import publish
-
-        path = publish(options, run_dir, doc)
-        placed = {spec.name: node for spec, node in pending.values()}
-        _write_cells(run_dir, done, placed, lost)
-        return doc, path, [line for line, _ in lost]
-    except BaseException:
-        results.discard(run_dir)
-        raise
+    placed = {spec.name: node for spec, node in pending.values()}
+    return combine.finish(options, done, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost))
 
 
 def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[str, Node],
@@ -319,12 +296,6 @@ def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[st
              "labels": placed[r.name].labels, "seconds": r.seconds, "exit_code": r.exit_code} for r in done]
     atomic.write_text(run_dir / "cells.json", json.dumps({"cells": rows, "lost": [line for line, _ in lost]},
                                                          indent=2) + "\n")
-
-
-def _error(code: int, line: str) -> ReprociError:
-    err = ReprociError(line)
-    err.return_code = code
-    return err
 
 
 def argv_of(params: Iterable[Any], values: dict[str, Any], skip: set[str]) -> tuple[str, ...]:
