@@ -88,6 +88,7 @@ class ModelEntry(TypedDict, total=False):
     state_census: StateCensus | None  # private state outside the checkpoint
     runs: dict[str, Any]  # role -> summary of that run
     records: dict[str, str]  # role -> record file, relative to the run directory
+    across_nodes: dict[str, Any]  # --across-nodes: run A of the cell and of its twin on another node (cluster/across.py)
     error: dict[str, Any] | None
     seconds: float
 

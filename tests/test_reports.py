@@ -222,7 +222,7 @@ def test_a_run_that_recorded_its_golden_says_so(files):
 NOT_WARNINGS = {
     "model", "ref", "plugin", "verdict", "message", "final_sha256", "evidence", "golden", "throughput", "variance",
     "audit", "probes", "execution", "bisect", "blame", "world_size", "coverage.epochs", "coverage.batches_per_epoch",
-    "coverage.resume_at", "coverage.resume_epoch", "runs", "records", "error", "seconds",
+    "coverage.resume_at", "coverage.resume_epoch", "runs", "records", "across_nodes", "error", "seconds",
     "state_census.differences", "state_census.errors",
 }
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .. import errors, results, verdicts
 from ..errors import ReprociError
@@ -22,6 +22,7 @@ from ..golden import combined as golden_combined
 from ..golden import store as golden_store
 from ..golden.advice import update_command
 from ..options import RunOptions
+from . import across
 from . import cell as cell_mod
 
 ONE_RUN_KEYS = ("run_id", "created", "summary")  # set by the driver for the whole run
@@ -125,10 +126,12 @@ def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.C
 
 
 def finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]], started: float,
-           write_cells: Callable[[Path], None]) -> tuple[dict[str, Any], Path, list[str]]:
+           write_cells: Callable[[Path], None], twins: Sequence[across.Twin] = ()
+           ) -> tuple[dict[str, Any], Path, list[str]]:
     """The cells that came back made one run: its directory, document and golden, published as one
     machine's; ``lost`` (a line and an exit code per cell that did not) makes it exit 5.
-    ``write_cells(run_dir)`` records where each cell ran (the engine's own ``cells.json``)."""
+    ``write_cells(run_dir)`` records where each cell ran (the engine's own ``cells.json``).
+    ``twins`` (``--across-nodes``): each cell's twin from another node, compared with it (``across``)."""
     if not done:
         line, code = lost[0] if lost else ("no cell returned results", errors.EXIT_INFRA)
         more = f" (and {len(lost) - 1} more cell(s))" if len(lost) > 1 else ""
@@ -140,6 +143,8 @@ def finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tupl
         docs = unpack_cells(done, run_dir)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         doc = document(options, run_id, created, time.monotonic() - started, docs)
+        if twins:
+            across.check(options, doc, run_dir, list(twins))
         write_golden(options, doc, done)
         if lost:
             doc["lost_cells"] = [line for line, _ in lost]

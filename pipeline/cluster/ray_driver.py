@@ -22,7 +22,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -30,8 +30,8 @@ from .. import console, errors
 from ..errors import InfrastructureError, UsageError
 from ..golden.advice import shown
 from ..options import RunOptions
+from . import across, combine
 from . import cell as cell_mod
-from . import combine
 from .placement import Node, first_line, nodes, usable
 
 CONNECT_TIMEOUT_S = 10.0
@@ -45,6 +45,7 @@ class ClusterOptions:
 
     address: str | None
     node_labels: tuple[tuple[str, str], ...]
+    across_nodes: bool = False  # each model's cell also on a second node, compared with it (cluster/across.py)
 
 
 def cluster_options(address: str | None, node_labels: Iterable[str], env: dict[str, str] | None = None) -> ClusterOptions:
@@ -191,15 +192,15 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str
         gpus = options.world_size if options.device == "cuda" else 0
         pending: dict[Any, tuple[cell_mod.CellSpec, Node]] = {}
         for i, model in enumerate(options.models):
-            node = fit[i % len(fit)]
-            cpus, jobs = cell_cpus(options, node, "--jobs" in cell_args)
-            spec = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                     args=cell_args + jobs, goldens_dir=cell_goldens_dir(options), golden_files=goldens,
+            cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
+                                     args=cell_args, goldens_dir=cell_goldens_dir(options), golden_files=goldens,
                                      update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
-            ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
-                               num_cpus=cpus, num_gpus=gpus, name=f"cell {spec.name}").remote(spec)
-            pending[ref] = (spec, node)
-            progress(f"cell {spec.name}: placed on node {node.name}")
+            for node, spec in across.placements(fit, i, cell, cluster.across_nodes):  # and the cell's twin, if asked
+                cpus, jobs = cell_cpus(options, node, "--jobs" in cell_args)
+                ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False), num_cpus=cpus,
+                                   num_gpus=gpus, name=f"cell {spec.name}").remote(replace(spec, args=spec.args + jobs))
+                pending[ref] = (spec, node)
+                progress(f"cell {spec.name}: placed on node {node.name}")
         done, lost = _collect(ray, pending, progress)
         return _finish(options, done, lost, pending, started)
     finally:
@@ -281,7 +282,8 @@ def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tup
             pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
             ) -> tuple[dict[str, Any], Path, list[str]]:
     placed = {spec.name: node for spec, node in pending.values()}
-    return combine.finish(options, done, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost))
+    cells, twins = across.split(done, {name: node.name for name, node in placed.items()})
+    return combine.finish(options, cells, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost), twins)
 
 
 def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[str, Node],

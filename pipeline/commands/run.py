@@ -4,6 +4,7 @@ code; ``orchestrate.run_all`` does the work."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +25,9 @@ _OPTIONS = [
     click.option("--address", help="--backend ray: the cluster, HOST:PORT (default: $RAY_ADDRESS, else a local cluster)."),
     click.option("--node-label", "node_labels", multiple=True,
                  help="--backend ray: only nodes with this label, KEY=VALUE (repeatable), e.g. ray.io/accelerator-type=H100."),
+    click.option("--across-nodes", is_flag=True, default=None,
+                 help="--backend ray: run each model's cell on two nodes and compare their runs A step by step, so that "
+                      "results are proven to agree across machines of one image (twice the cells)."),
     click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
     click.option("--model", "-m", "models", multiple=True,
                   help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. "
@@ -102,13 +106,16 @@ def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...
 
 
 # what a cell of --backend ray is not given: the driver's own (cluster/cell.py sets the rest)
-DRIVER_ONLY = {"backend", "address", "node_labels", "models", "results_dir", "goldens_dir", "update_golden",
-               "keep_checkpoints", "webhook", "ci"}
+DRIVER_ONLY = {"backend", "address", "node_labels", "across_nodes", "models", "results_dir", "goldens_dir",
+               "update_golden", "keep_checkpoints", "webhook", "ci"}
 
 
 def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
     """--backend checked against --image; the Ray backend's options (None for the others)."""
     backend, address, labels = kwargs.pop("backend", None), kwargs.pop("address", None), kwargs.pop("node_labels", ())
+    across = bool(kwargs.pop("across_nodes", None))
+    if across and backend != "ray":
+        raise options_mod.UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray")
     if backend == "local" and kwargs.get("image") not in (None, "local"):
         raise options_mod.UsageError("--backend local runs without a container: leave out --image, or use --backend docker")
     if backend == "docker" and kwargs.get("image") in (None, "local"):
@@ -120,7 +127,7 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
         return backend, None
     from ..cluster import ray_driver
 
-    return backend, ray_driver.cluster_options(address, labels)
+    return backend, replace(ray_driver.cluster_options(address, labels), across_nodes=across)
 
 
 def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None = None) -> None:

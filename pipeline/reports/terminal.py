@@ -49,6 +49,8 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
             said = str(m.get("message"))
             console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(said)}", highlight=False)
         print_warnings(m, err, said)
+        if (m.get("across_nodes") or {}).get("agree") and m.get("verdict") in (verdicts.PASS, verdicts.NEW):
+            console.print(f"[bold]{m['model']}[/]: {escape(str(m['across_nodes']['message']))}", highlight=False)
         if m.get("verdict") == verdicts.PASS and (m.get("golden") or {}).get("upgrade_checked"):
             console.print(f"[bold]{m['model']}[/]: PASS: {escape(str(m['golden']['message']))}", highlight=False)
     new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
