@@ -18,9 +18,10 @@ from ..reports.terminal import print_report, print_throughput
 
 _OPTIONS = [
     click.option("--image", help="Container image to run in (manifest name or any reference). Omit for the local backend."),
-    click.option("--backend", type=click.Choice(["local", "docker", "ray"]), default=None,
+    click.option("--backend", type=click.Choice(["local", "docker", "ray", "slurm"]), default=None,
                  help="Where the runs execute: local (no --image), docker (--image), or ray: each model a cell on a "
-                      "Ray cluster, run there by the local or Docker backend, merged here (needs reproci[ray]).",
+                      "Ray cluster, run there by the local or Docker backend, merged here (needs reproci[ray]); "
+                      "slurm: each model a task of one Slurm job array (a filesystem shared with the nodes).",
                  ),
     click.option("--address", help="--backend ray: the cluster, HOST:PORT (default: $RAY_ADDRESS, else a local cluster)."),
     click.option("--node-label", "node_labels", multiple=True,
@@ -28,6 +29,20 @@ _OPTIONS = [
     click.option("--across-nodes", is_flag=True, default=None,
                  help="--backend ray: run each model's cell on two nodes and compare their runs A step by step, so that "
                       "results are proven to agree across machines of one image (twice the cells)."),
+    click.option("--partition", help="--backend slurm: the partition (sbatch --partition)."),
+    click.option("--account", help="--backend slurm: the account charged (sbatch --account)."),
+    click.option("--qos", help="--backend slurm: the quality of service (sbatch --qos)."),
+    click.option("--time", "slurm_time", help="--backend slurm: each cell's time limit, MINUTES or [D-]HH:MM:SS (sbatch --time)."),
+    click.option("--gres", help="--backend slurm: generic resources per cell, e.g. gpu:1 or gpu:a100:2 (sbatch --gres)."),
+    click.option("--gpus-per-task", help="--backend slurm: GPUs per cell, [TYPE:]COUNT (sbatch --gpus-per-task)."),
+    click.option("--sbatch-arg", "sbatch_args", multiple=True,
+                 help="--backend slurm: one more sbatch option, passed as it is (repeatable), e.g. --sbatch-arg=--exclusive."),
+    click.option("--launcher", type=click.Choice(["node", "pyxis"]), default=None,
+                 help="--backend slurm: node (default): each node's reproci runs the cell, by its Docker with --image; "
+                      "pyxis: srun --container-image runs the cell inside --image (reproci installed in it)."),
+    click.option("--slurm-spool", type=click.Path(path_type=Path),
+                 help="--backend slurm: the directory shared with the nodes for the cells' specs and results "
+                      "(default: RESULTS_DIR/.slurm)."),
     click.option("--image-name", help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
     click.option("--model", "-m", "models", multiple=True,
                   help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. "
@@ -106,16 +121,23 @@ def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...
 
 
 # what a cell of --backend ray is not given: the driver's own (cluster/cell.py sets the rest)
+SLURM_ONLY = ("partition", "account", "qos", "slurm_time", "gres", "gpus_per_task", "sbatch_args", "launcher",
+              "slurm_spool")
 DRIVER_ONLY = {"backend", "address", "node_labels", "across_nodes", "models", "results_dir", "goldens_dir",
-               "update_golden", "keep_checkpoints", "webhook", "ci"}
+               "update_golden", "keep_checkpoints", "webhook", "ci", *SLURM_ONLY}
 
 
 def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
-    """--backend checked against --image; the Ray backend's options (None for the others)."""
+    """--backend checked against --image; the Ray or Slurm backend's options (None for the others)."""
     backend, address, labels = kwargs.pop("backend", None), kwargs.pop("address", None), kwargs.pop("node_labels", ())
     across = bool(kwargs.pop("across_nodes", None))
     if across and backend != "ray":
         raise options_mod.UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray")
+    slurm = {k: kwargs.pop(k, None) for k in SLURM_ONLY}
+    given = next((k for k, v in slurm.items() if v not in (None, ())), None)
+    if given and backend != "slurm":
+        flag = {"slurm_time": "time", "sbatch_args": "sbatch-arg"}.get(given, given.replace("_", "-"))
+        raise options_mod.UsageError(f"--{flag} asks Slurm for the cells: add --backend slurm")
     if backend == "local" and kwargs.get("image") not in (None, "local"):
         raise options_mod.UsageError("--backend local runs without a container: leave out --image, or use --backend docker")
     if backend == "docker" and kwargs.get("image") in (None, "local"):
@@ -124,10 +146,18 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
         if address or labels:
             raise options_mod.UsageError(f"{'--address' if address else '--node-label'} places cells on a Ray cluster: "
                                          "add --backend ray")
-        return backend, None
+        return backend, None if backend != "slurm" else _slurm(slurm)
     from ..cluster import ray_driver
 
     return backend, replace(ray_driver.cluster_options(address, labels), across_nodes=across)
+
+
+def _slurm(given: dict[str, Any]) -> Any:
+    from ..cluster import slurm_job
+
+    return slurm_job.slurm_options(given["partition"], given["account"], given["qos"], given["slurm_time"],
+                                   given["gres"], given["gpus_per_task"], given["sbatch_args"] or (),
+                                   given["launcher"], given["slurm_spool"])
 
 
 def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None = None) -> None:
@@ -143,10 +173,11 @@ def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None 
     lost: list[str] = []
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
         if cluster is not None:
-            from ..cluster import ray_driver
+            from ..cluster import ray_driver, slurm_driver
 
             args = ray_driver.argv_of(params, given, DRIVER_ONLY) + (("--ci",) if opts.ci else ("--no-ci",))
-            document, path, lost = ray_driver.run_cells(opts, cluster, args, progress)
+            engine = slurm_driver if backend == "slurm" else ray_driver
+            document, path, lost = engine.run_cells(opts, cluster, args, progress)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     if "determinism" in opts.stages:
