@@ -23,12 +23,13 @@ from typing import Iterator
 
 import pytest
 
-from reproci import errors
+from reproci import errors, verdicts
 
 from .helpers import ROOT, docker_client, interruptible
 
 pytestmark = pytest.mark.docker
 IMAGE = "cpu-torch2.13"
+SKEWED = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}  # kernels no host of AVX2 or AVX512 picks
 TAG = "reproci/cpu-torch2.13:1"
 PORT = 6379
 ENV_FOR_RAY = {  # a dead node is noticed within seconds, not the default half a minute
@@ -37,6 +38,9 @@ ENV_FOR_RAY = {  # a dead node is noticed within seconds, not the default half a
     # token authentication, as a cluster should run, with a token of this module's own
     "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex,
 }
+
+
+TWINS = "reproci.test/twins=yes"  # the worker's, and the node of another environment that --across-nodes adds to it
 
 
 def _ray_bin() -> Path:
@@ -71,12 +75,13 @@ class Cluster:
         return {**outside, **ENV_FOR_RAY, "PYTHONPATH": str(ROOT), "CI": ""}
 
     def node(self, role: str, *, head: bool = False, pool: str | None = None, ip: str = "127.0.0.1",
-             env: dict[str, str] | None = None) -> subprocess.Popen:
-        """A node labelled with its role (and ``reproci.test/pool`` if given), at ``ip`` (any loopback
-        address: nodes are placed in address order), its tasks with ``env`` over the cluster's."""
+             env: dict[str, str] | None = None, labels: str = "") -> subprocess.Popen:
+        """A node labelled with its role (and ``reproci.test/pool`` if given, and ``labels``), at ``ip``
+        (any loopback address: nodes are placed in address order), its tasks with ``env`` over the cluster's."""
         where = ["--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"] if head else \
             [f"--address={self.address}"]
-        labels = f"reproci.test/role={role}" + (f",reproci.test/pool={pool}" if pool else "")
+        labels = ",".join([f"reproci.test/role={role}", *([f"reproci.test/pool={pool}"] if pool else []),
+                           *([labels] if labels else [])])
         log = open(self.tmp / f"ray-{role}.log", "w")
         proc = subprocess.Popen([*self.prefix, str(_ray_bin()), "start", "--block", *where, f"--node-ip-address={ip}",
                                  "--num-cpus=2", "--disable-usage-stats", f"--labels={labels}"],
@@ -138,7 +143,7 @@ def cluster(engine, tmp_path_factory) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("ray"))
     try:
         c.open()
-        c.node("worker", pool="mixed")
+        c.node("worker", pool="mixed", labels=TWINS)
         yield c
     finally:
         c.close()
@@ -312,3 +317,49 @@ def test_the_driver_alone_records_one_golden_from_the_cells_and_one_machine_pass
     assert one.returncode == 0, one.stdout + one.stderr
     doc = json.loads((tmp_path / "results" / "latest.json").read_text())
     assert [(m["model"], m["verdict"]) for m in doc["models"]] == [("embedding", "PASS"), ("conv", "PASS")]
+
+
+# --across-nodes: the two nodes of this cluster, on one physical host, stand in for two machines of
+# one image. Local backend on the nodes (no image), conv (its hashes move with the CPU kernels), 8 steps.
+ACROSS = ("--across-nodes", "-m", "conv", "--steps", "8", "--resume-at", "4")
+
+
+def test_a_model_run_on_two_nodes_agrees_across_them_and_says_so(cluster, tmp_path):
+    """Every live node of this cluster has the same environment: the cell's run A and its twin's agree
+    step by step, the verdict stands (NEW: no golden here) and the report names both nodes."""
+    code, out, err = finish(cluster.reproci(tmp_path, *ACROSS))
+    assert code == 0, out + err
+    placed = {c["cell"]: f"{c['node_ip']} ({c['node_id'][:8]})" for c in cells(tmp_path)["cells"]}
+    assert set(placed) == {"conv@local", "conv@local~twin"} and len(set(placed.values())) == 2, placed
+    said = f"conv: agreed across nodes {placed['conv@local']} and {placed['conv@local~twin']} (run A: every step"
+    assert said in out, out
+    doc = json.loads((tmp_path / "results" / "latest.json").read_text())
+    assert doc["options"]["across_nodes"] is True and doc["models"][0]["verdict"] == "NEW"
+    run_dir = tmp_path / "results" / doc["run_id"]
+    assert not list(run_dir.rglob("*.pt")), "a kept final state or checkpoint stayed"
+
+
+def test_a_node_whose_cpu_kernels_differ_is_caught_and_named_as_the_environment(cluster, tmp_path):
+    """Alone, the worker cannot hold a twin: one line, exit 2, no cell placed. Then a node whose tasks
+    cap ATen's and oneDNN's kernels (as a machine of another CPU generation picks others) joins it:
+    conv's runs A differ across the two, and the report names both nodes, the step, the tensor and
+    the factor that differs, as ENV_CHANGED (exit 3), not nondeterminism."""
+    code, out, err = finish(cluster.reproci(tmp_path, *ACROSS, "--node-label", TWINS))
+    assert code == errors.EXIT_USAGE and "--across-nodes runs each model's cell on two nodes, and 1 node" in err, err
+    assert "placed on node" not in err and not (tmp_path / "results").exists()
+    cluster.node("skewed", labels=TWINS, env=SKEWED)
+    try:
+        code, out, err = finish(cluster.reproci(tmp_path, *ACROSS, "--node-label", TWINS))
+    finally:
+        cluster.kill("skewed")
+    assert code == errors.EXIT_DRIFT, out + err
+    doc = json.loads((tmp_path / "results" / "latest.json").read_text())
+    m = doc["models"][0]
+    ev, nodes = m["across_nodes"]["evidence"], m["across_nodes"]["nodes"]
+    placed = {c["cell"]: f"{c['node_ip']} ({c['node_id'][:8]})" for c in cells(tmp_path)["cells"]}
+    assert nodes == [placed["conv@local"], placed["conv@local~twin"]] and nodes[0] != nodes[1]
+    assert m["verdict"] == "ENV_CHANGED" and ev["step"] is not None and ev["max_abs"] is not None
+    said = f"conv: ENV_CHANGED: runs on {nodes[0]} and {nodes[1]} differ {verdicts.where_text(ev)}"  # step and tensor
+    flat = " ".join(out.split())
+    assert said in flat and "max |Δ|" in flat and "the nodes differ: CPU capability (ATen)" in flat, out
+    assert {"cpu_capability", "kernel_env.ATEN_CPU_CAPABILITY"} <= set(m["across_nodes"]["env_diff"]), m["across_nodes"]
