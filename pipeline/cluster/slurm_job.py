@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -144,6 +145,7 @@ def run_task(spool: Path, index: int) -> int:
     spec = cell_mod.CellSpec(**json.loads((where / "spec.json").read_text()))
     spec = cell_mod.CellSpec(**{**asdict(spec), "args": tuple(spec.args), "golden_files": {
         p.name: p.read_bytes() for p in sorted((spool / "goldens").iterdir()) if p.is_file()}})
+    signal.signal(signal.SIGTERM, _interrupt)  # scancel, a time limit: the cell stops its run and removes its files
     r = cell_mod.run(spec, Path.cwd())
     node = os.environ.get("SLURMD_NODENAME", r.host)
     if r.run_tar is not None:
@@ -157,6 +159,10 @@ def run_task(spool: Path, index: int) -> int:
     tmp.write_text(json.dumps(asdict(sent)))
     tmp.replace(where / "result.json")  # last: its presence says the rest is complete
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def read_result(where: Path) -> cell_mod.CellResult | None:
