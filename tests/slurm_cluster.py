@@ -1,7 +1,8 @@
 """A real local Slurm cluster for the tests: ``munged``, ``slurmctld`` and two ``slurmd``
 (node1 and node2, one host, each its own port and spool: ``slurmd -N NAME``), all from
 Debian's ``slurm-wlm`` and ``munge``, configured, run and stopped (by PID) under a temp dir.
-The clients find it through ``SLURM_CONF`` (``Cluster.env``). Without the daemons the tests
+The clients find it through ``SLURM_CONF`` (``Cluster.env``). ``cred_expire=5`` lets a requeued
+task start again within seconds (Slurm's default holds it two minutes). Without the daemons the tests
 skip, or fail under ``REPROCI_REQUIRE_SLURM=1`` (.ci/run installs them and sets it)."""
 
 from __future__ import annotations
@@ -113,6 +114,11 @@ class Cluster:
         return subprocess.run(list(argv), env=self.env(), capture_output=True, text=True, timeout=60)
 
     def close(self) -> None:
+        if self.procs and self.procs[-1].poll() is None:  # a test that failed midway: its jobs go first
+            self.run("scancel", "--full", "--partition=test")
+            deadline = time.monotonic() + 15
+            while self.run("squeue", "-h").stdout.strip() and time.monotonic() < deadline:
+                time.sleep(0.3)
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
