@@ -196,7 +196,8 @@ def test_ctrl_c_cancels_the_array_and_leaves_no_job_or_file(slurm, tmp_path):  #
 @pytest.mark.slow
 def test_an_unreachable_controller_is_one_infrastructure_line(slurm, tmp_path):  # noqa: F811
     conf = tmp_path / "slurm.conf"
-    conf.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", slurm.conf.read_text()))
+    # nothing listens on port 1; Slurm retries for about MessageTimeout (10 s by default, 2 s here) before it says so
+    conf.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", slurm.conf.read_text()) + "MessageTimeout=2\n")
     run = subprocess.run([sys.executable, "-m", "reproci.cli", "run", "--backend", "slurm", "-m", "conv"], cwd=tmp_path,
                          env={**slurm.env(), "SLURM_CONF": str(conf)}, capture_output=True, text=True, timeout=120)
     assert run.returncode == errors.EXIT_INFRA, run.stdout + run.stderr
