@@ -20,6 +20,8 @@ import pytest
 
 from reproci import errors
 from reproci.cluster import slurm_driver, slurm_job
+from reproci.cluster.ray_driver import argv_of
+from reproci.commands.run import DRIVER_ONLY, run_cmd
 from reproci.options import build
 
 from .helpers import ROOT, interruptible
@@ -47,6 +49,13 @@ def test_a_malformed_slurm_request_is_one_usage_line_before_slurm_is_asked(cli, 
 def test_a_slurm_option_without_backend_slurm_is_a_usage_error(cli, argv, flag):
     code, out, err = cli("run", *argv)
     assert code == errors.EXIT_USAGE and f"error: {flag} asks Slurm for the cells: add --backend slurm" in err, err
+
+
+def test_a_cell_is_given_none_of_the_drivers_slurm_options():
+    given = run_cmd.make_context("run", ["--backend", "slurm", "--partition", "p", "--time", "5", "--gres", "gpu:1",
+                                         "--sbatch-arg=--exclusive", "--launcher", "node", "--slurm-spool", "s",
+                                         "-m", "conv", "--steps", "8"]).params
+    assert argv_of(run_cmd.params, given, DRIVER_ONLY) == ("--steps", "8")  # the cell runs on its node, not on Slurm
 
 
 def _options(**given):
