@@ -10,11 +10,16 @@
 # few seconds. Exits non-zero with a message naming the step that failed.
 #
 #   .ci/docker-setup.sh [IMAGE ...]     (default: cpu-torch2.13)
+#   .ci/docker-setup.sh --base          (steps 1-3 only: no Python environment needed, so
+#                                        .ci/run makes the base image while pip installs)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+base_only=0
+if [ "${1-}" = "--base" ]; then base_only=1; shift; fi
 images=("$@")
 [ ${#images[@]} -gt 0 ] || images=(cpu-torch2.13)
+[ "$base_only" = 0 ] || images=()
 DOCKERD_LOG=${REPROCI_DOCKERD_LOG:-/var/log/reproci-dockerd.log}
 DOCKERD_WAIT_S=${REPROCI_DOCKERD_WAIT_S:-60}
 
@@ -85,7 +90,7 @@ t=$(now)
 echo "docker-setup: base image took $(took "$t")"
 
 # --- 4. and 5. the images -------------------------------------------------------------------
-for name in "${images[@]}"; do
+for name in ${images[@]+"${images[@]}"}; do
   step "image $name"
   t=$(now)
   "$root/docker/build-image.sh" "$name" || die "building $name failed (docker/build-image.sh $name)"
