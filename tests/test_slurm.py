@@ -93,6 +93,48 @@ def test_pending_tasks_that_share_one_record_are_each_counted():
     assert slurm_driver._indices("7") == [7] and slurm_driver._indices("") == []
 
 
+def test_across_nodes_asks_each_task_for_two_nodes_and_starts_the_cell_and_its_twin_on_one_each(tmp_path):
+    """The twin's node differs from its cell's because the allocation is two nodes with one task
+    on each (what any scheduler honours), not by naming nodes."""
+    across = slurm_job.slurm_options(across_nodes=True)
+    text = slurm_job.script(_options(), across, tmp_path, 2, 3)
+    assert re.findall(r"^#SBATCH (\S+)$", text, re.M)[3:7] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                                                             "--cpus-per-task=3"]
+    assert text.splitlines()[-1] == (f"exec srun --ntasks=2 --ntasks-per-node=1 --cpus-per-task=3 --label {sys.executable} "
+                                     f'-m reproci.cluster.slurm_job {tmp_path} "$SLURM_ARRAY_TASK_ID"')
+    pyxis = slurm_job.script(_options(image="nvcr.io#nvidia/pytorch:25.01-py3"),
+                             slurm_job.slurm_options(launcher="pyxis", across_nodes=True), tmp_path, 1, 3)
+    assert pyxis.splitlines()[-1].startswith("exec srun --ntasks=2 --ntasks-per-node=1 --cpus-per-task=3 --label "
+                                             "--container-image=")
+    (tmp_path / "spool").mkdir()
+    pairs = slurm_job.write(_options(), tmp_path / "spool", (), across_nodes=True)
+    assert [[s.name for s in pair] for pair in pairs] == [["conv@local", "conv@local~twin"],
+                                                         ["embedding@local", "embedding@local~twin"]]
+    twin = json.loads((tmp_path / "spool" / "cell-1" / "twin" / "spec.json").read_text())  # srun rank 1 reads it
+    assert twin["name"] == "embedding@local~twin" and not twin["update_golden"] and twin["keep_checkpoints"]
+
+
+@pytest.mark.parametrize("sinfo,usable", [("node1 2 idle\nnode2 2 down*\n", "1 node in partition gpu can take jobs "
+                                                                         "(node1 idle, node2 down*)"),
+                                          ("node1 2 mix\nnode2 2 idle*\n", "1 node in partition gpu"),
+                                          ("node1 2 drain\nnode1 2 drain\n", "0 nodes in partition gpu")],
+                         ids=["down", "unresponsive", "drained"])
+def test_across_nodes_with_fewer_than_two_nodes_is_one_usage_line_before_any_job(cli, tmp_path, monkeypatch,
+                                                                                 sinfo, usable):
+    asked: list[str] = []
+
+    def fake(*argv, check=True):
+        asked.append(argv[0])
+        return subprocess.CompletedProcess(argv, 0, sinfo if argv[0] == "sinfo" else "7\n", "")
+
+    monkeypatch.setattr(slurm_driver, "_slurm", fake)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("run", "--backend", "slurm", "--across-nodes", "--partition", "gpu", "-m", "conv")
+    assert code == errors.EXIT_USAGE and err.count("error:") == 1, err
+    assert f"error: --across-nodes runs each model's cell on two nodes, and {usable}" in err, err
+    assert asked == ["sinfo"] and not (tmp_path / "results").exists()  # nothing submitted, no spool left
+
+
 # ---- on the cluster --------------------------------------------------------------------------
 
 def reproci(cluster: Cluster, cwd: Path, *args: str, **popen) -> subprocess.Popen:
@@ -141,6 +183,28 @@ def test_two_cells_on_two_nodes_give_the_hashes_of_one_machine(slurm, golden, tm
     for word in ("pending \\(job \\d+_0\\)", "running on node node\\d \\(job \\d+_0\\)", "finished on node node\\d in"):
         assert re.search(f"cell conv@local: {word}", err), err
     assert not (cwd / "results" / ".slurm").exists()  # the spool goes with the run
+
+
+@pytest.mark.slow
+def test_across_nodes_a_clean_model_agrees_on_node1_and_node2_and_the_report_says_so(slurm, golden, tmp_path):  # noqa: F811
+    """One array task holds embedding's cell and its twin, one on each node (node1 and node2 stand
+    in for two machines); their runs A agree step by step, and the verdict against one machine's
+    golden stands."""
+    cwd = copy(golden, tmp_path)
+    proc = reproci(slurm, cwd, "--across-nodes", "-m", "embedding", *SHORT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    m = latest(cwd)["models"][0]
+    assert (m["model"], m["verdict"], m["across_nodes"]["agree"]) == ("embedding", "PASS", True)
+    assert sorted(m["across_nodes"]["nodes"]) == ["node1", "node2"]
+    first, second = m["across_nodes"]["nodes"]
+    assert f"embedding: agreed across nodes {first} and {second} (run A: every step and the final hash)" in out, out
+    rows = {c["cell"]: c for c in cells(cwd)["cells"]}
+    assert {(c, r["node"], r["array_index"]) for c, r in rows.items()} == {("embedding@local", first, 0),
+                                                                           ("embedding@local~twin", second, 0)}
+    assert f"cell embedding@local~twin: finished on node {second} in" in err, err
+    job = slurm.run("scontrol", "-o", "show", "job", str(cells(cwd)["job_id"])).stdout.splitlines()
+    assert len(job) == 1 and "NumNodes=2 " in job[0], job  # one array task: the pair, on a two-node allocation
 
 
 @pytest.mark.slow

@@ -20,6 +20,11 @@ its ``srun`` options in the script, and the state, reason and exit code of a tas
 killed come from ``scontrol`` (``sacct`` once the controller has forgotten the job; it needs
 accounting, which small clusters often lack). Four commands and one script read plainly.
 
+``--across-nodes`` makes each array task a pair: the cell on one node and its twin on another
+of the task's two-node allocation, compared as on Ray (``across``); ``slurm_job`` says why a
+node count and not ``--nodelist``, ``--exclude`` or ``--spread-job``. A partition with fewer
+than two nodes that can take jobs is a usage error before anything is submitted.
+
 Ctrl-C or SIGTERM cancels the array (``scancel``) and waits until none of its tasks is left.
 A task that Slurm ends (time limit, node failure, preemption, someone's ``scancel``) is that
 cell's infrastructure error (exit 5) naming Slurm's state, reason and exit code; the other
@@ -40,6 +45,7 @@ from typing import Callable
 from .. import errors
 from ..errors import InfrastructureError, UsageError
 from ..options import RunOptions
+from . import across
 from . import cell as cell_mod
 from . import combine
 from . import slurm_job as job_mod
@@ -52,6 +58,9 @@ CANCEL_WAIT_S = cell_mod.CANCEL_GRACE_S + 30  # a cancelled task's run stops its
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE"}
 RAN = {"COMPLETED", "FAILED"}  # the task's own script ended: the cell's result file says how
+UNUSABLE = ("down", "drain", "drng", "fail", "maint", "inval", "futr", "unk", "npc", "resv")  # sinfo %t: takes no job now
+
+
 def _slurm(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     """One Slurm command; a missing command or an unreachable controller is an infrastructure error."""
     try:
@@ -72,13 +81,31 @@ def _slurm(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def node_cpus(slurm: SlurmOptions) -> int:
-    """The CPUs of the smallest node of the partition: a cell asks for no more."""
-    argv = ["sinfo", "-h", "-o", "%c"] + (["-p", slurm.partition] if slurm.partition else [])
-    counts = [int(x) for x in re.findall(r"\d+", _slurm(*argv).stdout)]
-    if not counts:
-        raise InfrastructureError(f"Slurm lists no node{' in partition ' + slurm.partition if slurm.partition else ''}; "
-                                  "check --partition (`sinfo` lists them)")
-    return min(counts)
+    """The CPUs of the smallest node of the partition: a cell asks for no more. ``--across-nodes``:
+    fewer than two nodes there that can take a job is a usage error (nothing is submitted)."""
+    argv = ["sinfo", "-h", "-N", "-o", "%N %c %t"] + (["-p", slurm.partition] if slurm.partition else [])
+    listed = {name: (int(cpus), state) for name, cpus, state in
+              (line.split()[:3] for line in _slurm(*argv).stdout.splitlines() if len(line.split()) >= 3)
+              if cpus.isdigit()}
+    where = f" in partition {slurm.partition}" if slurm.partition else ""
+    if not listed:
+        raise InfrastructureError(f"Slurm lists no node{where}; check --partition (`sinfo` lists them)")
+    if slurm.across_nodes:
+        usable(listed, where)
+    return min(cpus for cpus, _ in listed.values())
+
+
+def usable(listed: dict[str, tuple[int, str]], where: str) -> list[str]:
+    """The nodes (name -> CPUs, ``sinfo`` state) that can take a job now: neither down, drained,
+    nor unresponsive (``*``); fewer than two cannot hold a cell and its twin (exit 2)."""
+    up = [name for name, (_, state) in listed.items()
+          if not state.startswith(UNUSABLE) and not state.endswith("*")]
+    if len(up) < 2:
+        nodes = f"{len(up)} node{'' if len(up) == 1 else 's'}{where}"
+        raise UsageError(f"--across-nodes runs each model's cell on two nodes, and {nodes} can take "
+                         f"jobs ({', '.join(f'{n} {s}' for n, (_, s) in listed.items())}); name a partition of two "
+                         "or more nodes with --partition, or resume a node (`scontrol update nodename=N state=resume`)")
+    return up
 
 
 @dataclass
@@ -93,6 +120,7 @@ class Task:
     exit_code: str = ""
     restarts: int = 0
     said: str = ""  # the last progress state said for it
+    rank: int = 0  # --across-nodes: 0 the cell, 1 its twin (the task's second node)
 
 
 def run_cells(options: RunOptions, slurm: SlurmOptions, cell_args: tuple[str, ...],
@@ -111,8 +139,10 @@ def run_cells(options: RunOptions, slurm: SlurmOptions, cell_args: tuple[str, ..
     root.mkdir(parents=True, exist_ok=True)
     spool = Path(tempfile.mkdtemp(prefix=f"{options.image_name}-", dir=root))
     try:
-        tasks = [Task(index=i, spec=spec) for i, spec in enumerate(job_mod.write(options, spool, args))]
-        (spool / "job.sh").write_text(job_mod.script(options, slurm, spool, len(tasks), cpus))
+        tasks = [Task(index=i, spec=spec, rank=rank) for i, pair in enumerate(job_mod.write(options, spool, args,
+                                                                                            slurm.across_nodes))
+                 for rank, spec in enumerate(pair)]
+        (spool / "job.sh").write_text(job_mod.script(options, slurm, spool, len({t.index for t in tasks}), cpus))
         out = _slurm("sbatch", "--parsable", *slurm.sbatch_args, str(spool / "job.sh"))
         job = out.stdout.strip().split(";")[0]
         for t in tasks:
@@ -123,7 +153,9 @@ def run_cells(options: RunOptions, slurm: SlurmOptions, cell_args: tuple[str, ..
             cancel(job, progress)
             raise
         done, lost = _collect(job, tasks, spool, progress)
-        return combine.finish(options, done, lost, started, lambda run_dir: _write_cells(run_dir, job, tasks, done, spool))
+        cells, twins = across.split(done, {t.spec.name: t.node for t in tasks})
+        return combine.finish(options, cells, lost, started, lambda run_dir: _write_cells(run_dir, job, tasks, done, spool),
+                              twins)
     finally:
         cell_mod.remove(spool)
         if root != slurm.spool and root.is_dir() and not any(root.iterdir()):
@@ -213,8 +245,9 @@ def _collect(job: str, tasks: list[Task], spool: Path, progress: Callable[[str],
     done: list[cell_mod.CellResult] = []
     lost: list[tuple[str, int]] = []  # (line, exit code)
     for t in tasks:
+        r = job_mod.read_result(job_mod.task_dir(spool, t.index, t.rank)) if t.state in RAN else None
+        t.node = r.node_ip if r is not None and r.node_ip else t.node  # its own node (a pair's NodeList names both)
         where = f"{t.spec.name} (job {job}_{t.index}{', node ' + t.node if t.node else ''})"
-        r = job_mod.read_result(spool / f"cell-{t.index}") if t.state in RAN else None
         if t.state not in RAN:
             why = f"{t.state}" + (f" ({t.reason})" if t.reason and t.reason != "None" else "")
             lost.append((f"cell {where} was ended by Slurm: {why}, exit code {t.exit_code or '?'}; run the cell again",

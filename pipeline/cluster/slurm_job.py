@@ -10,10 +10,25 @@ per run:
     SPOOL/cell-I/slurm.log       its task's output (sbatch --output)
     SPOOL/cell-I/run.tar.gz      its run directory (cell._pack)
     SPOOL/cell-I/goldens/        the golden it recorded (--update-golden)
-    SPOOL/cell-I/result.json     its exit code, host and time; written last: the rest is complete
+    SPOOL/cell-I/result.json     its exit code, host, node and time; written last: the rest is complete
+    SPOOL/cell-I/twin/           --across-nodes: the cell's twin, the same files (its log is the task's)
 
 On its node an array task runs ``python -m reproci.cluster.slurm_job SPOOL I`` from the
 project directory: ``cell.run`` (the Ray cell, unchanged), its result left in the spool.
+
+``--across-nodes``: each array task is a pair, the cell and its twin (``across``), and asks
+for two nodes with one task on each (``--nodes=2 --ntasks-per-node=1``); its script starts
+both with one ``srun``, and each reads its half from ``SLURM_PROCID`` (0: the cell, 1: the
+twin). Distinct nodes are then what the allocation is, not a wish: every Slurm scheduler
+honours a node count, as it must for MPI. The other ways were weighed and set aside:
+``--spread-job`` and ``--distribution`` only order tasks over the nodes a job already has
+(one node may get both); ``--nodelist``/``--exclude`` pin node names, which an array cannot
+vary per task (one job per twin), which needs the first cell's node known before the twin
+is submitted (one queue wait after another), and which leave a job pending for good when a
+named node drains; a heterogeneous job's components may share a node. The cost: a pair
+starts when two nodes are free at once, and holds the faster half's node until the slower
+half ends (the same model and arguments: about the same time). One job id holds both
+halves, so one ``scancel`` ends both.
 """
 
 from __future__ import annotations
@@ -31,6 +46,7 @@ from typing import Iterable
 from ..errors import UsageError
 from ..golden.advice import shown
 from ..options import RunOptions
+from . import across
 from . import cell as cell_mod
 from .ray_driver import cell_goldens_dir, cell_name, golden_files
 
@@ -55,12 +71,13 @@ class SlurmOptions:
     sbatch_args: tuple[str, ...] = ()  # appended to sbatch's command line: they win over reproci's own
     launcher: str = "node"
     spool: Path | None = None
+    across_nodes: bool = False  # each cell and its twin on two nodes of one task's allocation (cluster/across.py)
 
 
 def slurm_options(partition: str | None = None, account: str | None = None, qos: str | None = None,
                   time: str | None = None, gres: str | None = None, gpus_per_task: str | None = None,
-                  sbatch_args: Iterable[str] = (), launcher: str | None = None, spool: Path | None = None
-                  ) -> SlurmOptions:
+                  sbatch_args: Iterable[str] = (), launcher: str | None = None, spool: Path | None = None,
+                  across_nodes: bool = False) -> SlurmOptions:
     if gres is not None and not all(_GRES.match(part) for part in gres.split(",")):
         raise UsageError(f"--gres {gres!r} is not NAME[:TYPE][:COUNT][,...]; write e.g. --gres gpu:1 or --gres gpu:a100:2")
     if time is not None and not _TIME.match(time.strip()):
@@ -69,43 +86,59 @@ def slurm_options(partition: str | None = None, account: str | None = None, qos:
         raise UsageError(f"--gpus-per-task {gpus_per_task!r} is not [TYPE:]COUNT; write e.g. --gpus-per-task 1 or a100:1")
     return SlurmOptions(partition=partition, account=account, qos=qos, time=None if time is None else time.strip(),
                         gres=gres, gpus_per_task=gpus_per_task, sbatch_args=tuple(sbatch_args),
-                        launcher=launcher or "node", spool=spool)
+                        launcher=launcher or "node", spool=spool, across_nodes=across_nodes)
 
 
-def write(options: RunOptions, spool: Path, args: tuple[str, ...]) -> list[cell_mod.CellSpec]:
-    """The spool of a run: the golden shipped to the cells, and each cell's spec (in the order of its array index)."""
+TWIN_DIR = "twin"  # under a cell's spool directory: its twin's (--across-nodes)
+
+
+def write(options: RunOptions, spool: Path, args: tuple[str, ...], across_nodes: bool = False
+          ) -> list[list[cell_mod.CellSpec]]:
+    """The spool of a run: the golden shipped to the cells, and each array task's specs (in the
+    order of its index): its cell, and with ``across_nodes`` the cell's twin (``across.placements``
+    over the task's two srun ranks: the same run, recording no golden, both keeping run A's end)."""
     (spool / "goldens").mkdir()
     for name, data in golden_files(options).items():
         (spool / "goldens" / name).write_bytes(data)
-    specs = []
+    tasks = []
     for i, model in enumerate(options.models):
-        spec = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
+        cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
                                  args=args, goldens_dir=cell_goldens_dir(options), update_golden=options.update_golden,
                                  keep_checkpoints=options.keep_checkpoints)
-        (spool / f"cell-{i}").mkdir()
-        (spool / f"cell-{i}" / "spec.json").write_text(json.dumps(asdict(spec)))
-        specs.append(spec)
-    return specs
+        specs = [spec for _, spec in across.placements((0, 1), 0, cell, across_nodes)]
+        for rank, spec in enumerate(specs):
+            where = task_dir(spool, i, rank)
+            where.mkdir(parents=True)
+            (where / "spec.json").write_text(json.dumps(asdict(spec)))
+        tasks.append(specs)
+    return tasks
 
+
+def task_dir(spool: Path, index: int, rank: int = 0) -> Path:
+    """Where array task ``index``'s cell (rank 0) or its twin (rank 1) is spooled."""
+    return spool / f"cell-{index}" / (TWIN_DIR if rank else "")
 
 
 def script(options: RunOptions, slurm: SlurmOptions, spool: Path, count: int, cpus: int) -> str:
     """The array job's batch script: one task per cell, each running its cell from the spool."""
-    head = [f"--job-name=reproci-{options.image_name}", f"--array=0-{count - 1}",
-            f"--output={spool}/cell-%a/slurm.log", "--ntasks=1", f"--cpus-per-task={cpus}"]
+    pair = slurm.across_nodes
+    head = [f"--job-name=reproci-{options.image_name}", f"--array=0-{count - 1}", f"--output={spool}/cell-%a/slurm.log",
+            *(("--nodes=2", "--ntasks=2", "--ntasks-per-node=1") if pair else ("--ntasks=1",)), f"--cpus-per-task={cpus}"]
     head += [f"--{flag}={value}" for flag, value in (("partition", slurm.partition), ("account", slurm.account),
                                                       ("qos", slurm.qos), ("time", slurm.time), ("gres", slurm.gres),
                                                       ("gpus-per-task", slurm.gpus_per_task)) if value]
     if options.device == "cuda" and not (slurm.gres or slurm.gpus_per_task):
         head.append(f"--gres=gpu:{options.world_size}")  # a CUDA cell's ranks, as a Ray cell asks num_gpus
     project, cell = shlex.quote(str(options.project_root)), f'{shlex.quote(str(spool))} "$SLURM_ARRAY_TASK_ID"'
+    # a pair: one srun, a task on each of the allocation's two nodes (rank 0 the cell, rank 1 its twin)
+    srun = f"srun --ntasks=2 --ntasks-per-node=1 --cpus-per-task={cpus} --label" if pair else "srun --ntasks=1"
     if slurm.launcher == "pyxis":
         mounts = ",".join(dict.fromkeys(f"{p}:{p}" for p in (options.project_root, spool)))
-        run = (f"srun --ntasks=1 --container-image={shlex.quote(options.image_reference or '')} "
+        run = (f"{srun} --container-image={shlex.quote(options.image_reference or '')} "
                f"--container-mounts={shlex.quote(mounts)} --container-workdir={project} "
                f"python3 -m reproci.cluster.slurm_job {cell}")
     else:
-        run = f"{shlex.quote(sys.executable)} -m reproci.cluster.slurm_job {cell}"
+        run = f"{srun + ' ' if pair else ''}{shlex.quote(sys.executable)} -m reproci.cluster.slurm_job {cell}"
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {h}" for h in head), f"cd {project}", f"exec {run}", ""])
 
 
@@ -131,15 +164,16 @@ class _Sent:
     name: str
     exit_code: int
     host: str
-    node_ip: str
+    node_ip: str  # the Slurm node it ran on (SLURMD_NODENAME)
     seconds: float
     stderr_tail: list[str] = field(default_factory=list)
 
 
-def run_task(spool: Path, index: int) -> int:
-    """Run cell ``index`` from the spool in the current directory (the project) and leave its
-    result there; the run's own exit code is in the result (this task exits 0 once it is written)."""
-    where = spool / f"cell-{index}"
+def run_task(spool: Path, index: int, rank: int = 0) -> int:
+    """Run cell ``index`` (rank 1: its twin) from the spool in the current directory (the project)
+    and leave its result there; the run's own exit code is in the result (this task exits 0 once
+    it is written)."""
+    where = task_dir(spool, index, rank)
     for stale in ("result.json", "run.tar.gz"):  # a requeued task starts again
         (where / stale).unlink(missing_ok=True)
     spec = cell_mod.CellSpec(**json.loads((where / "spec.json").read_text()))
@@ -179,4 +213,4 @@ def read_result(where: Path) -> cell_mod.CellResult | None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_task(Path(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(run_task(Path(sys.argv[1]), int(sys.argv[2]), int(os.environ.get("SLURM_PROCID", "0"))))

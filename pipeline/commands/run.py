@@ -12,9 +12,7 @@ import click
 
 from .. import console, options as options_mod, orchestrate
 from ..reports.progress import RunProgress
-from ..reports.findings import print_findings
-from ..reports import variance as variance_report
-from ..reports.terminal import print_report, print_throughput
+from ..stages import registry
 
 _OPTIONS = [
     click.option("--image", help="Container image to run in (manifest name or any reference). Omit for the local backend."),
@@ -27,8 +25,9 @@ _OPTIONS = [
     click.option("--node-label", "node_labels", multiple=True,
                  help="--backend ray: only nodes with this label, KEY=VALUE (repeatable), e.g. ray.io/accelerator-type=H100."),
     click.option("--across-nodes", is_flag=True, default=None,
-                 help="--backend ray: run each model's cell on two nodes and compare their runs A step by step, so that "
-                      "results are proven to agree across machines of one image (twice the cells)."),
+                 help="--backend ray or slurm: run each model's cell on two nodes and compare their runs A step by step, "
+                      "so that results are proven to agree across machines of one image (twice the cells; on Slurm "
+                      "each task asks for two nodes, --nodes=2 --ntasks-per-node=1)."),
     click.option("--partition", help="--backend slurm: the partition (sbatch --partition)."),
     click.option("--account", help="--backend slurm: the account charged (sbatch --account)."),
     click.option("--qos", help="--backend slurm: the quality of service (sbatch --qos)."),
@@ -131,8 +130,9 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
     """--backend checked against --image; the Ray or Slurm backend's options (None for the others)."""
     backend, address, labels = kwargs.pop("backend", None), kwargs.pop("address", None), kwargs.pop("node_labels", ())
     across = bool(kwargs.pop("across_nodes", None))
-    if across and backend != "ray":
-        raise options_mod.UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray")
+    if across and backend not in ("ray", "slurm"):
+        raise options_mod.UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray "
+                                     "or --backend slurm")
     slurm = {k: kwargs.pop(k, None) for k in SLURM_ONLY}
     given = next((k for k, v in slurm.items() if v not in (None, ())), None)
     if given and backend != "slurm":
@@ -146,7 +146,7 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
         if address or labels:
             raise options_mod.UsageError(f"{'--address' if address else '--node-label'} places cells on a Ray cluster: "
                                          "add --backend ray")
-        return backend, None if backend != "slurm" else _slurm(slurm)
+        return backend, None if backend != "slurm" else replace(_slurm(slurm), across_nodes=across)
     from ..cluster import ray_driver
 
     return backend, replace(ray_driver.cluster_options(address, labels), across_nodes=across)
@@ -180,16 +180,7 @@ def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None 
             document, path, lost = engine.run_cells(opts, cluster, args, progress)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
-    if "determinism" in opts.stages:
-        print_report(document, out, str(path), err)
-    if "throughput" in opts.stages:
-        print_throughput(document, out, None if "determinism" in opts.stages else str(path), err)
-    if "variance" in opts.stages:
-        for line in variance_report.terminal_lines(document):
-            out.print(line, highlight=False, markup=False)
-        if not {"determinism", "throughput"} & set(opts.stages):
-            out.print(f"determinism not checked (variance stage only)\nresults: {path}", highlight=False, markup=False)
-    print_findings(document, out, None if {"determinism", "throughput", "variance"} & set(opts.stages) else str(path))
+    registry.print_run(document, opts.stages, out, err, path)
     g = document.get("golden") or {}
     if g.get("updated"):
         out.print(f"golden recorded: {g['file']} (review and commit it)")
