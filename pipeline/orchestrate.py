@@ -22,7 +22,7 @@ from .golden import store as golden_store
 from .golden.folder import require_folder
 from .reports import github, history, webhook
 from .runner import RunContext
-from .stages import registry, throughput
+from .stages import model_entry, registry
 from .stages.registry import StageRun
 
 
@@ -67,7 +67,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             if on_step is not None:
                 ctx.on_step = on_step
             run = StageRun(options=options, ctx=ctx, project_commit=commit, image=image, old_golden=old_golden)
-            models = [throughput.unchecked_entry(options, m) for m in options.models]  # NOT_CHECKED until a stage says
+            models = [model_entry.new(options, m) for m in options.models]  # NOT_CHECKED until a stage says
             stages = registry.selected(options.stages)
             for stage in stages:
                 stage.run(run, models)

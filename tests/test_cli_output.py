@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -15,6 +16,7 @@ from reproci import console as console_mod
 from reproci import errors, verdicts
 from reproci.golden.environment import affects_results, split_packages
 from reproci.reports import goldens, terminal
+from reproci.stages import registry
 
 from .helpers import model_entry
 
@@ -128,16 +130,14 @@ def test_json_of_a_results_file_is_the_typed_document(files):
 
 
 def test_a_throughput_regression_is_one_warning_line_whichever_stages_ran():
-    """With the determinism stage, ``print_report`` says every warning, the regression among
-    them; the throughput table does not repeat it. Throughput alone: the table's turn."""
+    """With the determinism stage, its report says every warning, the regression among them;
+    the throughput table does not repeat it. Throughput alone: ``print_run`` says them once."""
     doc = throughput_document()
     doc["models"][0]["throughput_regression"] = "strict 1.40× slower than the golden's 1.10× [slowdown-factor]"
 
     def shown(stages: tuple[str, ...]) -> str:
         out, err = (Console(file=io.StringIO(), width=400, soft_wrap=True) for _ in range(2))
-        if "determinism" in stages:
-            terminal.print_report(doc, out, None, err)
-        terminal.print_throughput(doc, out, None if "determinism" in stages else "results.json", err)
+        registry.print_run(doc, stages, out, err, Path("results.json"))
         return err.file.getvalue()
 
     line = "warning: transformer: strict 1.40× slower than the golden's 1.10× [slowdown-factor]"

@@ -306,7 +306,7 @@ def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():
                 Console(file=io.StringIO(), width=200, soft_wrap=True))
     said = epochs.repeated(1, "first 2 batches compared")
     print_report({"models": [{"model": "m", "verdict": verdicts.PASS, "message": f"A = B = C; warning: {said}",
-                              "epoch_order": said}], "image": {"name": "local"}}, out, None, err)
+                              "epoch_order": said}], "image": {"name": "local"}}, out, err)
     assert f"warning: m: {said}" in err.file.getvalue()
 
 

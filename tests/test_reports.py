@@ -281,7 +281,7 @@ def _terminal(doc: dict) -> tuple[str, str]:
     from reproci.reports import terminal
 
     out, err = (Console(file=io.StringIO(), width=400, soft_wrap=True, highlight=False) for _ in range(2))
-    terminal.print_report(doc, out, "results/r1/results.json", err)
+    terminal.print_report(doc, out, err)
     return out.file.getvalue(), err.file.getvalue()
 
 

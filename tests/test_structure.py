@@ -24,8 +24,6 @@ OVER_BUDGET = {
 FUNCTIONS_OVER_BUDGET = {
     "reproci.runner.run_worker": "one run's launch, every way it can fail (with its own message) and its record read "
                                  "back, in the order they happen",
-    "reproci.stages.determinism.run_model": "A, B and C of one model and every check of its verdict (replicas, census, "
-                                            "controls, warnings), in the order they decide it",
 }
 
 

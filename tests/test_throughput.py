@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from reproci import verdicts
 from reproci.models import resolve_all
 from reproci.options import RunOptions, build
 from reproci.stages import sampling, throughput
@@ -111,7 +112,7 @@ def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run
     assert "×  [" in r.stdout.replace("× [", "×  [")  # "1.02× [0.99, 1.05]"
     assert "determinism not checked" in r.stdout
     entry = model_entry(doc, "embedding")
-    assert entry["verdict"] == throughput.NOT_CHECKED  # no reproducibility claim without that stage
+    assert entry["verdict"] == verdicts.NOT_CHECKED  # no reproducibility claim without that stage
     run_dir = cli.cwd / "results" / doc["run_id"]
     entry["throughput_batch"] = json.loads((run_dir / entry["throughput"]["records"][0]).read_text())["batch_size"]
     assert doc["summary"]["exit_code"] == 0

@@ -1,6 +1,7 @@
-"""What ``reproci run`` prints for the op audit and the portability probes: one table each,
-a row per finding or probe. The rows are made once, in ``stages.audit.rows`` and
-``stages.probes.rows``; Markdown and HTML show the same rows."""
+"""What ``reproci run`` prints for the op audit, the portability probes and the bisection: one
+table each, a row per finding, probe or model; each stage prints its own (``stages.registry``).
+The rows are made once, in ``stages.audit.rows`` and ``stages.probes.rows``; Markdown and HTML
+show the same rows."""
 
 from __future__ import annotations
 
@@ -65,19 +66,36 @@ def bisect_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
-def print_findings(document: dict[str, Any], console: Console, results_path: str | None = None) -> None:
-    """The audit, probe and bisection tables, where those stages ran (the one line of a bisect or
-    blame that had nothing to do); the results path when no other table printed it."""
-    printed = False
-    for table in (audit_table(document), probes_table(document), bisect_table(document)):
-        if table is not None:
-            console.print(table)
-            printed = True
-    for line in (bisect.nothing(document), blame.nothing(document)):  # a bisect or blame with nothing to do
-        if line:
-            console.print(line, highlight=False, markup=False)
-    if printed and (document.get("options") or {}).get("probes_fail") and any(
+def print_audit(document: dict[str, Any], console: Console) -> None:
+    """The op audit's table, where it found anything to say."""
+    table = audit_table(document)
+    if table is not None:
+        console.print(table)
+
+
+def print_probes(document: dict[str, Any], console: Console) -> None:
+    """The probes' table; with ``--probes-fail``, the line saying a dependency fails the run."""
+    table = probes_table(document)
+    if table is None:
+        return
+    console.print(table)
+    if (document.get("options") or {}).get("probes_fail") and any(
             (m.get("probes") or {}).get("depends") for m in document.get("models") or []):
         console.print("portability dependencies found and --probes-fail is set: this run fails (exit 1)", highlight=False)
-    if printed and results_path:
-        console.print(f"results: {results_path}", highlight=False, markup=False)
+
+
+def print_bisect(document: dict[str, Any], console: Console) -> None:
+    """The bisection's table, or its one line when it had nothing to do."""
+    table = bisect_table(document)
+    if table is not None:
+        console.print(table)
+    line = bisect.nothing(document)
+    if line:
+        console.print(line, highlight=False, markup=False)
+
+
+def print_blame(document: dict[str, Any], console: Console) -> None:
+    """The blame's one line when it had nothing to do (what it found is in the verdict's message)."""
+    line = blame.nothing(document)
+    if line:
+        console.print(line, highlight=False, markup=False)

@@ -1,4 +1,6 @@
-"""What ``reproci run`` prints: the verdict table, verdicts first, then the throughput table."""
+"""What ``reproci run`` prints for the determinism stage (the verdict table, verdicts first, each
+model's message and warnings) and for the throughput stage (its table); ``stages.registry.print_run``
+puts the stages' parts together."""
 
 from __future__ import annotations
 
@@ -37,8 +39,7 @@ def verdict_table(document: dict[str, Any]) -> Table:
     return t
 
 
-def print_report(document: dict[str, Any], console: Console, results_path: str | None = None,
-                 err: Console | None = None) -> None:
+def print_report(document: dict[str, Any], console: Console, err: Console | None = None) -> None:
     """The verdict table and each model's verdict message on ``console`` (the results); its
     warnings and the NEW notice on ``err`` (see ``reproci.console``)."""
     err = err or console
@@ -63,8 +64,6 @@ def print_report(document: dict[str, Any], console: Console, results_path: str |
                   f"themselves. Record with `{record}`"
                   + (" (CI mode: this fails)" if ci else ""),
                   highlight=False)
-    if results_path:
-        console.print(f"results: {results_path}", highlight=False, markup=False)
 
 
 def print_warnings(m: dict[str, Any], err: Console, said: str = "") -> None:
@@ -94,12 +93,9 @@ def throughput_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
-def print_throughput(document: dict[str, Any], console: Console, results_path: str | None = None,
-                     err: Console | None = None) -> None:
-    """The throughput table and its failures; with ``results_path``, a run without the
-    determinism stage, which therefore makes no reproducibility claim: then the models'
-    warnings (a throughput regression among them) are said here, as ``print_report`` does."""
-    err = err or console
+def print_throughput(document: dict[str, Any], console: Console) -> None:
+    """The throughput table, its sampling notes and its failures (the models' warnings, a
+    throughput regression among them, are the determinism report's, else ``registry.print_run``'s)."""
     t = throughput_table(document)
     if t is not None:
         console.print(t)
@@ -110,8 +106,3 @@ def print_throughput(document: dict[str, Any], console: Console, results_path: s
     for r in throughput_rows(document):
         if r["error"]:
             console.print(f"[bold]{r['model']}[/]: throughput failed: {escape(str(r['error']))}", highlight=False)
-    if results_path:
-        for m in document.get("models", []):
-            print_warnings(m, err)
-        console.print("determinism not checked (throughput stage only; add --stage determinism)", highlight=False)
-        console.print(f"results: {results_path}", highlight=False)

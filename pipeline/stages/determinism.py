@@ -30,7 +30,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.process.spec import WorkerSpec
-from . import causes, census, coverage, epochs, replicas, sidestate
+from . import causes, census, coverage, epochs, model_entry, replicas, sidestate
 from .explain import controls_sentence, controls_switched_off, describe, evidence_of
 
 
@@ -159,12 +159,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     t0 = time.monotonic()
     specs = plan(options, model, project_commit=project_commit, image=image)
     records: dict[str, dict[str, Any]] = {}
-    result: dict[str, Any] = {
-        "model": model.name, "ref": model.ref if not model.plugin else model.ref, "plugin": model.plugin,
-        "description": model.description, "source": str(model.source), "code_sha256": model.code_sha256,
-        "steps": options.steps, "resume_at": options.resume_at, "seed": options.seed,
-        "fault": options.fault, "world_size": options.world_size,
-    }
+    result = model_entry.new(options, model)
     try:
         _run_all(options, ctx, specs, records)
         ranks = replicas.load(ctx.run_dir / model.name, tuple(records), options.world_size)

@@ -24,19 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import verdicts
 from ..models import ModelRef
 from ..options import RunOptions
 from ..errors import WorkerFailed
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import PROFILE_STEPS, WorkerSpec
 from . import lockstep, sampling
-from .entry import add_result
+from .model_entry import add_result
 
 SUMMARY_VERSION = 1
 BASELINE = "default"
 MODES = ("strict", "default")  # bookkeeping is optional: pass modes=("strict", "default", "bookkeeping")
-NOT_CHECKED = verdicts.NOT_CHECKED  # verdict of a model whose determinism stage did not run
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 2000
 NOISY_WIDTH = 0.06  # an interval wider than 6 % of the median marks the measurement noisy
@@ -209,17 +207,6 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     result["cpus"] = by_mode[BASELINE][1].get("cpus")  # where a CPU pair took its turns
     result["seconds"] = round(time.monotonic() - t0, 3)
     return result
-
-
-def unchecked_entry(options: RunOptions, model: ModelRef) -> dict[str, Any]:
-    """A model entry for a run without the determinism stage: no reproducibility claim."""
-    return {
-        "model": model.name, "ref": model.ref, "plugin": model.plugin, "description": model.description,
-        "source": str(model.source), "code_sha256": model.code_sha256, "steps": options.steps,
-        "seed": options.seed, "verdict": NOT_CHECKED,
-        "message": f"determinism not checked (stages: {', '.join(options.stages)})", "final_sha256": None, "runs": {},
-        "evidence": None, "error": None, "records": {}, "seconds": 0.0,
-    }
 
 
 def attach(entry: dict[str, Any], result: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from ..options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec
 from .determinism import base_spec
-from .entry import add_result
+from .model_entry import add_result
 
 SUMMARY_VERSION = 1
 FINAL_LOSS = "final_loss"  # the last step's training loss
