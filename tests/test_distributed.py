@@ -149,17 +149,36 @@ def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
 
 # -- world size 2 on the CPU, gloo ------------------------------------------------------------
 
-@pytest.mark.slow
-def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(tmp_path):
+def _torchrun_folders() -> set[Path]:
+    """What torchrun left in the system's temporary directory (``torchelastic_*``)."""
+    import tempfile
+
+    return set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """One real ``reproci run --world-size 2`` of ``ddp.sharded``, strict stage and its cost:
+    its output, results document, run directory, and the torchrun folders it added to the
+    system's temporary directory."""
+    tmp_path = tmp_path_factory.mktemp("sharded")
+    before = _torchrun_folders()
     out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "6", "--resume-at", "3",
                         "-s", "determinism", "-s", "throughput", "--repetitions", "1")
-    assert out.returncode == 0, out.stderr
+    added = _torchrun_folders() - before
+    assert out.returncode == 0, out.stdout + out.stderr
     doc = Cli(tmp_path).latest()
+    return {"out": out, "doc": doc, "work": tmp_path / "results" / doc["run_id"] / "ddp.sharded", "added": added}
+
+
+@pytest.mark.slow
+def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(sharded):
+    out, doc = sharded["out"], sharded["doc"]
     entry = model_entry(doc, "ddp.sharded")
     assert entry["verdict"] == verdicts.NEW and entry["message"].startswith("A = B = C: bitwise reproducible")
     assert entry["world_size"] == 2 and doc["options"]["world_size"] == 2 and doc["environment"]["world_size"] == 2
     assert entry["epoch_order"] is None and entry["shared_batches"] is None and "warning" not in entry["message"]
-    work = tmp_path / "results" / doc["run_id"] / "ddp.sharded"
+    work = sharded["work"]
     rank1 = json.loads((work / "record-C.rank1.json").read_text())
     assert rank1["distributed"] == {"rank": 1, "world_size": 2, "backend": "gloo",
                                     "ddp": {"wrapped_by": "harness", "bucket_cap_mb": 25, "broadcast_buffers": True}}
@@ -354,19 +373,11 @@ def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
 
 
 @pytest.mark.slow
-def test_torchrun_keeps_its_files_in_the_run_directory(tmp_path):
+def test_torchrun_keeps_its_files_in_the_run_directory(sharded):
     """Each torchrun launch made a ``torchelastic_*`` folder in the system's temporary directory
     and left it there (three per model). With its ``--log-dir`` in the run directory, a real run
-    of two ranks adds none, and torchrun's folders are the run's own."""
-    import tempfile
-
-    def leftovers() -> set[Path]:
-        return set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
-
-    before = leftovers()
-    out = Cli(tmp_path)("run", "-m", f"{DDP}:sharded", "--world-size", "2", "--steps", "4", "--resume-at", "2")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert leftovers() - before == set()
-    doc = Cli(tmp_path).latest()
-    launches = list((tmp_path / "results" / doc["run_id"] / "ddp.sharded" / "torchrun").iterdir())
-    assert len(launches) == 3  # A, B and C: a folder per launch, each under the run directory
+    of two ranks adds none, and torchrun's folders are the run's own: one per launch, A, B and C
+    and the throughput stage's two (one repetition of each mode)."""
+    assert sharded["added"] == set()
+    launches = list((sharded["work"] / "torchrun").iterdir())
+    assert len(launches) == 3 + 2 == len(list(sharded["work"].glob("spec-*.json")))
