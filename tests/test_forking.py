@@ -73,6 +73,28 @@ def comparable(facts: dict, work: Path) -> dict:
 SPEC = WorkerSpec(model_ref=FACTS, model_name="facts", role="A", steps=3, seed=5, output="record-A.json")
 
 
+@pytest.fixture(scope="module")
+def forking_backend():
+    """A backend with fork servers that tests of SPEC's launch environment share: its server starts once."""
+    backend = local.LocalBackend(build({"fork_server": True}, env={}))
+    yield backend
+    backend.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def plain_pair(tmp_path_factory, forking_backend):
+    """SPEC run once fresh (``--no-fork-server``) and once forked: the results and facts of both,
+    and the folder each ran in. Several promises read this one pair."""
+    work = tmp_path_factory.mktemp("plain-pair")
+    fresh_backend = local.LocalBackend(build({"fork_server": False}, env={}))
+    try:
+        fresh_result, fresh = launch(fresh_backend, SPEC, work / "fresh")
+    finally:
+        fresh_backend.__exit__(None, None, None)
+    forked_result, forked = launch(forking_backend, SPEC, work / "forked")
+    return {"fresh": (fresh_result, fresh), "forked": (forked_result, forked), "work": work}
+
+
 @pytest.mark.parametrize("change", [
     {},
     pytest.param({"hash_seed": 123}, marks=pytest.mark.slow, id="hash-seed-probe"),
@@ -80,8 +102,15 @@ SPEC = WorkerSpec(model_ref=FACTS, model_name="facts", role="A", steps=3, seed=5
     pytest.param({"cpu_isa": "avx2"}, marks=pytest.mark.slow, id="cpu-isa-cap"),
     pytest.param({"env": {"REPROCI_TEST_VAR": "probe"}}, marks=pytest.mark.slow, id="spec-variable"),
 ], ids=lambda c: "strict" if not c else None)
-def test_a_forked_run_sees_what_a_fresh_interpreter_sees(backends, tmp_path, change) -> None:
-    fresh, forked = both(backends, dataclasses.replace(SPEC, **change), tmp_path)
+def test_a_forked_run_sees_what_a_fresh_interpreter_sees(backends, tmp_path, change, request) -> None:
+    if change:
+        fresh, forked = both(backends, dataclasses.replace(SPEC, **change), tmp_path)
+    else:  # SPEC itself: the module's pair
+        pair = request.getfixturevalue("plain_pair")
+        (fresh_result, fresh), (forked_result, forked) = pair["fresh"], pair["forked"]
+        assert fresh_result.returncode == 0 == forked_result.returncode, (fresh_result.log_tail, forked_result.log_tail)
+        assert fresh_result.launch["mode"] == "fresh" and forked_result.launch == {"mode": "forked"}
+        tmp_path = pair["work"]
     assert comparable(forked, tmp_path / "forked") == comparable(fresh, tmp_path / "fresh")
     assert forked["hash_randomization"] == 1 and forked["session_leader"] and forked["parent_is_launcher"]
     assert forked["argv"][0].endswith(os.path.join("pipeline", "worker", "__main__.py"))
@@ -91,14 +120,14 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(backends, tmp_path, cha
         assert forked["env"]["PYTHONHASHSEED"] == "123"
 
 
-def test_a_run_ends_as_its_interpreter_would_forked_or_fresh(backends, tmp_path) -> None:
+def test_a_run_ends_as_its_interpreter_would_forked_or_fresh(plain_pair) -> None:
     """Runs end without tearing torch's modules down (about 0.2 s a run), but what an exit
     does that anyone can see still happens: a non-daemon thread is joined, then the atexit
     handlers run, and the output is flushed into the run's log."""
-    for name, fork_server in (("fresh", False), ("forked", True)):
-        result, _ = launch(backends(fork_server), SPEC, tmp_path / name)
+    for name in ("fresh", "forked"):
+        result, _ = plain_pair[name]
         assert result.returncode == 0, result.log_tail
-        assert (tmp_path / name / "exit.txt").read_text() == "thread atexit", name
+        assert (plain_pair["work"] / name / "exit.txt").read_text() == "thread atexit", name
         assert "unflushed line at exit" in result.log_tail, name
 
 
@@ -202,8 +231,8 @@ def test_a_dead_server_falls_back_to_a_fresh_process_with_one_warning(backends, 
 
 
 @pytest.mark.slow
-def test_a_forked_run_past_its_timeout_is_killed_with_everything_it_started(backends, tmp_path) -> None:
-    result, seen = launch(backends(), dataclasses.replace(SPEC, model_ref=HANGS), tmp_path / "h", timeout=4)
+def test_a_forked_run_past_its_timeout_is_killed_with_everything_it_started(forking_backend, tmp_path) -> None:
+    result, seen = launch(forking_backend, dataclasses.replace(SPEC, model_ref=HANGS), tmp_path / "h", timeout=4)
     assert result.launch == {"mode": "forked"} and result.timed_out and result.returncode == -signal.SIGKILL
     assert seen is not None and left_behind(tmp_path) == []  # the run and the grandchild it started
 
@@ -263,8 +292,8 @@ def test_a_launcher_killed_by_sigkill_takes_its_servers_and_their_runs_with_it(t
     assert left == [seen["child"]]  # and nothing else: no server, no run
 
 
-def test_no_fork_server_starts_every_run_fresh(backends, tmp_path) -> None:
-    result, _ = launch(backends(fork_server=False), SPEC, tmp_path / "n")
+def test_no_fork_server_starts_every_run_fresh(plain_pair) -> None:
+    result, _ = plain_pair["fresh"]
     assert result.returncode == 0 and result.launch == {"mode": "fresh", "why": "--no-fork-server"}
 
 
