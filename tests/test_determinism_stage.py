@@ -11,7 +11,7 @@ import pytest
 
 from reproci import errors
 
-from .helpers import PLUGINS, ROOT, interruptible, left_behind, model_entry, said
+from .helpers import PLUGINS, ROOT, Cli, interruptible, left_behind, model_entry, said
 
 pytestmark = pytest.mark.slow
 FAULTY = PLUGINS / "faulty.py"
@@ -108,17 +108,28 @@ def test_plugins_prove_each_verdict_names_its_cause(reproci):
     assert p.returncode == errors.EXIT_REPRO_FAILURE
 
 
-@pytest.mark.parametrize("factory, fragment", [
-    ("not_a_setup", "breaks the plugin contract"),
-    ("unseeded_loader", "nothing seeds its order"),
-    ("crash_at_step_3", "illegal memory access"),
-    ("nan_loss", "the loss is nan from step 3; at the end 8 state tensors hold non-finite values, first param:0.weight"),
-])
-def test_broken_plugins_are_errors_with_one_line_messages(reproci, factory, fragment):
-    p = reproci("run", *SHORT, "-m", f"{FAULTY}:{factory}")
-    assert p.returncode == errors.EXIT_RUN_ERROR
-    m = reproci.latest()["models"][0]
-    assert m["verdict"] == "ERROR" and fragment in m["message"] and "\n" not in m["message"]
+BROKEN = {
+    "not_a_setup": "breaks the plugin contract",
+    "unseeded_loader": "nothing seeds its order",
+    "crash_at_step_3": "illegal memory access",
+    "nan_loss": "the loss is nan from step 3; at the end 8 state tensors hold non-finite values, first param:0.weight",
+}
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """One ``reproci run`` of every broken plugin: its output and results document."""
+    cli = Cli(tmp_path_factory.mktemp("broken"))
+    p = cli("run", *SHORT, *[a for f in BROKEN for a in ("-m", f"{FAULTY}:{f}")])
+    return p, cli.latest()
+
+
+@pytest.mark.parametrize("factory", list(BROKEN))
+def test_broken_plugins_are_errors_with_one_line_messages(broken, factory):
+    p, doc = broken
+    assert p.returncode == errors.EXIT_RUN_ERROR, p.stdout + p.stderr
+    m = model_entry(doc, f"faulty.{factory}")
+    assert m["verdict"] == "ERROR" and BROKEN[factory] in m["message"] and "\n" not in m["message"]
     assert f"{m['model']}: ERROR: {m['message']}" in " ".join(p.stdout.split())  # what the user reads
 
 
