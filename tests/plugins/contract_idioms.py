@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-from transformers import GPT2Config, GPT2LMHeadModel, get_linear_schedule_with_warmup
 
 from reproci import EveryEpoch, ModelContext, TrainSetup
 
@@ -42,6 +41,15 @@ def _mse(m: nn.Module, b: Any) -> torch.Tensor:
     return nn.functional.mse_loss(m(b[0]), b[1])
 
 
+def _gpt2(ctx: ModelContext) -> nn.Module:
+    """A one-layer HF GPT-2. transformers is imported here, by the models that use it: the
+    others need not pay for its import in every run."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(ctx.seed)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16, n_layer=1, n_head=2)).to(ctx.device)
+
+
 def _lr(*optimizers: torch.optim.Optimizer) -> Any:
     return lambda model: {f"lr{i}": o.param_groups[0]["lr"] for i, o in enumerate(optimizers)}
 
@@ -50,8 +58,9 @@ def gpt2_accumulated(ctx: ModelContext) -> TrainSetup:
     """HF GPT-2 as HF users train it: the loss is the model's own output (a ModelOutput with
     .loss), 2 micro-batches per step, linear warmup and decay over ctx.steps, and a weight
     EMA updated after each optimizer step."""
-    torch.manual_seed(ctx.seed)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16, n_layer=1, n_head=2)).to(ctx.device)
+    from transformers import get_linear_schedule_with_warmup
+
+    model = _gpt2(ctx)
     g = torch.Generator().manual_seed(ctx.seed)
     ids = torch.randint(0, VOCAB, (SAMPLES, SEQ), generator=g)
     data = [{"input_ids": row, "labels": row} for row in ids]
@@ -177,8 +186,7 @@ def loss_per_sample(ctx: ModelContext) -> TrainSetup:
 
 def gpt2_without_labels(ctx: ModelContext) -> TrainSetup:
     """HF GPT-2 called without labels: its ModelOutput's loss is None."""
-    torch.manual_seed(ctx.seed)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=16, n_layer=1, n_head=2)).to(ctx.device)
+    model = _gpt2(ctx)
     ids = torch.randint(0, VOCAB, (SAMPLES, SEQ), generator=torch.Generator().manual_seed(ctx.seed))
     loader = torch.utils.data.DataLoader([{"input_ids": r} for r in ids], batch_size=BATCH, shuffle=True,
                                          generator=ctx.generator())
