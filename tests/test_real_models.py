@@ -33,7 +33,7 @@ AGREE = "A = B = C: bitwise reproducible, resume exact"
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """One real run of every factory: its results document and its run directory."""
     cli = Cli(tmp_path_factory.mktemp("real-libs"))
-    refs = [a for f in FACTORIES for a in ("-m", f"{PLUGIN}:{f}")] + ["-m", f"{LIGHTNING}:build", "-m", f"{LIGHTNING}:adapted"]
+    refs = [a for f in FACTORIES for a in ("-m", f"{PLUGIN}:{f}")] + ["-m", f"{LIGHTNING}:build"]
     p = cli("run", "--steps", "12", "--resume-at", "6", "--jobs", "2", *refs)
     assert (cli.cwd / "results" / "latest.json").is_file(), p.stdout + p.stderr
     doc = cli.latest()
@@ -118,12 +118,11 @@ def test_enable_full_determinism_is_not_taken_for_switching_determinism_off(run)
 
 
 def test_the_libraries_own_switches_through_the_adapters_coexist_with_reproci(run):
-    """TrainingArguments(full_determinism=True) through hf_setup, and lightning_setup(deterministic=True)
-    (Lightning's own _set_torch_flags, as Trainer(deterministic=True) applies it): both pass."""
+    """TrainingArguments(full_determinism=True) through hf_setup passes. (Its Lightning twin,
+    lightning_setup(deterministic=True) in ``lightning_module.py:adapted``, runs with the same
+    steps and resume point in tests/test_adapters.py, which holds it to PASS against a golden
+    with no warning: the same model is not run twice.)"""
     assert_agrees(entry(run, "gpt2_adapted_full_determinism"))
-    m = model_entry(run["doc"], "lightning_module.adapted")
-    assert_agrees(m)
-    assert "warning" not in m["message"], m["message"]
 
 
 def test_an_undeclared_weight_ema_is_resume_broken_and_a_declared_one_passes(run):
