@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .process.failure import compiler_failure, own_frames
+from .run_record import FailedRun
 from .process.exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
                         EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_NON_FINITE, EXIT_OK,
                         EXIT_USAGE)
@@ -117,16 +118,13 @@ def main(argv: list[str]) -> int:
     try:
         from .train import run
 
-        record = run(spec, spec_file)
-        _write(out, record)
+        _write(out, run(spec, spec_file).to_json())
         return EXIT_OK
     except BaseException as e:  # noqa: BLE001 - every failure becomes an error record
         kind, code = _classify(e)
         message = _message(e, kind)
-        _write(out, {
-            "schema": "reproci.run", "version": 1, "status": "error", "error_kind": kind, "message": message,
-            "traceback": traceback.format_exc()[-4000:], "model": spec.model_name, "role": spec.role,
-        })
+        _write(out, FailedRun(error_kind=kind, message=message, traceback=traceback.format_exc()[-4000:],
+                              model=spec.model_name, role=spec.role).to_json())
         print(f"reproci worker: {message}", file=sys.stderr)
         return code
 

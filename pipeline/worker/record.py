@@ -1,9 +1,10 @@
-"""A run's record: what one training process reports (schema ``reproci.run``).
+"""A run's record: what one training process reports (``run_record.RunRecord``).
 
 Per step a run keeps its loss and, with fingerprints, the checksums of its batch and of
 its state (``Trace``), on the device until the run ends. ``build`` then gathers these,
-the final hash, the attestations, the timings and the environment into one JSON-ready
-dict, the only thing the orchestrator reads back from the process.
+the final hash, the attestations, the timings, the environment and the facts of the run's
+set-up (``Finish``) into the one ``RunRecord``, the only thing the orchestrator reads back
+from the process.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from .state.state import transient_buffers
 from .process.spec import WorkerSpec
 from .timing import StepClock
 from .turns import Turns
+from .run_record import RunRecord, Timings
 
-RECORD_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,20 @@ class Start:
     t: float  # time.perf_counter() when the run began
     attestation: dict[str, Any]  # the determinism controls, proven in effect before set-up
     steady_allocator: bool
+
+
+@dataclass(frozen=True)
+class Finish:
+    """What the training loop knows of a run once its steps are taken, beside its ``Trace``."""
+
+    final: tuple[str, dict[str, str]]  # the final hash of the whole state, and per tensor
+    attestations: dict[str, Any]  # the determinism controls at the start, the checkpoint and the end
+    execution: dict[str, Any]  # compile and autocast facts (train._execution_facts)
+    perturbed: dict[str, Any] | None  # what a portability probe changed
+    census: Any  # the state outside the checkpoint (census.Points.to_record)
+    extra_state_sha256: dict[str, str | None] | None  # get_extra_state, hashed at the checkpoint and the end
+    distributed: dict[str, Any] | None  # ranks and wrapping (distributed.describe)
+    build_s: float  # the plugin's factory, of set-up
 
 
 class Trace:
@@ -79,72 +94,87 @@ class Trace:
 
 
 def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Start, trace: Trace, faults: Faults,
-          attestations: dict[str, Any], watch: ControlWatch, clock: StepClock, turns: Turns | None,
-          final: tuple[str, dict[str, str]]) -> dict[str, Any]:
-    """The record of a run that finished its steps."""
+          watch: ControlWatch, clock: StepClock, turns: Turns | None, finish: Finish) -> RunRecord:
+    """The record of a run that finished its steps: made here, once. The held-out evaluation the
+    spec asks for runs last (it never touches the final hash), and the time after the last step
+    is split into the checks, hash and record (``finish_s``) and the evaluation (``eval_s``)."""
     strict = spec.mode == "strict"
     loss_values = torch.stack(trace.losses).cpu().tolist() if trace.losses else []
     batch_sums, batch_contents = trace.batches.values()
-    return {
-        "schema": "reproci.run",
-        "version": RECORD_VERSION,
-        "status": "ok",
-        "model": spec.model_name,
-        "model_ref": spec.model_ref,
-        "role": spec.role,
-        "mode": spec.mode,
-        "seed": spec.seed,
-        "start_step": trace.start_step,
-        "end_step": pos.step,
-        "steps": spec.steps,
-        "fault": spec.fault,
-        "fault_detail": faults.detail(),
-        "attestation": start.attestation,
-        "attestations": attestations,
-        "controls": {"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
-        "replayed": pos.replayed,
-        "loader": loader.describe_setup(setup),
-        "environment": envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
-        "packages": envinfo.packages() if spec.role in ("A", "golden") else None,
-        "config": setup.config,
-        "batch_size": setup.batch_size,
-        "accumulate": setup.accumulate,
-        "initial_fingerprint": trace.initial,
-        "batch_checksum": BATCH_CHECKSUM,
-        "fingerprint_scheme": FINGERPRINT_SCHEME,  # what a row holds for a tensor absent at a step
-        "tensor_names": trace.fps.names if trace.fps is not None else [],
-        "fingerprints": trace.fps.to_lists() if trace.fps is not None else [],
-        "batch_fingerprints": batch_sums,
-        "batch_contents_scheme": BATCH_CONTENTS,
-        "batch_contents": batch_contents,
-        "batch_opaque": trace.opaque,
-        "batch_epochs": trace.epochs,
-        "losses": [v if math.isfinite(v) else repr(v) for v in loss_values],
-        "final_sha256": final[0],
-        "tensor_sha256": final[1],
-        **_timing_fields(clock, start, pos.step - trace.start_step, setup.batch_size, lockstep=turns is not None),
-        "cpus": turns.cpus if turns is not None else None,
-        "steady_allocator": start.steady_allocator,
-        "ops": clock.ops,
-    }
+    facts = finish.execution
+    fields: dict[str, Any] = dict(
+        model=spec.model_name,
+        model_ref=spec.model_ref,
+        role=spec.role,
+        mode=spec.mode,
+        seed=spec.seed,
+        start_step=trace.start_step,
+        end_step=pos.step,
+        steps=spec.steps,
+        fault=spec.fault,
+        fault_detail=faults.detail(),
+        attestation=start.attestation,
+        attestations=finish.attestations,
+        controls={"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
+        replayed=pos.replayed,
+        loader=loader.describe_setup(setup),
+        environment=envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
+        packages=envinfo.packages() if spec.role in ("A", "golden") else None,
+        config=setup.config,
+        batch_size=setup.batch_size,
+        accumulate=setup.accumulate,
+        initial_fingerprint=trace.initial,
+        batch_checksum=BATCH_CHECKSUM,
+        fingerprint_scheme=FINGERPRINT_SCHEME,  # what a row holds for a tensor absent at a step
+        tensor_names=trace.fps.names if trace.fps is not None else [],
+        fingerprints=trace.fps.to_lists() if trace.fps is not None else [],
+        batch_fingerprints=batch_sums,
+        batch_contents_scheme=BATCH_CONTENTS,
+        batch_contents=batch_contents,
+        batch_opaque=trace.opaque,
+        batch_epochs=trace.epochs,
+        losses=[v if math.isfinite(v) else repr(v) for v in loss_values],
+        final_sha256=finish.final[0],
+        tensor_sha256=finish.final[1],
+        cpus=turns.cpus if turns is not None else None,
+        steady_allocator=start.steady_allocator,
+        ops=clock.ops,
+        execution=facts["execution"],
+        compile_cache=facts["compile_cache"],
+        compile_attestation=facts["compile_attestation"],
+        scaler_state=facts["scaler_state"],
+        perturbed=finish.perturbed,
+        checkpoint_at=spec.checkpoint_at,
+        census=finish.census,
+        extra_state_sha256=finish.extra_state_sha256,
+        distributed=finish.distributed,
+    )
+    rates = _rates(clock, setup.batch_size)
+    t_eval = time.perf_counter()
+    evaluation = evaluate(setup, spec.model_ref) if spec.evaluate else None
+    eval_s = time.perf_counter() - t_eval
+    timings = _timings(clock, start, pos.step - trace.start_step, lockstep=turns is not None, build_s=finish.build_s,
+                       eval_s=eval_s, finish_s=t_eval - clock.ended)
+    return RunRecord(**fields, timings=timings, **rates, eval=evaluation)
 
 
-def _timing_fields(clock: StepClock, start: Start, steps_taken: int, batch_size: int | None, *,
-                   lockstep: bool) -> dict[str, Any]:
-    """Set-up and training time; on throughput runs, each timed step and the rates they give."""
+def _timings(clock: StepClock, start: Start, steps_taken: int, *, lockstep: bool, build_s: float, eval_s: float,
+             finish_s: float) -> Timings:
+    """Set-up and training time (on throughput runs, of the timed steps), and the time outside the steps."""
     train_s = clock.ended - clock.since
     timed_s = ((clock.timed_end or clock.ended) - clock.timed_from) if clock.timed_from is not None else train_s
     if lockstep:
         timed_s = sum(clock.step_times)  # the time it held the turn, not the time it waited for it
+    return Timings(setup_s=clock.since - start.t, train_s=train_s,
+                   timed_steps=clock.timed_steps if clock.timed_from is not None else steps_taken, timed_s=timed_s,
+                   build_s=build_s, checkpoint_s=clock.checkpoint_s, eval_s=eval_s, finish_s=finish_s)
+
+
+def _rates(clock: StepClock, batch_size: int | None) -> dict[str, Any]:
+    """Each timed step, and the rates and peak memory they give."""
     steps_per_s = 1.0 / statistics.median(clock.step_times) if clock.step_times else None
     peak = clock.peak or (None, None)
     return {
-        "timings": {
-            "setup_s": clock.since - start.t,
-            "train_s": train_s,
-            "timed_steps": clock.timed_steps if clock.timed_from is not None else steps_taken,
-            "timed_s": timed_s,
-        },
         "step_times_s": clock.step_times,
         "data_times_s": clock.data_times,
         "steps_per_s": steps_per_s,
@@ -153,16 +183,3 @@ def _timing_fields(clock: StepClock, start: Start, steps_taken: int, batch_size:
         "peak_memory_kind": peak[1],
         "profiled_steps": max(clock.profile_steps - 1, 0),
     }
-
-
-def evaluated(out: dict[str, Any], spec: WorkerSpec, setup: TrainSetup, clock: StepClock, build_s: float) -> None:
-    """The held-out evaluation the spec asks for, after the final hash (it never touches it),
-    and the timings of a run's time outside its steps: the plugin's factory (``build_s``, of
-    set-up), the checkpoints (``checkpoint_s``, of training), the checks, final hash and
-    record after the last step (``finish_s``) and the plugin's eval_fn (``eval_s``)."""
-    t_eval = time.perf_counter()
-    if spec.evaluate:
-        out["eval"] = evaluate(setup, spec.model_ref)
-    eval_s = time.perf_counter() - t_eval
-    out["timings"].update(build_s=build_s, checkpoint_s=clock.checkpoint_s, eval_s=eval_s,
-                          finish_s=t_eval - clock.ended)

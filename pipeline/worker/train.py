@@ -25,6 +25,7 @@ from .controls import ControlWatch
 from .faults import Faults
 from .process.progress import StepLine
 from .process.spec import WorkerSpec, resolve
+from .run_record import RunRecord
 from .finite import check_finite
 from .overflow import first_overflow
 from .data.loader import resume_point
@@ -41,7 +42,7 @@ class DeviceUnavailable(Exception):
     """The device the spec asks for does not exist in this process (an infrastructure fault)."""
 
 
-def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
+def run(spec: WorkerSpec, spec_file: Path) -> RunRecord:
     """Run one training process as the spec says; return its record."""
     faults = Faults(spec.fault, spec.steps)
     t_start = time.perf_counter()
@@ -71,7 +72,7 @@ def run(spec: WorkerSpec, spec_file: Path) -> dict[str, Any]:
 
 
 def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPosition, watch: ControlWatch,
-           faults: Faults, start: record.Start, rank: distributed.Rank) -> dict[str, Any]:
+           faults: Faults, start: record.Start, rank: distributed.Rank) -> RunRecord:
     """Set the model up (or restore it), take the steps, then hash and record the result."""
     listings = perturb.reverse_listings() if spec.reverse_listing else None
     setup, own, build_s = _set_up(spec, spec_file, device, rank)
@@ -125,15 +126,13 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     final = final_hash(setup.model, setup.optimizer, setup.state_modules)
     extra_hashes["end"] = extra_sha256(setup)
     attestations["end"] = _attest(spec)
-    out = record.build(spec, setup, pos, start=start, trace=trace, faults=faults, attestations=attestations,
-                       watch=watch, clock=clock, turns=turns, final=final)
-    out.update(_execution_facts(spec, setup, compiled, cache), perturbed=perturbed)
-    out["checkpoint_at"] = spec.checkpoint_at
-    out["census"] = points.to_record()
-    out["extra_state_sha256"] = extra_hashes if setup.get_extra_state is not None else None
-    out["distributed"] = distributed.describe(rank, ddp)
-    record.evaluated(out, spec, setup, clock, build_s)
-    return out
+    finish = record.Finish(final=final, attestations=attestations,
+                           execution=_execution_facts(spec, setup, compiled, cache), perturbed=perturbed,
+                           census=points.to_record(),
+                           extra_state_sha256=extra_hashes if setup.get_extra_state is not None else None,
+                           distributed=distributed.describe(rank, ddp), build_s=build_s)
+    return record.build(spec, setup, pos, start=start, trace=trace, faults=faults, watch=watch, clock=clock,
+                        turns=turns, finish=finish)
 
 
 def _wait_turn(turns: Turns, clock: StepClock, taken: int, stop: int) -> int:
