@@ -27,7 +27,8 @@ def is_log(stream: TextIO) -> bool:
 
 def _console(stream: TextIO, *, stderr: bool) -> Console:
     width = LOG_WIDTH if is_log(stream) else None
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+    # emoji off: a user's text (a --gres gpu:x:1, a path, a model's message) prints as typed, never as :x: -> an emoji
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width, emoji=False)
 
 
 def stdout() -> Console:

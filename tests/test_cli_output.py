@@ -169,3 +169,11 @@ def test_help_says_what_each_command_takes(cli):
     for flag in ("--bisect", "--blame"):
         code, _, err = cli("golden", "update", flag)
         assert code == errors.EXIT_USAGE and f"No such option '{flag}'" in err, err
+
+
+def test_a_users_text_is_printed_as_typed_never_as_an_emoji(cli):
+    """rich turns ``:x:`` into an emoji by default; an error quoting a user's ``--gres gpu:x:y:z``
+    (or a path, a model's message) must show what was typed."""
+    code, _, err = cli("run", "--backend", "slurm", "--gres", "gpu:x:y:z", "-m", "conv")
+    assert code == errors.UsageError.return_code
+    assert "gpu:x:y:z" in err and "❌" not in err
