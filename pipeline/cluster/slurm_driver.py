@@ -72,7 +72,7 @@ def _slurm(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
         raise InfrastructureError(f"`{argv[0]}` did not answer within 120 s: the Slurm controller is overloaded or down") from e
     said = next((line.strip() for line in (out.stderr + out.stdout).splitlines() if line.strip()), f"exit {out.returncode}")
     if out.returncode != 0 and re.search(r"unable to contact slurm controller|could not establish a configuration"
-                                         r"|connection refused", said, re.I):
+                                         r"|connection refused|resolve_ctls_from_dns_srv", said, re.I):
         raise InfrastructureError(f"cannot reach the Slurm controller ({said.removeprefix('sbatch: error: ')}); "
                                   "check that slurmctld runs and SLURM_CONF names its slurm.conf")
     if out.returncode != 0 and check:
