@@ -23,6 +23,7 @@ Exit codes (stable, documented in the README):
 from __future__ import annotations
 
 import signal
+from typing import Iterable
 
 EXIT_PASS = 0
 EXIT_REPRO_FAILURE = 1
@@ -34,6 +35,16 @@ EXIT_GOLDEN = 6
 EXIT_TOO_FEW_SEEDS = 7
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT): 128 + 2
 EXIT_TERMINATED = 143  # SIGTERM (a cancelled CI job): 128 + 15, as shells report it
+
+# Exit codes from least to most serious: a verdict's (pass < drift < a reproducibility failure <
+# a run error), then those of a run that gave no verdict (bad usage, a golden that cannot be read,
+# the infrastructure). Where models, shards or cells end differently, the most serious wins.
+SEVERITY = (EXIT_PASS, EXIT_DRIFT, EXIT_REPRO_FAILURE, EXIT_RUN_ERROR, EXIT_USAGE, EXIT_GOLDEN, EXIT_INFRA)
+
+
+def most_serious(codes: Iterable[int]) -> int:
+    """The most serious of several exit codes (an unknown code counts as the most serious); none: pass."""
+    return max(codes, key=lambda c: SEVERITY.index(c) if c in SEVERITY else len(SEVERITY), default=EXIT_PASS)
 
 
 class ReprociError(Exception):

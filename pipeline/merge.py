@@ -26,16 +26,6 @@ from .reports import github
 SCHEMA = "reproci.merged"
 VERSION = 1
 
-# Exit codes from least to most serious. Verdict codes first (pass < drift < reproducibility
-# failure < run error), then the codes of a shard that produced no verdicts at all.
-SEVERITY = [*verdicts.SEVERITY, errors.EXIT_USAGE, errors.EXIT_GOLDEN, errors.EXIT_INFRA]
-
-
-def most_serious(codes: Iterable[int]) -> int:
-    """The most serious of several exit codes (an unknown code counts as the most serious)."""
-    return max(codes, key=lambda c: SEVERITY.index(c) if c in SEVERITY else len(SEVERITY), default=errors.EXIT_PASS)
-
-
 # --- finding and reading shards -------------------------------------------------------------
 
 def find_results(paths: Iterable[Path]) -> list[Path]:
@@ -156,7 +146,7 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
         "summary": {"verdicts": {v: vs.count(v) for v in sorted(set(vs))},
                     "images": len({(row["image"] or {}).get("name") or "local" for row in shard_rows}),
                     "recorded": sum(1 for m in models if (m.get("golden") or {}).get("recorded")),
-                    "models": len(models), "missing": len(missing), "exit_code": most_serious(codes)},
+                    "models": len(models), "missing": len(missing), "exit_code": errors.most_serious(codes)},
     }
 
 

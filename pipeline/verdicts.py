@@ -41,9 +41,6 @@ EXIT_CODES = {
     NOT_CHECKED: errors.EXIT_PASS,
 }
 
-# When several models disagree, the exit code is the most serious one.
-SEVERITY = [errors.EXIT_PASS, errors.EXIT_DRIFT, errors.EXIT_REPRO_FAILURE, errors.EXIT_RUN_ERROR]
-
 # The runs themselves are broken: not reproducible, or they did not complete.
 FAILING = frozenset({NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR})
 # The runs agree with each other but not with the golden.
@@ -67,7 +64,7 @@ def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
     """The most serious exit code; in CI mode a golden that is missing (NEW) or cannot be
     compared (MODEL_CHANGED) is drift."""
     codes = [errors.EXIT_DRIFT if (v in CI_DRIFT and ci) else EXIT_CODES.get(v, errors.EXIT_RUN_ERROR) for v in verdicts]
-    return max(codes or [errors.EXIT_PASS], key=SEVERITY.index)
+    return errors.most_serious(codes)  # when several models disagree, the most serious
 
 
 def document_exit_code(document: dict[str, Any]) -> int:

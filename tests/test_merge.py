@@ -140,7 +140,7 @@ def test_merged_files_of_another_version_are_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("codes, worst", [([], 0), ([0, 3], 3), ([3, 1, 0], 1), ([1, 4, 3], 4), ([4, 5], 5),
                                           ([6, 4], 6), ([0, 2], 2)])
 def test_most_serious_code(codes: list[int], worst: int) -> None:
-    assert merge.most_serious(codes) == worst
+    assert errors.most_serious(codes) == worst
 
 
 def test_the_workflow_merge_step_runs_on_downloaded_artifacts(files, tmp_path: Path) -> None:
