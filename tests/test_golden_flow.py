@@ -14,17 +14,21 @@ from reproci import errors
 from .helpers import Cli, model_entry
 
 pytestmark = pytest.mark.slow
-SHORT = ("--steps", "8", "--resume-at", "4", "--jobs", "2")
+SHORT = ("--steps", "4", "--resume-at", "2", "--jobs", "2")  # every difference here shows from step 1
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """A golden for conv and embedding, recorded once for the module (1 thread)."""
+    """Goldens for conv and embedding, recorded once for the module: ``local`` at 1 thread, and
+    ``two-threads`` at 2 (another image's golden with other hashes, for diff and for an upgrade)."""
     base = tmp_path_factory.mktemp("golden")
     cli = Cli(base)
     p = cli("golden", "update", "-m", "conv", "-m", "embedding", *SHORT)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "golden recorded: goldens/local.yaml" in p.stdout
+    p = cli("golden", "update", "-m", "conv", "-m", "embedding", "--threads", "2", "--image-name", "two-threads", *SHORT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "golden recorded: goldens/two-threads.yaml" in p.stdout
     return base
 
 
@@ -84,15 +88,13 @@ def test_thread_count_change_is_env_changed_with_its_diff(workspace):
 
 
 def test_golden_from_other_packages_is_upgrade_changed(workspace):
-    p = workspace("golden", "update", "-m", "conv", "-m", "embedding", "--threads", "2", *SHORT)
-    assert p.returncode == 0, p.stderr  # the "old image": recorded with other hashes
-    path = workspace.cwd / "goldens" / "local.yaml"
+    path = workspace.cwd / "goldens" / "two-threads.yaml"  # the "old image": recorded with other hashes
     header = "".join(line for line in path.read_text().splitlines(True) if line.startswith("#"))
     data = yaml.safe_load(path.read_text())
     data["packages"]["torch"] = "2.12.0+cpu"
     data["environment"]["torch"] = "2.12.0+cpu"
     path.write_text(header + yaml.safe_dump(data, sort_keys=False))
-    p = workspace("run", "-m", "conv", *SHORT)
+    p = workspace("run", "-m", "conv", "--image-name", "two-threads", *SHORT)
     assert p.returncode == errors.EXIT_DRIFT
     conv = model_entry(workspace.latest(), "conv")
     assert conv["verdict"] == "UPGRADE_CHANGED"
@@ -111,7 +113,7 @@ def test_ci_mode_fails_on_a_missing_golden_and_names_the_fix(workspace):
     p = workspace("run", "-m", "embedding", "--image-name", "brand-new", *SHORT, env={"CI": "true"})
     assert p.returncode == errors.EXIT_DRIFT
     # a notice (here an error): stderr; the local backend, recorded under the run's own golden name
-    assert "`reproci golden update --image local --image-name brand-new -m embedding --steps 8 --resume-at 4`" in p.stderr
+    assert "`reproci golden update --image local --image-name brand-new -m embedding --steps 4 --resume-at 2`" in p.stderr
     p = workspace("run", "-m", "embedding", "--image-name", "brand-new", *SHORT)
     assert p.returncode == 0 and model_entry(workspace.latest(), "embedding")["verdict"] == "NEW"
 
@@ -133,8 +135,6 @@ def test_update_is_refused_from_a_nondeterministic_run(workspace):
 
 
 def test_show_and_diff(workspace):
-    p = workspace("golden", "update", "-m", "conv", "-m", "embedding", "--threads", "2", "--image-name", "two-threads", *SHORT)
-    assert p.returncode == 0, p.stderr
     p = workspace("golden", "show", "local")
     assert p.returncode == 0 and "conv" in p.stdout and "torch 2.13.0" in p.stdout
     p = workspace("golden", "diff", "local", "two-threads")
@@ -212,11 +212,11 @@ def test_the_new_notice_advice_runs_as_printed(reproci):
     import re
     import shlex
 
-    short = ("-m", "embedding", "--steps", "6", "--resume-at", "3")
+    short = ("-m", "embedding", "--steps", "4", "--resume-at", "2")
     p = reproci("run", *short)
     assert p.returncode == 0, p.stderr
     advice = re.search(r"`(reproci golden update[^`]*)`", p.stderr).group(1)  # a notice: stderr
-    assert advice == "reproci golden update --image local -m embedding --steps 6 --resume-at 3"
+    assert advice == "reproci golden update --image local -m embedding --steps 4 --resume-at 2"
     q = reproci(*shlex.split(advice)[1:])
     assert q.returncode == 0, q.stdout + q.stderr
     assert (reproci.cwd / "goldens" / "local.yaml").is_file()
