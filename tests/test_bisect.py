@@ -102,13 +102,6 @@ def test_a_drift_in_the_thread_count_is_bisected_to_it(reproci) -> None:
     assert "with the golden's --threads 1 it matches the golden bit for bit" in b["message"]
 
 
-def test_a_passing_model_is_not_bisected_and_that_is_said(reproci) -> None:
-    r = reproci("bisect", "-m", f"{CULPRITS}:tiny", "--steps", "3")
-    assert r.returncode == 0
-    assert "bisect" not in model_entry(reproci.latest(), "culprits.tiny") and "Bisection" not in r.stdout
-    assert r.stdout.strip().splitlines()[-1] == "nothing to bisect: every check passed"
-
-
 @pytest.mark.parametrize(("verdicts_", "line"), [
     ({"conv": "PASS", "m": "NEW"}, "nothing to bisect: every check passed"),
     ({"conv": "PASS", "m": "ERROR"}, "nothing to bisect: no check failed, but m could not run (ERROR): fix what its "
@@ -130,12 +123,15 @@ def test_bisect_needs_a_model(cli) -> None:
     assert code == 2 and "reproci bisect needs the model that failed: -m MODEL, or models: in reproci.yaml" in err
 
 
-def test_bisect_takes_the_models_of_reproci_yaml(reproci) -> None:
-    """A repository whose reproci.yaml names its model bisects it as ``reproci run`` would run it."""
+def test_bisect_takes_the_models_of_reproci_yaml_and_a_passing_model_is_not_bisected(reproci) -> None:
+    """A repository whose reproci.yaml names its model bisects it as ``reproci run`` would run it;
+    that model passes: it is not bisected, and that is said."""
     (reproci.cwd / "reproci.yaml").write_text(f"models: ['{CULPRITS}:tiny']\nsteps: 3\n")
     r = reproci("bisect")
     assert r.returncode == 0, r.stderr
-    assert model_entry(reproci.latest(), "culprits.tiny")["verdict"] in (verdicts.PASS, verdicts.NEW)
+    entry = model_entry(reproci.latest(), "culprits.tiny")
+    assert entry["verdict"] in (verdicts.PASS, verdicts.NEW)
+    assert "bisect" not in entry and "Bisection" not in r.stdout
     assert r.stdout.strip().splitlines()[-1] == "nothing to bisect: every check passed"
 
 
