@@ -80,12 +80,21 @@ SHORT = ("--steps", "4", "--resume-at", "2")
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment holding reproci's wheel and its dependencies (torch pinned
-    by the development constraints, as a user pins theirs)."""
-    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
-    env = tmp_path_factory.mktemp("venv") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-    subprocess.run([str(env / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "constraints-dev.txt"), str(wheel)],
-                   check=True, capture_output=True, text=True, timeout=900)
+    by the development constraints, as a user pins theirs). Made once per test session: under
+    pytest-xdist this module's Docker test runs on another worker than its other test, and the
+    two share the one environment (the first to ask makes it; the other waits for it)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's, across its workers
+    env = shared / "adoption-venv"
+    with FileLock(str(shared / "adoption-venv.lock")):
+        if not (env / "bin" / "reproci").is_file():
+            wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
+            shutil.rmtree(env, ignore_errors=True)  # a half-made one, from a make that failed
+            subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+            subprocess.run([str(env / "bin" / "pip"), "install", "-q", "-c", str(ROOT / "constraints-dev.txt"),
+                            str(wheel)], check=True, capture_output=True, text=True, timeout=900)
     return env / "bin"
 
 
