@@ -102,7 +102,8 @@ def test_the_committed_golden_holds_on_this_host(engine, tmp_path):
     import yaml
 
     golden_vendor = yaml.safe_load((ROOT / "goldens" / "cpu-torch2.13.yaml").read_text())["environment"]["cpu_id"]["vendor"]
-    run = reproci(tmp_path, "run", "--image", "cpu-torch2.13", "--goldens-dir", str(ROOT / "goldens"), "--ci")
+    run = reproci(tmp_path, "run", "--image", "cpu-torch2.13", "--goldens-dir", str(ROOT / "goldens"), "--ci",
+                  timeout=600)  # three models at the committed settings: over 300 s on a loaded 2-core host
     doc = run.latest()
     assert doc["options"]["cpu_isa"] == "avx2" and doc["environment"]["cpu_capability"] == "AVX2"
     host_vendor = doc["environment"]["cpu_id"]["vendor"]
