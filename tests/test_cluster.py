@@ -157,7 +157,7 @@ def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, g
 
     options = RunOptions(models=resolve_all(("conv",)), threads=threads, world_size=world, jobs=jobs)
     node = placement.Node(id="n" * 16, ip="10.0.0.1", labels={}, resources={"CPU": float(node_cpus)})
-    assert ray_driver.cell_cpus(options, node, given) == want
+    assert placement.cell_cpus(options, node, given) == want
 
 
 def test_an_address_where_no_cluster_answers_is_one_infrastructure_error_at_once(cli, tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ from ..golden.advice import shown
 from ..options import RunOptions
 from . import across, combine
 from . import cell as cell_mod
-from .placement import Node, first_line, nodes, usable
+from .placement import Node, cell_cpus, first_line, nodes, usable
 
 CONNECT_TIMEOUT_S = 10.0
 NODE_DEATH_WAIT_S = 10.0  # how long a cell stopped on its node waits for the cluster to say whether the node died
@@ -159,17 +159,6 @@ def cell_goldens_dir(options: RunOptions) -> str:
     that every path and command a cell writes reads the same on the driver."""
     inside = _inside(options.project_root, options.goldens_dir)
     return inside[0] if inside else "goldens"
-
-
-def cell_cpus(options: RunOptions, node: Node, jobs_given: bool) -> tuple[int, tuple[str, ...]]:
-    """The CPUs a cell asks of its node, so that cells never share cores a run counts on (the
-    throughput stage times them): its runs at once × ``--threads`` × ``--world-size``, at most
-    the node's; and, unless ``--jobs`` was given, the ``--jobs`` that fits them."""
-    per_run = options.threads * options.world_size
-    node_cpus = max(1, int(node.resources.get("CPU", 1)))
-    runs = options.jobs if jobs_given else min(3, max(1, node_cpus // per_run))
-    cpus = max(1, min(node_cpus, per_run * runs))
-    return cpus, () if jobs_given else ("--jobs", str(max(1, cpus // per_run)))
 
 
 def cell_name(options: RunOptions, model: str) -> str:

@@ -50,8 +50,7 @@ from . import cell as cell_mod
 from . import combine
 from . import slurm_job as job_mod
 from .slurm_job import SlurmOptions
-from .placement import Node
-from .ray_driver import cell_cpus
+from .placement import Node, cell_cpus
 
 POLL_S = 1.0
 CANCEL_WAIT_S = cell_mod.CANCEL_GRACE_S + 30  # a cancelled task's run stops its workers; Slurm's KillWait after that
