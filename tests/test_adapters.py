@@ -412,3 +412,68 @@ def test_hf_setup_takes_extra_state_beside_the_adapter() -> None:
     assert setup.get_extra_state() == {"count": 3}
     setup.set_extra_state({"count": 5})
     assert own["count"] == 5
+
+
+class _Kept(pl.LightningModule):
+    """Keeps every loss in a persistent torchmetrics ``CatMetric`` (a list state, empty in a new
+    process), and an offset tensor and a generator through ``on_save_checkpoint``."""
+
+    def __init__(self, offset_on: str = "cpu") -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(2, 1)
+        self.seen = __import__("torchmetrics").CatMetric()
+        self.seen.persistent(True)
+        self.offset, self.jitter = torch.zeros(2, device=offset_on), torch.Generator().manual_seed(1)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).square().mean()
+        self.seen.update(loss.detach())
+        return loss
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["offset"], checkpoint["jitter"] = self.offset + 1, self.jitter.get_state()
+
+    def on_load_checkpoint(self, checkpoint):
+        self.offset = checkpoint["offset"]
+        self.jitter.set_state(checkpoint["jitter"])
+
+
+def test_a_resume_puts_a_metrics_list_state_on_the_metrics_device(tmp_path) -> None:
+    """The checkpoint loads on the CPU; a persistent torchmetrics list state, empty in the resumed
+    process, was left holding those CPU tensors (on CUDA the next update or compute of the metric
+    raised "Encountered different devices"). No GPU here: the meta device stands in for one."""
+    from reproci.worker.state import checkpoint
+
+    original = lightning.lightning_setup(CTX, _Kept())
+    original.loss_fn(original.model, next(iter(original.loader)))
+    checkpoint.save(str(tmp_path / "ckpt.pt"), original, checkpoint.LoopPosition(step=1))
+
+    resumed = lightning.lightning_setup(CTX, _Kept())
+    resumed.model.seen.to("meta")
+    _, resume = checkpoint.load(str(tmp_path / "ckpt.pt"), resumed, CTX.device)
+    resumed.set_extra_state(resume.extra)  # what the worker calls once the loader has replayed
+    assert [t.device.type for t in resumed.model.seen.value] == ["meta"]
+    assert resumed.model.layer.weight.device.type == "cpu"  # the rest where it was
+
+
+def test_the_trainer_state_of_a_resume_is_on_the_device_it_was_saved_from() -> None:
+    """What ``on_save_checkpoint`` kept comes back to ``on_load_checkpoint`` on the device it was
+    saved from, as Lightning's own resume loads it, though the run's checkpoint loads on the CPU;
+    a generator's state stays a CPU tensor. The meta device stands in for a GPU, and tensors made
+    on the CPU for what the checkpoint's load gives back."""
+    original = lightning.lightning_setup(CTX, _Kept(offset_on="meta"))
+    saved = original.get_extra_state()
+    loaded = {**saved, "on_save_checkpoint": {k: torch.zeros(v.shape, dtype=v.dtype) if v.is_meta else v
+                                              for k, v in saved["on_save_checkpoint"].items()}}
+    resumed = lightning.lightning_setup(CTX, _Kept())
+    resumed.set_extra_state(loaded)
+    assert resumed.model.offset.device.type == "meta"
+    assert torch.equal(resumed.model.jitter.get_state(), saved["on_save_checkpoint"]["jitter"])
+    assert "devices" not in lightning.lightning_setup(CTX, _Kept()).get_extra_state()  # a CPU run's state as it was

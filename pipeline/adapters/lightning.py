@@ -42,7 +42,8 @@ What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
   ``on_load_checkpoint``; the dict also holds ``state_dict``, ``epoch``, ``global_step`` and
   the Lightning version, as Lightning's does, but only the keys the hook adds are kept).
   Other state of your own: ``get_extra_state``/``set_extra_state``, as in any ``TrainSetup``,
-  checkpointed beside it.
+  checkpointed beside it. A resume puts each tensor of the Trainer's state back on the device it
+  was saved from (as Lightning loads it), and each torchmetrics metric's states on its device.
 
 What a ``Trainer`` would be told is given here: ``grad_clip`` (``gradient_clip_val``),
 ``accumulate`` (``accumulate_grad_batches``), ``precision`` ("32", "bf16-mixed" or
@@ -55,8 +56,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from reproci.worker.contract import ContractError, ModelContext, TrainSetup, loss_of
+from reproci.worker.state.census import is_metric
 from reproci.worker.steppers import EveryEpoch
 
 try:
@@ -67,6 +70,7 @@ except ImportError:  # the older package name
 _FN = getattr(getattr(getattr(pl, "trainer", None), "states", None), "TrainerFn", None)
 FITTING = _FN.FITTING if _FN is not None else "fit"  # what Trainer.fit passes to setup(stage=...)
 # The modules whose ``self.device`` the Trainer sets before ``setup`` (LightningModule is one).
+_TRAINER_STATE = ("datamodule", "on_save_checkpoint")  # what a Trainer's checkpoint holds beside the state_dict
 _DEVICE_MIXIN = next((c for c in pl.LightningModule.__mro__ if c.__name__ == "_DeviceDtypeModuleMixin"), pl.LightningModule)
 
 
@@ -145,11 +149,20 @@ def _checkpointed(module: "pl.LightningModule", datamodule: Any, calls: dict[str
             given = dict(checkpoint)
             _hook(module, "on_save_checkpoint", checkpoint)
             state["on_save_checkpoint"] = {k: v for k, v in checkpoint.items() if k not in given or v is not given[k]}
+        leaves = tree_flatten([state.get(k) for k in _TRAINER_STATE])[0]  # the checkpoint loads on the CPU:
+        if any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in leaves):  # where each goes back
+            state["devices"] = [str(t.device) if isinstance(t, torch.Tensor) else None for t in leaves]
         if user_get is not None:
             state["plugin"] = user_get()
         return state
 
     def set_extra_state(state: dict[str, Any]) -> None:
+        for m in filter(is_metric, module.modules()):  # a list state empty before the load holds CPU tensors
+            m.to(m.device)
+        if state.get("devices"):
+            leaves, spec = tree_flatten([state.get(k) for k in _TRAINER_STATE])
+            moved = tree_unflatten([t.to(d) if d else t for t, d in zip(leaves, state["devices"])], spec)
+            state = {**state, **{k: v for k, v in zip(_TRAINER_STATE, moved) if k in state}}
         calls["n"] = state["n"]
         if stateful and state.get("datamodule"):
             _hook(datamodule, "load_state_dict", state["datamodule"])

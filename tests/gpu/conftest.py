@@ -16,7 +16,8 @@ import torch
 DEVICE = os.environ.get("REPROCI_GPU_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 # Steps and resume point: on a GPU, the size the tests were written for; on the CPU, the fewest
 # that still resume in the middle of a run (what a CPU run proves here does not grow with steps).
-SIZE = ("--steps", "12", "--resume-at", "6") if DEVICE == "cuda" else ("--steps", "4", "--resume-at", "2")
+CUDA_SIZE = ("--steps", "12", "--resume-at", "6")
+SIZE = CUDA_SIZE if DEVICE == "cuda" else ("--steps", "4", "--resume-at", "2")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
