@@ -21,6 +21,49 @@ def test_an_op_without_a_deterministic_kernel_is_named_in_one_line_with_the_fix(
     assert "leave this model out of the strict stage" in line
 
 
+def test_the_ctc_backward_on_cuda_is_refused_with_what_works_for_a_ctc_model():
+    """Wav2Vec2ForCTC (every transformers *ForCTC) on CUDA: transformers turns cuDNN off around
+    ctc_loss, so the native kernel runs and strict mode refuses its backward. The line names what
+    works: the loss on the CPU, through the model's ``loss_function`` (no GPU here: torch's text
+    of that refusal stands in for the run)."""
+    e = RuntimeError(TORCH_TEXT.replace("histc_cuda", "ctc_loss_backward_gpu"))
+    assert _classify(e) == ("no-deterministic-kernel", EXIT_NO_DETERMINISTIC_KERNEL)
+    line = no_deterministic_kernel(e)
+    assert line is not None and "\n" not in line
+    assert line.startswith("ctc_loss_backward_gpu has no deterministic kernel on this device")
+    assert "compute the CTC loss on the CPU" in line and "*ForCTC" in line and "model.loss_function" in line
+    assert "leave this model out of the strict stage" in line
+    # an op the audit's table does not name keeps the general advice
+    other = no_deterministic_kernel(RuntimeError(TORCH_TEXT.replace("histc_cuda", "some_new_op_cuda")))
+    assert other is not None and "replace it in the model with an op that has one" in other
+
+
+def test_the_advice_for_a_ctc_model_works_on_its_loss():
+    """The advice's ``loss_function`` for a transformers *ForCTC model computes the same loss as
+    the model's own, on the CPU (where torch's CTC kernel is deterministic), its gradient back
+    on the model's device."""
+    import pytest
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers.loss.loss_ctc")
+    from transformers.loss.loss_ctc import ForCTCLoss
+
+    from reproci.worker.audit.audit_table import CTC_FIX
+
+    cfg = transformers.Wav2Vec2Config(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+                                      vocab_size=8, pad_token_id=0, conv_dim=(8, 8), conv_stride=(5, 2),
+                                      conv_kernel=(10, 3), num_feat_extract_layers=2, num_conv_pos_embeddings=4,
+                                      num_conv_pos_embedding_groups=2)
+    torch.manual_seed(0)
+    model = transformers.Wav2Vec2ForCTC(cfg).eval()
+    x, labels = torch.randn(2, 400), torch.tensor([[1, 2, 3, -100], [4, 5, -100, -100]])
+    own = model(x, labels=labels).loss
+    advised = CTC_FIX.split("model.loss_function = ", 1)[1].split(" (older", 1)[0]
+    model.loss_function = eval(advised, {"transformers": transformers, "ForCTCLoss": ForCTCLoss})
+    assert torch.equal(model(x, labels=labels).loss, own)
+
+
 def test_other_runtime_errors_stay_crashes():
     assert no_deterministic_kernel(RuntimeError("CUDA out of memory")) is None
     assert no_deterministic_kernel(ValueError(TORCH_TEXT)) is None

@@ -28,8 +28,12 @@ def no_deterministic_kernel(e: BaseException) -> str | None:
     if not isinstance(e, RuntimeError) or _NO_KERNEL not in text:
         return None
     op = text.split(_NO_KERNEL, 1)[0].strip().splitlines()[-1].split()[-1]
-    return (f"{op} has no deterministic kernel on this device, and strict determinism requires one: "
-            "replace it in the model with an op that has one, or leave this model out of the strict stage")
+    from .audit.audit_table import raising_entry
+
+    entry = raising_entry(op)
+    fix = entry.advice if entry is not None else "replace it in the model with an op that has one"
+    out = "" if "strict stage" in fix else "; or leave this model out of the strict stage"
+    return f"{op} has no deterministic kernel on this device, and strict determinism requires one: {fix}{out}"
 
 
 def _write(path: Path, record: dict) -> None:

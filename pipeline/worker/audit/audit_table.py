@@ -55,6 +55,16 @@ EMBEDDING_FIX = ("reproci.worker.audit.fixes.DeterministicEmbedding: the weight 
                  "(measured 2.9× the embedding's forward+backward on the CPU; on CUDA it replaces the atomic adds)")
 CUMSUM_FIX = ("reproci.worker.audit.fixes.cumsum_by_matmul (a triangular matmul, deterministic; measured 3.3× cumsum over "
               "128 positions on the CPU) for short dimensions, or cumsum in float64 on the CPU")
+# torch's CUDA CTC has two paths: cuDNN's, always its deterministic algorithm, and the native kernel, whose backward
+# strict mode refuses. transformers' *ForCTC heads turn cuDNN off around ctc_loss (and pass int64 targets), so they
+# always take the native one; the CPU kernel is deterministic and its gradient flows back to the device.
+CTC_FIX = ("compute the CTC loss on the CPU (ctc_loss(log_probs.cpu(), targets.cpu(), input_lengths.cpu(), "
+           "target_lengths.cpu(), ...); the gradient flows back to the device); for a transformers *ForCTC model "
+           "(Wav2Vec2ForCTC, HubertForCTC, ...), which turns cuDNN off around ctc_loss, set model.loss_function = "
+           "lambda logits, labels, logit_lengths, **kw: transformers.loss.loss_ctc.ForCTCLoss(logits.cpu(), labels.cpu(), "
+           "logit_lengths.cpu(), **kw).to(logits.device) (older transformers: call it without labels and compute "
+           "that loss from its logits); torch's cuDNN CTC is deterministic too, but taken only with cuDNN on, blank 0, "
+           "float32 log_probs, int32 targets concatenated on the CPU and every input length the full T")
 _CONV = tuple(f"torch.nn.{m} when called on CUDA tensor" for m in
               ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"))
 
@@ -131,7 +141,7 @@ TABLE: tuple[Entry, ...] = (
           "on a 2-d target with a reduction (mean or sum)", _NO_KERNEL,
           "flatten to (N·H·W, C) and (N·H·W,) before the loss", lambda row: row.get("variant") != "reduction=0"),
     Entry(("_ctc_loss_backward",), RAISES, ("torch.nn.CTCLoss when attempting to differentiate",), "in the backward",
-          _NO_KERNEL, "compute the CTC loss on CPU"),
+          _NO_KERNEL, CTC_FIX),
     Entry(("_embedding_bag_backward", "_embedding_bag_dense_backward"), RAISES,
           ("torch.nn.EmbeddingBag when attempting to differentiate a CUDA tensor when mode='max'",), "mode='max'",
           _NO_KERNEL, "mode='sum' or 'mean'", _variant("mode=2")),
@@ -163,3 +173,17 @@ EXCLUDED = {
     "torch.Tensor.resize_ when called with a quantized tensor":
         "quantized tensors are inference-time: a training step's resize_ is of float tensors, which strict mode does not touch",
 }
+
+
+_ALERT_SUFFIXES = ("gpu", "cuda", "out", "template", "kernel")
+
+
+def raising_entry(alert: str) -> Entry | None:
+    """The table's entry for the op that strict mode refused with ``alert``, the name torch's
+    error starts with ("ctc_loss_backward_gpu", "histc_cuda", "upsample_bilinear2d_backward_out_cuda"):
+    the aten op once its kernel's suffixes are gone; None for an op the table does not name."""
+    words = alert.strip("_").split("_")
+    while len(words) > 1 and words[-1] in _ALERT_SUFFIXES:
+        words.pop()
+    op = "_".join(words)
+    return next((e for e in TABLE if e.cuda == RAISES and op in (o.strip("_") for o in e.ops)), None)
