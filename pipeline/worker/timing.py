@@ -1,8 +1,12 @@
 """Timing a throughput run: clocked steps, a steady allocator, peak memory, and the profiler
 started and stopped around the profiled steps (their per-op times: ``profiling``).
 
-Throughput runs (``warmup_steps > 0``) clock each timed step after a device sync; with
-``profile_ops`` the last ``PROFILE_STEPS + 1`` steps run under torch.profiler, untimed.
+Throughput runs (``warmup_steps > 0``) clock each timed step: on a CPU by the host's clock,
+on a GPU by CUDA events recorded on the device's stream around the step (``DeviceMarks``),
+so no step waits for the device to be timed; their times are read when they are done
+(``torch.cuda.Event.query``, which does not wait), when a paired run's turn ends (it waits
+for its step anyway), and at the end. With ``profile_ops`` the last ``PROFILE_STEPS + 1``
+steps run under torch.profiler, untimed.
 """
 
 from __future__ import annotations
@@ -21,13 +25,48 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class DeviceMarks:
+    """Step boundaries on a CUDA stream: ``mark`` records an event and returns it; a
+    step's seconds are ``elapsed(start, end)`` once ``end`` is done. The host never waits
+    here: ``done`` asks without blocking, and whoever reads a step's time has waited for it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def mark(self) -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def done(self, mark: Any) -> bool:
+        return bool(mark.query())
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        return float(start.elapsed_time(end)) / 1000.0  # milliseconds -> seconds
+
+
+class HostMarks:
+    """Step boundaries on the host's clock (a CPU's work is done when its call returns)."""
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def done(self, mark: Any) -> bool:
+        return True
+
+    def elapsed(self, start: Any, end: Any) -> float:
+        return float(end - start)
+
+
 class StepClock:
     """When each step of the training loop ran, and what the profiled steps spent per op.
 
     The clock starts once ``warmup_steps`` steps have been taken. Each timed step is
     clocked from the end of the previous one (or from the start of its turn, when paired
-    runs take turns) to its end after a device sync; the part spent waiting for its batch
-    is kept beside it. Steps past ``timed_stop`` go to the profiler instead.
+    runs take turns) to its end: host time on a CPU, CUDA events on a GPU (no sync per
+    step; ``step_times`` fills as the events complete, and wholly at ``stop``); the part
+    spent waiting for its batch (host time) is kept beside it. Steps past ``timed_stop``
+    go to the profiler instead.
     """
 
     def __init__(self, device: torch.device, *, since: float, start_step: int, stop: int, warmup_steps: int,
@@ -42,7 +81,9 @@ class StepClock:
         self.timed_from: float | None = None
         self.timed_end: float | None = None
         self.timed_steps = 0
-        self.last_time: float | None = None  # the step just taken, when it was timed
+        self.marks: DeviceMarks | HostMarks = DeviceMarks(device) if device.type == "cuda" else HostMarks()
+        self._pending: list[tuple[Any, Any]] = []  # timed steps' (start, end) marks not yet read
+        self._last_timed = False  # whether the step just taken was timed
         self.step_times: list[float] = []
         self.data_times: list[float] = []  # the part of each timed step spent waiting for its batch
         self.ended = since  # set by stop()
@@ -50,7 +91,7 @@ class StepClock:
         self.peak: tuple[int | None, str | None] | None = None
         self.ops: list[dict[str, Any]] | None = None
         self._profiler: Any = None
-        self._last = 0.0
+        self._last: Any = None  # the mark the next timed step is clocked from
         if self.profile_steps:
             prime_profiler(device)
 
@@ -60,7 +101,25 @@ class StepClock:
 
     def turn_started(self) -> None:
         """A step taken in turns is clocked from its turn's start, not from the wait before it."""
-        self._last = time.perf_counter()
+        self._last = self.marks.mark()
+
+    @property
+    def last_time(self) -> float | None:
+        """The seconds of the step just taken, None when it was not timed. On a GPU this
+        waits for the step's end: call it where the step must be done anyway (a turn's end)."""
+        if not self._last_timed:
+            return None
+        self._read(wait=True)
+        return self.step_times[-1]
+
+    def _read(self, *, wait: bool) -> None:
+        """Move the timed steps whose end marks are done (all of them with ``wait``, the
+        device's work having been waited for) into ``step_times``, in order."""
+        if wait and self._pending and isinstance(self.marks, DeviceMarks):
+            self._pending[-1][1].synchronize()
+        while self._pending and (wait or self.marks.done(self._pending[0][1])):
+            start, end = self._pending.pop(0)
+            self.step_times.append(self.marks.elapsed(start, end))
 
     def before_step(self, step: int) -> None:
         """The first profiled step starts the profiler; peak memory is read before it, so
@@ -77,18 +136,21 @@ class StepClock:
 
     def step_taken(self, step: int, fetch_s: float) -> None:
         """After the optimizer update of ``step``: start the clock, or clock a timed step."""
-        self.last_time = None
+        self._last_timed = False
         if step - self.start_step == self.warmup_steps:
-            sync(self.device)
-            self.timed_from = self._last = time.perf_counter()
+            sync(self.device)  # once a run: the host's and the device's clocks start together
+            self._last = self.marks.mark()
+            self.timed_from = self._last if isinstance(self.marks, HostMarks) else time.perf_counter()
         elif self.timed_from is not None and step <= self.timed_stop:
             self.timed_steps += 1
-            sync(self.device)
-            now = time.perf_counter()
-            self.step_times.append(now - self._last)
-            self.last_time = now - self._last
+            end = self.marks.mark()
+            self._pending.append((self._last, end))
+            self._last_timed = True
             self.data_times.append(fetch_s)
-            self._last = self.timed_end = now
+            self._last = end
+            if isinstance(self.marks, HostMarks):
+                self.timed_end = end
+            self._read(wait=False)
 
     def step_ended(self) -> None:
         """The end of a step's work (checkpoints included): a profiled step's mark."""
@@ -99,6 +161,9 @@ class StepClock:
     def stop(self) -> None:
         sync(self.device)
         self.ended = time.perf_counter()
+        self._read(wait=True)
+        if isinstance(self.marks, DeviceMarks) and self.timed_from is not None and self.step_times:
+            self.timed_end = self.timed_from + sum(self.step_times)  # the device's span of the timed steps
         if self._profiler is not None:
             self._profiler.stop()
             self.ops = op_times(self._profiler, self.device)
