@@ -60,6 +60,7 @@ CONFIG_KEYS: dict[str, tuple[str, Any]] = {
     "blame": ("true or false", lambda v: isinstance(v, bool)),
     "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
     "repetitions": ("an integer", _is_int),
+    "time_budget": ("a number of seconds", _is_number),
     "seeds": ("an integer", _is_int),
     "slowdown_factor": ("a number", _is_number),
     "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),

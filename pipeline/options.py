@@ -27,6 +27,10 @@ PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
 MAX_THREADS = 1024  # a bound on --threads: more than any host's cores; a typo is refused before a pool is made
 SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 - 1
+# throughput stage, seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed
+# up, 30 steps timed) took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s
+# a model, plus the last repetition's profiled steps and exit, keeps the three reference models within 60 s there
+DEFAULT_TIME_BUDGET = 15.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +43,7 @@ class RunOptions:
     image_name: str = "local"  # the golden file name for this image
     profile: str = "quick"
     steps: int = PROFILES["quick"]
+    steps_given: bool = False  # --steps (or steps:) set: it also caps a throughput repetition's timed steps
     resume_at: int = PROFILES["quick"] // 2
     resume_at_auto: bool = True  # k not given: run A moves it past the loader's first epoch (recorded)
     seed: int = 0
@@ -63,7 +68,8 @@ class RunOptions:
     compile_mode: str | None = None  # torch.compile's mode; None: its default
     amp: str | None = None  # "bf16" or "fp16": the step under torch.autocast
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
-    repetitions: int = 5  # throughput stage: interleaved repetitions per mode
+    repetitions: int = 5  # throughput stage: interleaved repetitions per mode (at most)
+    time_budget: float = DEFAULT_TIME_BUDGET  # throughput stage: seconds a model's measurement may take
     seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
     slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
     slowdown_fails: bool = False  # a throughput regression fails the run (exit 3) instead of warning
@@ -171,7 +177,8 @@ def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
     fault = pick("fault", None)
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
-    return {"profile": profile, "steps": steps, "resume_at": resume_at, "resume_at_auto": resume_at_auto,
+    return {"profile": profile, "steps": steps, "steps_given": pick("steps", None) is not None,
+            "resume_at": resume_at, "resume_at_auto": resume_at_auto,
             "stages": stages, "fault": fault}
 
 
@@ -219,14 +226,18 @@ def _seeds(pick: Settings) -> int:
 
 
 def _throughput(pick: Settings) -> dict[str, Any]:
-    """The throughput stage's repetitions and regression threshold."""
+    """The throughput stage's repetitions, time budget and regression threshold."""
     repetitions = int(pick("repetitions", 5))
     if repetitions < 1:
         raise UsageError(f"{pick.said('repetitions')} must be at least 1 (got {repetitions})")
+    budget = float(pick("time_budget", DEFAULT_TIME_BUDGET))
+    if not (math.isfinite(budget) and budget > 0):
+        raise UsageError(f"{pick.said('time_budget')} must be a positive number of seconds, as {DEFAULT_TIME_BUDGET:g} "
+                         f"(got {budget:g})")
     factor = float(pick("slowdown_factor", 1.25))
     if not (math.isfinite(factor) and factor > 0):
         raise UsageError(f"{pick.said('slowdown_factor')} must be a positive number, as 1.25 (got {factor})")
-    return {"repetitions": repetitions, "slowdown_factor": factor}
+    return {"repetitions": repetitions, "time_budget": budget, "slowdown_factor": factor}
 
 
 def _resources(pick: Settings) -> dict[str, Any]:

@@ -33,12 +33,25 @@ def test_ci_mode_comes_from_the_environment():
     (dict(jobs=0), "--jobs"),
     (dict(timeout=-1), "--timeout must be positive"),
     (dict(device="tpu"), "unknown device"),
+    (dict(time_budget=0.0), "--time-budget must be a positive number of seconds, as 15 (got 0)"),
+    (dict(time_budget=float("nan")), "--time-budget must be a positive number of seconds"),
 ])
 def test_bad_values_are_usage_errors(kw, fragment):
     with pytest.raises(errors.ReprociError) as e:
         build(cli(**kw), env={})
     assert fragment in str(e.value)
     assert e.value.return_code == errors.EXIT_USAGE
+
+
+def test_the_time_budget_comes_from_the_command_line_over_the_config_file_over_its_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert build(cli(), env={}).time_budget == 15.0  # the quick profile's three models within 60 s on a GPU
+    (tmp_path / "reproci.yaml").write_text("time_budget: 40\n")
+    assert build(cli(), env={}).time_budget == 40.0
+    assert build(cli(time_budget=5.5), env={}).time_budget == 5.5
+    (tmp_path / "reproci.yaml").write_text("time_budget: -1\n")
+    with pytest.raises(errors.UsageError, match=r"^reproci.yaml: time_budget must be a positive number of seconds"):
+        build(cli(), env={})
 
 
 def test_config_file_is_merged_under_the_command_line(tmp_path, monkeypatch):
@@ -125,6 +138,7 @@ def test_image_local_means_the_local_backend_as_every_hint_says():
     ("steps: true\n", "steps: expected an integer, got True"),
     ("models: [conv, 3]\n", "models: expected a model name or a list of them"),
     ("keep_checkpoints: maybe\n", "keep_checkpoints: expected true or false"),
+    ("time_budget: soon\n", "time_budget: expected a number of seconds, got 'soon'"),
 ])
 def test_wrong_value_types_in_the_config_name_file_key_and_type(tmp_path, monkeypatch, text, fragment):
     monkeypatch.chdir(tmp_path)

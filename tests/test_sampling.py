@@ -72,3 +72,75 @@ def test_few_timed_steps_still_leave_pairs_to_count():
     s = Sampler(MODES, "default", target=0.02, max_rounds=8, max_reps=1)
     _feed(s, [0.05, 0.01, 0.03, 0.02, 0.01, 0.04, 0.01, 0.02], [0.01] * 8)
     assert s.summary("strict")["pairs"] >= 6  # settling takes at most a quarter of the timed steps
+
+
+class _Clock:
+    """The orchestrator's clock, moved by hand: a repetition's launch, its rounds, its finish."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _timed(s: Sampler, clock: _Clock, *, startup: float, round_s: float, tail: float, noisy: bool) -> list[float]:
+    """Repetitions as the stage runs them, on a hand-moved clock: each launch takes ``startup``
+    seconds to its first round, each round ``round_s``, each finish ``tail``. The times at
+    which the sampler ended a repetition's timing."""
+    rng, ends, k = np.random.default_rng(3), [], 0
+    while s.more_reps():
+        order = MODES if k % 2 == 0 else MODES[::-1]
+        s.start_rep(order)
+        clock.t += startup
+        for _ in range(s.max_rounds):
+            clock.t += round_s
+            strict = 0.01 * (rng.uniform(0.5, 1.5) if noisy else 1.2)
+            if s.on_round([{"strict": strict, "default": 0.01}[m] for m in order]):
+                break
+        ends.append(clock.t)
+        clock.t += tail
+        s.end_rep()
+        k += 1
+    return ends
+
+
+def test_the_time_budget_sets_each_repetitions_length_and_ends_the_sampling_and_says_so():
+    """Noise that never settles: the budget, not a count of steps, ends each repetition (the
+    first at half of it, so both orders fit), no repetition starts that could not reach its
+    first timed round, and the figure says 'budget spent at ±x %'."""
+    clock = _Clock()
+    s = Sampler(MODES, "default", target=0.02, max_rounds=20_000, max_reps=5,
+                budget=sampling.Budget(10.0, clock))
+    ends = _timed(s, clock, startup=2.0, round_s=0.1, tail=1.0, noisy=True)
+    assert len(ends) == 2 and 4.99 < ends[0] < 5.11 and 9.99 < ends[1] < 10.11
+    assert s.stopped == ["time share", "budget"]
+    sd = s.summary("strict")
+    assert sd["stop"] == "budget" and not sd["within_target"] and sd["time_budget_s"] == 10.0
+    assert sd["how_stopped"] == f"budget spent at ±{sd['half_width'] * 100:.1f} %" and sd["half_width"] > 0.02
+    assert sd["stopped"].startswith("time budget of 10 s spent (2 repetitions)")
+
+
+def test_a_repetition_is_not_started_when_the_budget_left_cannot_hold_its_start_up():
+    clock = _Clock()
+    s = Sampler(MODES, "default", target=0.02, max_rounds=20_000, max_reps=5,
+                budget=sampling.Budget(10.0, clock))
+    ends = _timed(s, clock, startup=4.0, round_s=0.05, tail=1.0, noisy=True)
+    assert len(ends) == 1 and ends[0] < 6.0  # 10 - 6 s left: not enough for another 4 s launch
+    assert s.summary("strict")["stop"] == "budget"
+
+
+def test_a_slowdown_that_settles_inside_the_budget_says_settled():
+    clock = _Clock()
+    s = Sampler(MODES, "default", target=0.02, max_rounds=20_000, max_reps=5,
+                budget=sampling.Budget(60.0, clock))
+    ends = _timed(s, clock, startup=2.0, round_s=0.05, tail=1.0, noisy=False)
+    sd = s.summary("strict")
+    assert len(ends) == sampling.MIN_REPS and ends[-1] < 10.0 and sd["stop"] == "settled"
+    assert sd["how_stopped"] == "±0.0 %, settled" and sd["median"] == 1.2
+
+
+def test_how_a_sampling_stopped_is_one_short_sentence():
+    assert sampling.how_stopped("settled", 0.018) == "±1.8 %, settled"
+    assert sampling.how_stopped("budget", 0.041) == "budget spent at ±4.1 %"
+    assert sampling.how_stopped("cap", 0.03) == "cap reached at ±3.0 %"

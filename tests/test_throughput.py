@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -87,8 +88,14 @@ def test_plan_runs_each_mode_in_its_own_process_interleaved_abba():
     assert all(len({s.steps for s in g}) == 1 for g in groups)
     profiled = [s for s in specs if s.profile_ops]
     assert {s.role.rsplit("-", 1)[1] for s in profiled} == {str(r) for r in range(1, throughput.PROFILED_REPS + 1)}
-    # profiled steps come on top of the timed ones
-    assert all(s.steps == s.warmup_steps + 12 + (PROFILE_STEPS + 1 if s.profile_ops else 0) for s in specs)
+    # profiled steps come on top of the timed ones; time sets how many a pair times (the sampler
+    # ends it), --steps when it was given, and always for runs that cannot take turns
+    extra = [PROFILE_STEPS + 1 if s.profile_ops else 0 for s in specs]
+    assert [s.steps - s.warmup_steps for s in specs] == [throughput.TIMED_STEPS_CAP + e for e in extra]
+    for given, paired in ((True, True), (False, False)):
+        o = replace(opts, steps_given=given)
+        again = [s for g in throughput.plan(o, o.models[0], project_commit=None, image={}, paired=paired) for s in g]
+        assert all(s.steps == s.warmup_steps + 12 + (PROFILE_STEPS + 1 if s.profile_ops else 0) for s in again)
 
 
 def test_repetitions_below_one_are_a_usage_error(reproci: Cli):
@@ -100,7 +107,7 @@ def test_repetitions_below_one_are_a_usage_error(reproci: Cli):
 @pytest.fixture(scope="module")
 def throughput_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, object, dict]:
     cli = Cli(tmp_path_factory.mktemp("throughput"))
-    r = cli("run", "--stage", "throughput", "-m", "embedding", "--repetitions", "2", "--steps", "12")
+    r = cli("run", "--stage", "throughput", "-m", "embedding", "--repetitions", "2", "--steps", "12", "--time-budget", "60")
     return cli, r, cli.latest()
 
 
@@ -127,6 +134,8 @@ def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run
     assert sd["ci_low"] <= sd["median"] <= sd["ci_high"] and len(sd["ratios"]) == 2
     assert sd["pairs"] == sum(sd["pairs_per_repetition"]) >= 2 * sampling.MIN_ROUNDS  # settling takes at most 3 of 12
     assert f"{sd['pairs']} pairs" in r.stdout and "embedding: 2 repetitions" in r.stdout  # why it stopped, said
+    assert t["time_budget_s"] == sd["time_budget_s"] == 60.0 and t["run_length"] == "steps"  # --steps given: a cap
+    assert f"{sd['pairs']} pairs, {sd['how_stopped']}" in r.stdout and sd["stop"] in ("settled", "cap")
     assert t["top_ops"] and all(op["delta_ms"] > 0 for op in t["top_ops"])
 
 
@@ -226,3 +235,19 @@ def test_a_run_that_dies_during_its_turns_fails_the_pair_with_its_own_message(re
     assert entry["verdict"] == "ERROR"
     assert "strict-only failure at step 7" in entry["message"]
     assert "throughput failed" in r.stdout
+
+
+def test_every_report_says_how_the_sampling_stopped_beside_the_figure():
+    """The terminal table and the Markdown report show the one sentence of ``how_stopped``."""
+    from reproci.reports import markdown, rows
+
+    sd = {"median": 1.1, "ci_low": 1.05, "ci_high": 1.15, "pairs": 94, "target_half_width": 0.02,
+          "within_target": False, "stop": "budget", "how_stopped": sampling.how_stopped("budget", 0.041)}
+    t = {"modes": {"strict": {"steps_per_s": 10.0}, "default": {"steps_per_s": 11.0}}, "slowdown": sd,
+         "slowdowns": {"strict": sd}, "order": "step-by-step turns", "time_budget_s": 15.0, "run_length": "time"}
+    doc = {"image": {"name": "local"}, "options": {}, "summary": {}, "models": [
+        {"model": "conv", "verdict": verdicts.NOT_CHECKED, "throughput": t}]}
+    assert rows.slowdown_text(sd) == "1.100× [1.050, 1.150], 94 pairs, budget spent at ±4.1 % (wider than the ±2.0% target)"
+    md = markdown.render(doc)
+    assert "94 pairs, budget spent at ±4.1 %" in next(line for line in md.splitlines() if line.startswith("| conv |"))
+    assert "or the time budget of 15 s a model is spent" in md

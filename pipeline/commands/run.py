@@ -92,7 +92,11 @@ _OPTIONS = [
     click.option("--config", type=click.Path(path_type=Path), help="Config file (default ./reproci.yaml if present)."),
     click.option("--ci/--no-ci", default=None,
                  help="CI mode: a golden that is missing or cannot be compared fails (default: from $CI)."),
-    click.option("--repetitions", type=click.IntRange(min=1), help="Throughput stage: interleaved repetitions per mode (default 5)."),
+    click.option("--repetitions", type=click.IntRange(min=1),
+                 help="Throughput stage: interleaved repetitions per mode (at most; default 5)."),
+    click.option("--time-budget", type=float, metavar="SECONDS",
+                 help="Throughput stage: seconds a model's measurement may take; it stops when the slowdown's interval "
+                      f"reaches its target or this is spent, and says which (default {options_mod.DEFAULT_TIME_BUDGET:g})."),
     click.option("--seeds", type=int, help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
     click.option("--slowdown-factor", type=float, help="Throughput regression threshold against the golden (default 1.25)."),
     click.option("--slowdown-fails", is_flag=True, default=None, help="A throughput regression fails the run (exit 3) instead of warning."),

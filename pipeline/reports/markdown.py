@@ -45,13 +45,24 @@ def _how_sampled(t0: dict[str, Any]) -> str:
     target = (t0.get("slowdown") or {}).get("target_half_width")
     if target is not None:
         return (f"the median of paired step ratios, sampled until its 95 % interval is within ±{target:.1%} "
-                f"(at most {t0.get('timed_steps')} timed steps a repetition, at most {t0.get('max_repetitions')} "
-                f"repetitions; the pairs each model needed are beside its figure), each mode {_fresh(t0)} "
+                f"or {_budget(t0)} is spent ({_length(t0)}at most {t0.get('max_repetitions')} repetitions; the pairs each "
+                f"model needed and how it stopped are beside its figure), each mode {_fresh(t0)} "
                 f"({order}), after {t0.get('warmup_steps')} warm-up steps and until step times settle; the "
                 "interval is a bootstrap over the repetitions and the pairs within them")
-    return (f"median of {t0.get('repetitions')} repetitions, each mode {_fresh(t0)} ({order}), "
-            f"{t0.get('timed_steps')} timed steps after {t0.get('warmup_steps')} warm-up steps; the interval "
-            f"is a bootstrap over repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} of the median")
+    return (f"median of {t0.get('repetitions')} repetitions (while {_budget(t0)} held another), each mode "
+            f"{_fresh(t0)} ({order}), {t0.get('timed_steps')} timed steps after {t0.get('warmup_steps')} warm-up "
+            f"steps; the interval is a bootstrap over repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} "
+            "of the median")
+
+
+def _length(t0: dict[str, Any]) -> str:
+    """What set a paired repetition's length besides time: '' or 'at most 12 timed steps a repetition, '."""
+    return f"at most {t0.get('timed_steps')} timed steps a repetition, " if t0.get("run_length") == "steps" else ""
+
+
+def _budget(t0: dict[str, Any]) -> str:
+    seconds = t0.get("time_budget_s")
+    return "the time budget" if seconds is None else f"the time budget of {seconds:g} s a model"
 
 
 def _run(doc: dict[str, Any]) -> list[str]:

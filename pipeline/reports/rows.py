@@ -11,14 +11,17 @@ def ranked_job(world_size: int) -> str:
 
 
 def slowdown_text(sd: dict[str, Any] | None) -> str:
-    """'1.23× [1.20, 1.26]', with how many paired steps it took when sampled sequentially,
-    and '(wider than the ±2.0 % target)' or, for a fixed count of repetitions, '(noisy)'
+    """'1.23× [1.20, 1.26]', with how many paired steps it took when sampled sequentially
+    and how the sampling stopped ('±1.8 %, settled', 'budget spent at ±4.1 %'), and
+    '(wider than the ±2.0 % target)' or, for a fixed count of repetitions, '(noisy)'
     when the interval is wide; '-' when not measured."""
     if not sd or sd.get("median") is None:
         return "-"
     text = f"{sd['median']:.3f}× [{sd['ci_low']:.3f}, {sd['ci_high']:.3f}]"
     if sd.get("pairs") is not None:
         text += f", {sd['pairs']} pairs"
+    if sd.get("how_stopped"):
+        text += f", {sd['how_stopped']}"
     if sd.get("target_half_width") is not None:
         return text if sd.get("within_target") else text + f" (wider than the ±{sd['target_half_width']:.1%} target)"
     return text + " (noisy)" if sd.get("noisy") else text

@@ -3,21 +3,25 @@
 Per model and repetition, one fresh process per mode (strict, default, optionally
 bookkeeping), so flags read at start-up are honest. The processes of a repetition start
 together and, after their warm-up steps, take turns step by step (reproci.stages.lockstep),
-so whatever else runs on a shared machine slows every mode alike; where FIFOs are not
+so whatever else runs on a shared machine slows every mode alike, and time sets how long
+they run (``sampling``: until the slowdown's interval reaches its target or the model's
+``--time-budget`` is spent; at most ``--steps`` timed steps when it is given). Where FIFOs are not
 available, or when each mode is a job of ``--world-size`` ranks under DDP (whose steps
-wait on one another's all-reduce), they run one after another, in ABBA order across
-repetitions; rank 0's clock stands for the job. Each timed step
-is clocked from the start of its turn to its end, the device synchronised before each
-clock read; a process's throughput is 1 / its median step time. The slowdown of a
-repetition is strict step time / default step time; the stage reports the median over
-repetitions with a bootstrap confidence interval, and marks the measurement noisy when
-that interval is wide. The first repetitions also
+wait on one another's all-reduce), they run one after another, ``--steps`` timed steps
+each, in ABBA order across repetitions, while the budget holds another; rank 0's clock
+stands for the job. Each timed step is clocked from the start of its turn to its end (on a
+GPU by CUDA events, reproci.worker.timing); a process's throughput is 1 / its median step
+time. The slowdown of a repetition is strict step time / default step time; the stage
+reports the median over repetitions with a bootstrap confidence interval, marks the
+measurement noisy when that interval is wide, and says how it stopped
+(``sampling.how_stopped``). The first repetitions also
 run a few profiled steps after the timed ones, and the ops whose self time grows most
 under strict mode are reported with their part of the added time.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any
@@ -40,6 +44,7 @@ BOOTSTRAP_SAMPLES = 2000
 NOISY_WIDTH = 0.06  # an interval wider than 6 % of the median marks the measurement noisy
 PROFILED_REPS = 1  # repetitions whose processes also profile per-op times (parsing a profile costs seconds)
 TOP_OPS = 5
+TIMED_STEPS_CAP = 20_000  # a paired repetition's guard: time ends it long before (20 k steps of 5 ms: 100 s)
 
 
 def warmup_steps(steps: int) -> int:
@@ -50,8 +55,10 @@ def warmup_steps(steps: int) -> int:
 def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any],
          modes: tuple[str, ...] = MODES, paired: bool = True) -> list[list[WorkerSpec]]:
     """One group of processes per repetition, one process per mode; repetition r lists the
-    modes forward (r odd) or reversed. ``paired``: a group takes turns step by step."""
+    modes forward (r odd) or reversed. ``paired``: a group takes turns step by step, for as
+    long as the sampler lets it (``timed_cap``); else each run times ``--steps`` steps."""
     warm = warmup_steps(options.steps)
+    timed = timed_cap(options, paired)
     groups = []
     for rep in range(1, options.repetitions + 1):
         order = modes if rep % 2 else tuple(reversed(modes))
@@ -61,7 +68,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
             profiled = rep <= PROFILED_REPS
             group.append(WorkerSpec(
                 model_ref=model.ref, model_name=model.name, role=role,
-                steps=warm + options.steps + (PROFILE_STEPS + 1 if profiled else 0),
+                steps=warm + timed + (PROFILE_STEPS + 1 if profiled else 0),
                 seed=options.seed, profile=options.profile, device=options.device, threads=options.threads,
                 mode=mode, output=f"record-{role}.json", fingerprints=False, warmup_steps=warm,
                 profile_ops=profiled, lockstep=f"turn-{role}" if paired else None,
@@ -69,6 +76,12 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
             ))
         groups.append(group)
     return groups
+
+
+def timed_cap(options: RunOptions, paired: bool) -> int:
+    """At most how many steps a repetition times: paired runs, as many as time allows (up
+    to ``TIMED_STEPS_CAP``) unless ``--steps`` was given; runs one after another, ``--steps``."""
+    return options.steps if options.steps_given or not paired else TIMED_STEPS_CAP
 
 
 def bootstrap_median(values: list[float], *, samples: int = BOOTSTRAP_SAMPLES,
@@ -85,12 +98,17 @@ def bootstrap_median(values: list[float], *, samples: int = BOOTSTRAP_SAMPLES,
     return med, float(low), float(high)
 
 
-def slowdown(ratios: list[float]) -> dict[str, Any]:
-    """Median slowdown over repetitions, its bootstrap interval, and whether it is noisy."""
+def slowdown(ratios: list[float], *, budget_spent: bool = False) -> dict[str, Any]:
+    """Median slowdown over repetitions, its bootstrap interval, whether it is noisy, and how
+    it stopped (``budget_spent``: the time budget, not the count of repetitions, ended it)."""
     med, low, high = bootstrap_median(ratios)
     width = (high - low) / med if med else float("inf")
+    noisy = bool(width > NOISY_WIDTH or len(ratios) < 3)
+    stop = "settled" if not noisy else "budget" if budget_spent else "cap"
+    half = sampling.half_width(med, low, high) if len(ratios) > 1 else math.inf
     return {"median": med, "ci_low": low, "ci_high": high, "confidence": CONFIDENCE, "relative_width": width,
-            "noisy": bool(width > NOISY_WIDTH or len(ratios) < 3), "ratios": [round(r, 5) for r in ratios]}
+            "noisy": noisy, "ratios": [round(r, 5) for r in ratios], "stop": stop,
+            "how_stopped": sampling.how_stopped(stop, half)}
 
 
 def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mode: str = "strict",
@@ -144,13 +162,18 @@ def _mode_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], sampler: sampling.Sampler | None,
-             modes: tuple[str, ...]) -> dict[str, dict[int, dict[str, Any]]]:
-    """Run the repetitions (paired: as many as the sampler wants; else every one); each
-    mode's record per repetition."""
+             modes: tuple[str, ...], budget: sampling.Budget) -> tuple[dict[str, dict[int, dict[str, Any]]], bool]:
+    """Run the repetitions (paired: as many as the sampler wants; else while the budget holds
+    one more as long as the longest so far); each mode's record per repetition, and whether
+    the budget left repetitions out."""
     by_mode: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
+    longest = 0.0
     for rep, group in enumerate(groups, start=1):
         if sampler is not None and not sampler.more_reps():
             break
+        if sampler is None and rep > 1 and not budget.holds(longest):
+            return by_mode, True
+        began = budget.elapsed()
         ctx.progress(f"{model.name}: throughput, repetition {rep}" + (
             f" (at most {len(groups)})" if sampler is not None else f"/{len(groups)}"))
         if sampler is not None:
@@ -163,7 +186,8 @@ def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], s
             if not record.get("steps_per_s"):
                 raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
             by_mode[spec.mode][rep] = record
-    return by_mode
+        longest = max(longest, budget.elapsed() - began)
+    return by_mode, False
 
 
 def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
@@ -172,20 +196,23 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
     if BASELINE not in modes or len(modes) < 2:
         raise ValueError(f"throughput modes {modes} must include {BASELINE!r} and another mode")
     t0 = time.monotonic()
+    budget = sampling.Budget(options.time_budget)
     paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
     groups = plan(options, model, project_commit=project_commit, image=image, modes=modes, paired=paired)
+    cap = timed_cap(options, paired)
     result: dict[str, Any] = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
-        "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": options.steps,
+        "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": cap,
+        "run_length": "time" if paired and not options.steps_given else "steps", "time_budget_s": options.time_budget,
         "repetitions": options.repetitions, "max_repetitions": options.repetitions,
         "order": "step-by-step turns" if paired else "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {},
         "slowdowns": {}, "top_ops": [], "records": [f"{model.name}/{s.output}" for g in groups for s in g],
         "error": None,
     }
     sampler = sampling.Sampler(modes, BASELINE, target=sampling.TARGETS.get(options.profile, sampling.TARGETS["quick"]),
-                               max_rounds=options.steps, max_reps=options.repetitions) if paired else None
+                               max_rounds=cap, max_reps=options.repetitions, budget=budget) if paired else None
     try:
-        by_mode = _measure(ctx, model, groups, sampler, modes)
+        by_mode, budget_spent = _measure(ctx, model, groups, sampler, modes, budget)
     except WorkerFailed as e:
         result.update(error={"kind": e.kind, "message": str(e)}, seconds=round(time.monotonic() - t0, 3))
         return result
@@ -197,7 +224,8 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         result["slowdowns"] = {m: sampler.summary(m) for m in modes if m != BASELINE}
     else:  # slowdown of a repetition: baseline steps/s over the mode's (> 1: the mode is slower)
         result["slowdowns"] = {
-            m: slowdown([by_mode[BASELINE][r]["steps_per_s"] / by_mode[m][r]["steps_per_s"] for r in reps])
+            m: slowdown([by_mode[BASELINE][r]["steps_per_s"] / by_mode[m][r]["steps_per_s"] for r in reps],
+                        budget_spent=budget_spent)
             for m in modes if m != BASELINE
         }
     result["slowdown"] = result["slowdowns"].get("strict", {})
