@@ -76,10 +76,10 @@ class Cluster:
         return {**outside, **ENV_FOR_RAY, "PYTHONPATH": str(ROOT), "CI": ""}
 
     def node(self, role: str, *, head: bool = False, pool: str | None = None, ip: str = "127.0.0.1",
-             env: dict[str, str] | None = None, labels: str = "", wait: bool = True) -> subprocess.Popen:
+             env: dict[str, str] | None = None, labels: str = "") -> subprocess.Popen:
         """A node labelled with its role (and ``reproci.test/pool`` if given, and ``labels``), at ``ip``
         (any loopback address: nodes are placed in address order), its tasks with ``env`` over the cluster's.
-        ``wait=False`` returns at once, so that several nodes start side by side (then ``joined``)."""
+        Returns once the node shows in the cluster."""
         where = ["--head", f"--port={PORT}", "--include-dashboard=false", f"--temp-dir={self.temp_dir}"] if head else \
             [f"--address={self.address}"]
         labels = ",".join([f"reproci.test/role={role}", *([f"reproci.test/pool={pool}"] if pool else []),
@@ -90,8 +90,7 @@ class Cluster:
                                 env={**self.env(), **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.nodes[role] = proc
-        if wait:
-            self.joined()
+        self.joined()
         return proc
 
     def joined(self) -> None:
@@ -104,7 +103,10 @@ class Cluster:
             log = self.tmp / f"ray-{role}.log"
             while "Ray runtime started" not in log.read_text(errors="replace"):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"node {role} did not start: {what}")
+                    how = "not started in 90 s" if proc.returncode is None else f"exit {proc.returncode}"
+                    self.kill(role)  # a node that failed to start is not waited for again by a later test
+                    tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+                    pytest.fail(f"node {role} did not start ({how}): {what}; the end of its log:\n{tail}")
                 time.sleep(0.2)
         self._wait_for(len(self.nodes), what)
 
@@ -121,7 +123,10 @@ class Cluster:
     def kill(self, role: str) -> None:
         """Take the node down at once; it no longer counts among the nodes a later start waits for."""
         proc = self.nodes.pop(role)
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it, and all it started, had already ended
+            pass
         proc.wait()
 
     def close(self) -> None:
@@ -309,9 +314,9 @@ def test_a_node_without_docker_gets_no_cell_and_a_node_killed_mid_cell_loses_tha
     points nowhere) is left out, and says so; nodes are placed in address order, so were it kept it
     would get a cell. The hanging cell's node (victim) is killed mid-cell: that cell is an
     infrastructure error (exit 5) naming the node, never a verdict, and the other cell's verdict is kept."""
-    cluster.node("nodocker", pool="mixed", env={"DOCKER_HOST": "unix:///nonexistent.sock"}, wait=False)
-    cluster.node("victim", pool="mixed", ip="127.0.0.2", wait=False)  # the two start side by side
-    cluster.joined()
+    # One after the other: two `ray start`s side by side on one host can draw the same free port.
+    cluster.node("nodocker", pool="mixed", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    cluster.node("victim", pool="mixed", ip="127.0.0.2")
     shutil.copy(ROOT / "tests" / "plugins" / "faulty.py", tmp_path / "faulty.py")  # a plugin of the project
     since = time.time()
     proc = cluster.reproci(tmp_path, "--image", IMAGE, "-m", "embedding", "-m", "faulty.py:hang", "--steps", "4",
