@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import kernels
+from ..state.bits import flat_int
 from .batchsum import (batch_checksum, contents_checksum, cpu_checksum, device_sums, mix_rows, np_words, row_sums,
                        tensors_of)
 
@@ -31,6 +33,8 @@ class BatchLog:
         self.contents: list[int | torch.Tensor] = []
         self._pending: list[tuple[int, tuple[np.ndarray, np.ndarray]]] = []  # (step's slot, its row sums)
         self._rows = 0
+        self._fused: kernels.BatchSums | None = None  # on a GPU with Triton
+        self._device_rows: list[tuple[int, torch.Tensor]] = []  # (step's slot, its row of kernels.BatchSums)
 
     def __len__(self) -> int:
         return len(self.checksums)
@@ -44,7 +48,18 @@ class BatchLog:
         tensors = tensors_of(batch)
         if not tensors:
             self._append(None, None)
-        elif all(t.device.type == "cpu" for t in tensors):  # numpy arithmetic, the same values
+            return
+        device = tensors[0].device
+        if kernels.usable(device) and all(t.device == device for t in tensors):  # a few launches, however many tensors
+            words = [_unwidened_words(t) for t in tensors]
+            if kernels.batch_usable(words):
+                if self._fused is None:
+                    self._fused = kernels.BatchSums(device)
+                rows = [t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 1 for t in tensors]
+                self._append(0, 0)
+                self._device_rows.append((len(self.contents) - 1, self._fused.add(words, rows)))
+                return
+        if all(t.device.type == "cpu" for t in tensors):  # numpy arithmetic, the same values
             words = [np_words(t) for t in tensors]
             self._append(cpu_checksum(tensors, words), 0)
             sums = row_sums(tensors, words)
@@ -66,10 +81,21 @@ class BatchLog:
         self.contents.append(0 if contents is None else contents)
 
     def _mix(self) -> None:
+        if self._device_rows:
+            for (slot, _), (checksum, contents) in zip(self._device_rows,
+                                                       kernels.batch_values([r for _, r in self._device_rows])):
+                self.checksums[slot], self.contents[slot] = checksum, contents
+            self._device_rows = []
         if self._pending:
             for (slot, _), value in zip(self._pending, mix_rows([sums for _, sums in self._pending])):
                 self.contents[slot] = value % 2**32
             self._pending, self._rows = [], 0
+
+
+def _unwidened_words(t: torch.Tensor) -> torch.Tensor:
+    """``batchsum._words`` without widening: the kernels widen narrow elements as they read them."""
+    flat = flat_int(t)
+    return flat.view(torch.int32) if flat.element_size() == 8 else flat
 
 
 def _ints(per_step: list[int | torch.Tensor]) -> list[int]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import kernels
 from .bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
 from .state import Modules, sort_key, state_tensors
 from .sums import array_sums, grouped_sums, segment_sums
@@ -139,6 +140,8 @@ class StepFingerprints:
                 continue
             for gi, group in enumerate(groups):
                 block = _stack([self.rows[i][1][gi] for i in steps])
+                if group.fused is not None:  # its narrow columns are read modulo 2**32 here
+                    block = group.fused.normalised(block)
                 out[torch.tensor(steps).unsqueeze(1), group.positions.unsqueeze(0)] = block
         where = [(i, c) for i, (_, _, absent) in enumerate(self.rows) for c in absent]
         if where:
@@ -163,7 +166,11 @@ class _DeviceGroup:
                       if t.layout != torch.strided or not t.is_contiguous()]
         self.positions = torch.tensor([i for i, _ in self.persistent] + [i for i, _ in self.grads], dtype=torch.long)
         self.no_grad = [flat_int(p.detach())[:0] for _, p in self.grads]  # a missing gradient: an empty segment
-        self.on_cpu = self.device.type == "cpu"
+        self.on_cpu = self.device.type == "cpu" and not kernels.usable(self.device)
+        # On a GPU with Triton: the whole group in one launch per element type (kernels.StateSums)
+        self.fused = kernels.StateSums(self.views, [p for _, p in self.grads], self.device) \
+            if not self.on_cpu and kernels.usable(self.device) and not self.stale and kernels.state_usable(self.views + self.no_grad) \
+            else None
         if self.on_cpu:  # numpy arrays sharing the tensors' memory: they follow in-place updates
             self.arrays = [np_bits(t) for _, t in self.persistent]
 
@@ -172,6 +179,11 @@ class _DeviceGroup:
         not exist now are appended to ``absent`` (their checksum reads 0 here)."""
         if self.on_cpu:
             return self._cpu_sums(absent)
+        if self.fused is not None:
+            grads = [p.grad for _, p in self.grads]
+            if all(g is None or (g.layout == torch.strided and g.is_contiguous()) for g in grads):
+                absent.extend(i for (i, _), g in zip(self.grads, grads) if g is None)
+                return self.fused.sums(grads)
         views = list(self.views)
         for k in self.stale:
             views[k] = flat_int(self.persistent[k][1])
