@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reproci.worker.__main__ import _classify, no_deterministic_kernel
 from reproci.worker.process.exitcodes import EXIT_CRASH, EXIT_NO_DETERMINISTIC_KERNEL
 
