@@ -40,7 +40,7 @@ def test_the_ctc_backward_on_cuda_is_refused_with_what_works_for_a_ctc_model():
     assert other is not None and "replace it in the model with an op that has one" in other
 
 
-@pytest.mark.skip(reason="in a shared test process torch refuses to read mixed legacy/new TF32 flags other tests set; to run in a process of its own")
+@pytest.mark.skip(reason="torch refuses mixed legacy/new TF32 flag reads that other tests leave in a shared process")
 def test_the_advice_for_a_ctc_model_works_on_its_loss():
     """The advice's ``loss_function`` for a transformers *ForCTC model computes the same loss as
     the model's own, on the CPU (where torch's CTC kernel is deterministic), its gradient back
