@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 
+from .state.bits import flat_int
+
 try:  # shipped with torch's CUDA builds; optional everywhere else
     import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
     import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -75,12 +77,16 @@ def usable(device: torch.device) -> bool:
         return False
     if device.type == "cuda":
         return True
-    return device.type == "cpu" and interpret_on_cpu and os.environ.get("TRITON_INTERPRET") == "1"
+    return device.type == "cpu" and interpret_on_cpu and _interpreted()
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _block() -> int:
     # The interpreter runs a program as numpy calls: fewer, larger blocks cost it less.
-    return CHUNK if os.environ.get("TRITON_INTERPRET") == "1" else 1024
+    return CHUNK if _interpreted() else 1024
 
 
 @functools.lru_cache(maxsize=2)
@@ -206,7 +212,7 @@ class StateSums:
         self.device = device
         self.persistent = persistent
         self.params = params
-        self.params_flat = [_flat_view(p) for p in params]
+        self.params_flat = [flat_int(p.detach()) for p in params]
         kinds = [v.dtype for v in persistent] + [v.dtype for v in self.params_flat]
         order = sorted(range(len(kinds)), key=lambda i: STATE_TYPES.index(kinds[i]))
         sizes = [v.numel() for v in persistent] + [v.numel() for v in self.params_flat]
@@ -256,7 +262,7 @@ class StateSums:
             self._table = _to_device(values, self.device)
             self._last = key
         row = self.rows.next()
-        state_sums = _kernels(os.environ.get("TRITON_INTERPRET") == "1")[0]
+        state_sums = _kernels(_interpreted())[0]
         first = 0
         assert self._table is not None
         for g, (_, members, _) in enumerate(self.groups):
@@ -278,11 +284,6 @@ class StateSums:
 def state_usable(tensors: list[torch.Tensor]) -> bool:
     """Whether every one of these (flat integer views, dense) is read by the state kernel."""
     return all(t.dtype in STATE_TYPES and t.layout == torch.strided and t.is_contiguous() for t in tensors)
-
-
-def _flat_view(p: torch.Tensor) -> torch.Tensor:
-    from .state.bits import flat_int
-    return flat_int(p.detach())
 
 
 class BatchSums:
@@ -319,7 +320,7 @@ class BatchSums:
             table += [words[i].data_ptr() for i in members]
             table += info
         table_d = _to_device(table, self.device)
-        batch_words, mix = _kernels(os.environ.get("TRITON_INTERPRET") == "1")[1:]
+        batch_words, mix = _kernels(_interpreted())[1:]
         first = 0
         for members, _, chunks, n_chunks, tile in groups:
             m = len(members)
