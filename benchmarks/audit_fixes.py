@@ -1,6 +1,6 @@
 """What each fix the audit suggests costs, against the op it replaces, measured in one run.
 
-The fixes are in ``pipeline/worker/audit/fixes.py``. For each: the op and its fix on the same inputs
+The fixes are in ``reproci/worker/audit/fixes.py``. For each: the op and its fix on the same inputs
 (forward and, where the op is a backward, backward), interleaved, median of --reps timings
 of --iters calls each; printed as fix / op. Defaults are shapes of the reference embedding
 model and a transformer's sequence dimension. ``--device cuda`` measures on a GPU (strict

@@ -104,7 +104,7 @@ def _own_skips(config: pytest.Config) -> list[tuple[str, str]]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A skip that names the project's own modules fails the session: an ImportError in
-    pipeline/ is a bug, never a missing optional tool."""
+    reproci/ is a bug, never a missing optional tool."""
     if not hasattr(session.config, "workerinput") and _own_skips(session.config) and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

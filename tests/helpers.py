@@ -329,7 +329,7 @@ def artifact_layout(dest: Path, files: dict[str, Path], *names: str) -> Path:
 
 # --- the wheel ---
 
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "pipeline", "docker")
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "reproci", "docker")
 
 
 def build_wheel(dest: Path) -> Path:

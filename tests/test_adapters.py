@@ -1,4 +1,4 @@
-"""The adapters (``pipeline/adapters/``) and their examples (``examples/``): a Hugging Face
+"""The adapters (``reproci/adapters/``) and their examples (``examples/``): a Hugging Face
 model with its collator, dataset and TrainingArguments, and a LightningModule as it is, each
 a TrainSetup in one call, judged right by the real CLI; and a golden recorded under one
 transformers version alerting as UPGRADE_CHANGED under another, though the model's config

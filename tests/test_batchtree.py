@@ -1,5 +1,5 @@
 """Batches of every shape users pass: moved to the device with their types kept, and seen
-whole by the batch checksums (``pipeline/worker/data/batchtree.py``, ``batchsum.py``)."""
+whole by the batch checksums (``reproci/worker/data/batchtree.py``, ``batchsum.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The state census (``pipeline/worker/state/census.py``, compared by ``pipeline/stages/census.py``):
+"""The state census (``reproci/worker/state/census.py``, compared by ``reproci/stages/census.py``):
 private state found where users keep it, named by path and type, never the harness's own or
 the checkpoint's; through the real CLI, each buggy model beside a twin that declares its state."""
 

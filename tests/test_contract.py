@@ -1,4 +1,4 @@
-"""The plugin contract's checks (``pipeline/worker/contract.py``): what a factory's TrainSetup
+"""The plugin contract's checks (``reproci/worker/contract.py``): what a factory's TrainSetup
 must hold, judged on the parts that decide the order."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where k falls and what the resume check covered (``pipeline/stages/coverage.py``,
+"""Where k falls and what the resume check covered (``reproci/stages/coverage.py``,
 ``worker.train.resume_point``)."""
 
 from __future__ import annotations

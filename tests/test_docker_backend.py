@@ -71,7 +71,7 @@ def test_absolute_paths_move_under_the_run_mount_and_outside_ones_are_refused(tm
 def test_only_the_worker_packages_are_mounted_and_all_read_only():
     binds = ds.code_binds()
     assert [(b.source, str(b.target)) for b in binds] == [
-        (ROOT / "pipeline", "/reproci/code/reproci")]  # the reference models inside it
+        (ROOT / "reproci", "/reproci/code/reproci")]  # the reference models inside it
     assert all(b.read_only and b.source.is_dir() for b in binds)
     m = engine.mount(binds[0])
     assert m["Type"] == "bind" and m["ReadOnly"] is True and m["Target"] == "/reproci/code/reproci"
@@ -143,7 +143,7 @@ def test_the_digest_is_the_repositorys_registry_digest_else_the_image_id():
 
 
 def test_only_the_engine_module_imports_the_docker_sdk():
-    for f in (ROOT / "pipeline").rglob("*.py"):
+    for f in (ROOT / "reproci").rglob("*.py"):
         tree = ast.parse(f.read_text())
         roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         roots |= {n.module.split(".")[0] for n in ast.walk(tree)
@@ -168,10 +168,10 @@ def imported_modules(path: Path, package: str) -> set[str]:
 def test_no_backend_module_imports_the_manifest_or_the_options():
     """The image is resolved once, in options.build (which imports images, which imports
     backends); a backend reads only what the options carry, so no import circle is left."""
-    for f in (ROOT / "pipeline" / "backends").glob("*.py"):
+    for f in (ROOT / "reproci" / "backends").glob("*.py"):
         imported = imported_modules(f, "reproci.backends")
         assert not imported & {"reproci.images", "reproci.options"}, f"{f.name} imports {imported}"
-    assert "reproci.images" in imported_modules(ROOT / "pipeline" / "options.py", "reproci")  # the check can see it
+    assert "reproci.images" in imported_modules(ROOT / "reproci" / "options.py", "reproci")  # the check can see it
 
 
 GPU_MANIFEST = """\

@@ -1,4 +1,4 @@
-"""torch.compile and autocast as checked configurations (``pipeline/worker/execution.py``):
+"""torch.compile and autocast as checked configurations (``reproci/worker/execution.py``):
 the transformer and a plugin compiled, the reference models under autocast, the settings
 recorded, a compiled golden compared only with compiled runs, a warm-cache run with a cold one.
 Inductor compiles with the host's C++ compiler here (CPU)."""

@@ -113,7 +113,7 @@ def test_a_forked_run_sees_what_a_fresh_interpreter_sees(backends, tmp_path, cha
         tmp_path = pair["work"]
     assert comparable(forked, tmp_path / "forked") == comparable(fresh, tmp_path / "fresh")
     assert forked["hash_randomization"] == 1 and forked["session_leader"] and forked["parent_is_launcher"]
-    assert forked["argv"][0].endswith(os.path.join("pipeline", "worker", "__main__.py"))
+    assert forked["argv"][0].endswith(os.path.join("reproci", "worker", "__main__.py"))
     assert forked["main"] == ["__main__", "reproci.worker.__main__", "__main__.py"] and not forked["main_imported"]
     assert forked["fds"] == [0, 1, 2] and forked["stdin"] == os.devnull and not forked["cuda_initialized"]
     if "hash_seed" in change:

@@ -1,7 +1,7 @@
 """The file readers under fuzz: goldens, results files, ``reproci.yaml`` and image manifests
 fed random bytes, truncations of a real file and valid YAML/JSON of the wrong shape. Every
 case must end in one of the documented exit codes with one line on stderr: none may raise
-past the CLI (``pipeline/cli.py`` turns errors into exit codes)."""
+past the CLI (``reproci/cli.py`` turns errors into exit codes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A golden drift's cause named and proven (``pipeline/stages/golden_cause.py``,
+"""A golden drift's cause named and proven (``reproci/stages/golden_cause.py``,
 ``golden/drift.py``): what selects the CPU kernels is recorded, an image digest alone is not an
 upgrade, and a factor software can set is re-run with the golden's value."""
 

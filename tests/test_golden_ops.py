@@ -1,4 +1,4 @@
-"""Per-op hashes kept with a golden (``pipeline/stages/golden_ops.py``): a later run in
+"""Per-op hashes kept with a golden (``reproci/stages/golden_ops.py``): a later run in
 another environment names the first op whose output changed, without the old one."""
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def test_the_shipped_scripts_say_what_a_user_can_do_when_the_engine_does_not_ans
     no file of reproci's own development tree, only what a user can do."""
     if shutil.which("docker") is None:
         pytest.skip("no docker client: the scripts stop before they ask the engine")
-    p = subprocess.run(["bash", str(ROOT / "pipeline" / "_recipes" / "docker" / script), *args], capture_output=True,
+    p = subprocess.run(["bash", str(ROOT / "reproci" / "_recipes" / "docker" / script), *args], capture_output=True,
                        text=True, timeout=60, env={**os.environ, "DOCKER_HOST": "unix:///nonexistent.sock"})
     assert p.returncode == 1 and "the Docker engine does not answer: start it" in p.stderr, p.stderr
     assert ".ci/" not in p.stderr

@@ -334,6 +334,6 @@ def test_the_templates_are_package_data() -> None:
     """The wheel carries them (pyproject's package data), so init works from an install."""
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"templates/*.tmpl"' in pyproject
-    assert {p.name for p in (ROOT / "pipeline" / "templates").iterdir()} == {
+    assert {p.name for p in (ROOT / "reproci" / "templates").iterdir()} == {
         "plugin_plain.py.tmpl", "plugin_hf.py.tmpl", "plugin_lightning.py.tmpl", "reproci.yaml.tmpl",
         "goldens-README.md.tmpl", "reproci.yml.tmpl", "golden-update.yml.tmpl"}

@@ -165,7 +165,7 @@ def test_only_a_library_that_is_not_there_counts_as_missing(monkeypatch) -> None
 def test_in_a_container_the_image_must_have_it(monkeypatch) -> None:
     assert contract.install_hint("accelerate") == "pip install 'reproci[hf]'"
     assert contract.install_hint("lightning") == "pip install lightning"
-    monkeypatch.setattr(contract, "__file__", "/reproci/code/pipeline/worker/contract.py")
+    monkeypatch.setattr(contract, "__file__", "/reproci/code/reproci/worker/contract.py")
     assert contract.install_hint("accelerate") == "install transformers, accelerate in the image"
 
 

@@ -1,7 +1,7 @@
 """A plugin or a toolchain that fails, as a user meets it through the real CLI: a syntax error
-is refused before any run (``pipeline/models.py``), a factory that raises says where in the
-plugin and where the traceback is (``pipeline/worker/process/failure.py``, ``runner``), and a
-C++ compiler that does not work is one line naming it (``pipeline/worker/execution.py``)."""
+is refused before any run (``reproci/models.py``), a factory that raises says where in the
+plugin and where the traceback is (``reproci/worker/process/failure.py``, ``runner``), and a
+C++ compiler that does not work is one line naming it (``reproci/worker/execution.py``)."""
 
 from __future__ import annotations
 

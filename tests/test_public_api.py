@@ -1,4 +1,4 @@
-"""The public API a plugin imports, ``reproci`` (the package the folder ``pipeline/`` installs as):
+"""The public API a plugin imports, ``reproci`` (the source folder ``reproci/``):
 the same objects as the worker uses, light enough for any image, usable from a project that has a
 ``pipeline`` package of its own; and the old ``pipeline.*`` imports, deprecated aliases for one release."""
 
@@ -30,7 +30,7 @@ def test_the_public_names_are_the_objects_the_worker_uses() -> None:
 
     assert (ModelContext, TrainSetup, EveryEpoch) == (contract.ModelContext, contract.TrainSetup, steppers.EveryEpoch)
     assert hf_setup is hf and lightning_setup is lightning
-    assert set(reproci.__all__) <= set(dir(reproci)) and (ROOT / "pipeline" / "py.typed").is_file()
+    assert set(reproci.__all__) <= set(dir(reproci)) and (ROOT / "reproci" / "py.typed").is_file()
     with pytest.raises(ImportError, match="cannot import name 'nothing_here'"):
         from reproci import nothing_here  # noqa: F401
 
@@ -157,14 +157,14 @@ print(pipeline.__file__)
 @pytest.mark.parametrize("where", ["elsewhere", "checkout"])
 def test_the_old_imports_are_reprocis_modules_with_a_warning_that_names_the_new_import(
         tmp_path: Path, where: str) -> None:
-    """Anywhere (and in a checkout, whose root holds the folder pipeline/ itself), ``pipeline.X``
+    """Anywhere (and in a checkout, whose root holds the folder reproci/), ``pipeline.X``
     is the module ``reproci.X``, never a second copy; one FutureWarning names the new import."""
     cwd = ROOT if where == "checkout" else tmp_path
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONWARNINGS")}
     out = subprocess.run([sys.executable, "-c", OLD_IMPORT], cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert Path(out.stdout.strip()) == ROOT / "pipeline" / "__init__.py"
+    assert Path(out.stdout.strip()) == ROOT / "reproci" / "__init__.py"
     warned = [line for line in out.stderr.splitlines() if "FutureWarning" in line]
     assert warned == ["<string>:3: FutureWarning: pipeline.worker.contract is deprecated (reproci's package is named "
                       "reproci now): import from reproci (from reproci import ModelContext, TrainSetup, ...; "

@@ -6,7 +6,7 @@ the correct version.
 All models go through one ``reproci run`` (two at a time), 12 steps resumed at 6: 4 batches
 an epoch, so the resume falls in the middle of the second epoch. With no golden recorded, a
 model whose runs agree and resume exactly is NEW with "A = B = C" (the determinism stage's
-PASS); PASS proper needs a golden (``pipeline/golden/drift.py``).
+PASS); PASS proper needs a golden (``reproci/golden/drift.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Runs whose every tensor agrees, but whose extra state or held-out metrics do not
-(``pipeline/stages/sidestate.py``): nondeterminism or a checkpoint gap outside the hashed tensors."""
+(``reproci/stages/sidestate.py``): nondeterminism or a checkpoint gap outside the hashed tensors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The training idioms the contract takes as written (``pipeline/worker/steppers.py``,
+"""The training idioms the contract takes as written (``reproci/worker/steppers.py``,
 ``TrainSetup.accumulate``/``after_step``, ``ctx.steps``, ``loss_of``): several optimizers as
 one, every kind of scheduler stepped as its library steps it, gradient accumulation exact at
 every resume point, and a loss_fn that returns anything but a loss named in one line.

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-PACKAGE = ROOT / "pipeline"
+PACKAGE = ROOT / "reproci"
 MAX_MODULE_LINES = 320  # a module's budget, unless OVER_BUDGET gives the concept that makes it bigger
 MAX_FUNCTION_LINES = 65  # a function's, unless FUNCTIONS_OVER_BUDGET gives its reason
 CEILING = 2  # a unit with a reason may grow to twice the budget, no further: past that, split it
@@ -30,7 +30,7 @@ FUNCTIONS_OVER_BUDGET = {
 
 
 def module_name(path: Path) -> str:
-    """The import name of a file of pipeline/: the folder installs as the package reproci."""
+    """The import name of a file of reproci/: the folder installs as the package reproci."""
     parts = ["reproci", *path.relative_to(PACKAGE).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -174,7 +174,7 @@ def test_the_budget_names_what_to_do() -> None:
 
 
 def test_each_cli_verb_lives_in_its_own_command_module() -> None:
-    """From cli.py, a verb's code is one hop away: pipeline/commands/<verb>.py."""
+    """From cli.py, a verb's code is one hop away: reproci/commands/<verb>.py."""
     from reproci.cli import cli
 
     for name, command in cli.commands.items():
@@ -193,5 +193,5 @@ def test_every_stage_the_options_accept_is_one_entry_of_the_registry() -> None:
 
     assert tuple(s.name for s in registry.STAGES) == STAGES
     assert [s.name for s in registry.selected(("probes", "determinism"))] == ["determinism", "probes"]
-    source = (Path(__file__).resolve().parents[1] / "pipeline" / "orchestrate.py").read_text()
+    source = (Path(__file__).resolve().parents[1] / "reproci" / "orchestrate.py").read_text()
     assert not any(f'"{name}" in options.stages' in source for name in STAGES)  # no stage special-cased

@@ -1,5 +1,5 @@
 """Upgrades checked against a golden: a run whose packages differ from the golden's but whose
-hashes match says the upgrade was checked (``pipeline/golden/drift.py``)."""
+hashes match says the upgrade was checked (``reproci/golden/drift.py``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The webhook's delivery (``pipeline/reports/webhook.py``): retried while the server fails,
+"""The webhook's delivery (``reproci/reports/webhook.py``): retried while the server fails,
 against a real local HTTP server; never raising."""
 
 from __future__ import annotations

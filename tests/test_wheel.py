@@ -1,5 +1,5 @@
 """The installed tool is the whole tool: the wheel carries the package ``reproci`` (the folder
-``pipeline/``, every subpackage of it), the image recipes, and ``reproci images list`` reads the
+``reproci/``, every subpackage of it), the image recipes, and ``reproci images list`` reads the
 shipped manifest from any directory."""
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ def test_the_wheel_carries_the_image_recipes_and_the_typed_api(wheel: zipfile.Zi
     assert wheel.read(f"{RECIPES}/manifest.yaml") == (ROOT / "docker" / "manifest.yaml").read_bytes()
     assert {"reproci/__init__.py", "reproci/py.typed", "reproci/cli.py", "reproci/reference_models/__init__.py"} <= names
     assert not [n for n in names if n.startswith("pipeline/")]  # never a top-level `pipeline` in site-packages
-    # nothing of reproci's at a top-level name a user's repository may have (reference_models/, pipeline/)
+    # nothing of reproci's at a top-level name a user's repository may have (reference_models/, reproci/)
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))} == {"reproci"}
-    templates = {f"reproci/templates/{p.name}" for p in (ROOT / "pipeline" / "templates").iterdir()}
+    templates = {f"reproci/templates/{p.name}" for p in (ROOT / "reproci" / "templates").iterdir()}
     assert templates and templates <= names  # what `reproci init` writes from
     assert not [n for n in names if n.startswith("docker/")]  # never a top-level `docker` (the engine SDK's name)
 
 
 @pytest.mark.slow
 def test_every_package_of_the_source_folder_is_in_the_wheel_under_the_name_reproci(wheel: zipfile.ZipFile) -> None:
-    """pyproject.toml lists the packages by hand (the folder pipeline/ installs as reproci): a
-    subpackage left out of the list would be missing from every install but a checkout's."""
+    """pyproject.toml lists the packages by hand: a subpackage left out of the list would be
+    missing from every install but a checkout's."""
     names = set(wheel.namelist())
-    for top, name in (("pipeline", "reproci"),):
+    for top, name in (("reproci", "reproci"),):
         for init in (ROOT / top).rglob("__init__.py"):
             package = init.parent.relative_to(ROOT / top).as_posix()
             modules = {f"{name}/{p.relative_to(ROOT / top).as_posix()}" for p in init.parent.glob("*.py")}

@@ -11,7 +11,7 @@ import pytest
 from .helpers import ROOT
 
 ALLOWED_THIRD_PARTY = {"torch", "numpy"}
-WORKER_SIDE = [ROOT / "pipeline" / "worker", ROOT / "pipeline" / "reference_models"]
+WORKER_SIDE = [ROOT / "reproci" / "worker", ROOT / "reproci" / "reference_models"]
 WORKER_MODULES = ("reproci.worker", "reproci.reference_models")  # what the worker side may import of ours
 
 
@@ -28,7 +28,7 @@ def imported_roots(path: Path) -> set[str]:
 
 # Libraries a worker module may use where they are installed, imported under ``try: ... except ImportError``
 # (Triton ships with torch's CUDA builds: the record's kernels on a GPU, the reference arithmetic without it).
-OPTIONAL = {ROOT / "pipeline" / "worker" / "kernels.py": {"triton"}}
+OPTIONAL = {ROOT / "reproci" / "worker" / "kernels.py": {"triton"}}
 
 
 def optional_imports(path: Path) -> set[str]:
@@ -60,7 +60,7 @@ ADAPTERS = {"hf.py": {"transformers"}, "lightning.py": {"lightning", "pytorch_li
 def test_each_adapter_imports_only_the_worker_side_and_its_own_library():
     """The adapters run in the worker, in the image that has the library they adapt, and nothing else of ours."""
     stdlib = set(sys.stdlib_module_names)
-    folder = ROOT / "pipeline" / "adapters"
+    folder = ROOT / "reproci" / "adapters"
     assert {f.name for f in folder.glob("*.py")} == set(ADAPTERS)
     for f in folder.glob("*.py"):
         for root in imported_roots(f) - {"reproci"}:

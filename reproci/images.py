@@ -6,7 +6,7 @@ An image NAME (a key of the manifest's ``images:``) stands for its local tag whe
 this module only picks them and reports. The click commands are in ``commands/images.py``
 and ``commands/matrix.py``.
 
-The recipes travel with the package: ``pipeline/_recipes/docker`` links to the checkout's
+The recipes travel with the package: ``reproci/_recipes/docker`` links to the checkout's
 ``docker/``, and the wheel carries its files there (package data in pyproject.toml), so an
 installed reproci lists and builds its images from any directory.
 

@@ -1,5 +1,5 @@
 """``reproci audit --check-table``: the op audit's table against the running torch's own list
-(``pipeline/worker/audit/audit_check.py``). To audit models: ``reproci run --stage audit``."""
+(``reproci/worker/audit/audit_check.py``). To audit models: ``reproci run --stage audit``."""
 
 from __future__ import annotations
 

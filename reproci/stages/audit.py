@@ -1,6 +1,6 @@
 """The op audit stage (``--stage audit``): one fresh-process step per model, every aten op
 recorded under strict mode with ``warn_only``, cross-referenced with what strict
-determinism does to those ops on CUDA (``pipeline/worker/audit/audit.py``, read against the
+determinism does to those ops on CUDA (``reproci/worker/audit/audit.py``, read against the
 torch in the image). A CPU run predicts what a GPU run will hit and what will get slower.
 """
 

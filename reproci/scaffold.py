@@ -4,7 +4,7 @@ It writes ``reproci.yaml``, a plugin for the user's model from one adapter's tem
 working tiny model, with the three questions a user must answer marked ``TODO(reproci)``),
 ``goldens/`` and two workflows that call reproci's reusable workflows, pinned to the installed
 release. It never overwrites a file unless asked (``force``), and then writes every file or
-none. The templates are package data (``pipeline/templates/``) in ``string.Template`` form:
+none. The templates are package data (``reproci/templates/``) in ``string.Template`` form:
 ``$name`` is filled in, ``$$`` is a literal ``$`` (GitHub's ``${{ }}`` is written ``$${{ }}``).
 The click command is in ``commands/init.py``.
 """

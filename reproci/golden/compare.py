@@ -1,6 +1,6 @@
 """Comparing runs: first differing step, first differing tensor, and by how much.
 
-Inputs are run records (``pipeline/worker/train.py``): per-step rows of exact tensor
+Inputs are run records (``reproci/worker/train.py``): per-step rows of exact tensor
 checksums, batch checksums, losses, and the final sha256. Magnitudes come from state
 dumps of probe runs (``magnitude``), since a checksum says only *whether* a tensor
 differs.

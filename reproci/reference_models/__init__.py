@@ -1,7 +1,7 @@
 """Reference models: one readable file each, and the registry that names them.
 
 Each model is a factory ``build(ctx) -> TrainSetup`` following the plugin contract in
-``pipeline/worker/contract.py``. A user's own model follows the same contract and is
+``reproci/worker/contract.py``. A user's own model follows the same contract and is
 named on the command line as ``path/to/file.py:factory`` or ``module:factory``.
 
 This package is imported inside training containers: standard library, torch and

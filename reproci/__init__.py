@@ -6,7 +6,7 @@
 
 These names are the stable surface (docs/plugins.md); the modules under them
 (``reproci.worker.contract``, ``reproci.adapters.hf``) are internal. The source folder is
-``pipeline/`` (the repository's layout); the installed package is ``reproci``. Imports of the
+``reproci/`` (the repository's layout); the installed package is ``reproci``. Imports of the
 old name (``pipeline.worker.contract``) keep working for one release, with a FutureWarning
 (``old_imports``), unless the user's own ``pipeline`` package is importable: theirs wins.
 

@@ -12,7 +12,7 @@ from ..errors import WorkerFailed
 from ..worker.process import progress
 from ..worker.process.spec import WorkerSpec
 
-# The directory holding reproci's own folder: a checkout's root (with docker/ beside pipeline/,
+# The directory holding reproci's own folder: a checkout's root (with docker/ beside reproci/,
 # which an editable install maps to the name reproci), or an install's site-packages (with reproci/).
 CODE_ROOT = Path(__file__).resolve().parents[2]
 

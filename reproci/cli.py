@@ -1,5 +1,5 @@
 """The command line: the ``reproci`` group and ``main``, the only place that turns errors
-into exit codes. Each verb's click code is in ``pipeline/commands/<verb>.py``.
+into exit codes. Each verb's click code is in ``reproci/commands/<verb>.py``.
 
 Ctrl-C is honoured from the first moment: ``_interrupt`` (Python's own handler but for two
 kinds of place where raising breaks the interpreter) is installed before the heavy imports,

@@ -49,8 +49,7 @@ class LocalBackend(Backend):
         env = {k: v for k, v in os.environ.items() if k not in owned}
         env.update(launch_environment(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
                                       hash_seed=spec.hash_seed, world_size=spec.world_size, cpu_isa=spec.cpu_isa))
-        # This interpreter's reproci: an install's site-packages, or a checkout's root, where the editable
-        # install maps reproci to pipeline/ (and where the folder imported as `pipeline` is reproci too).
+        # This interpreter's reproci: an install's site-packages, or a checkout's root, which holds reproci/.
         # A plugin's folder goes before it in the worker (contract.load_factory): a user's own
         # `pipeline` package wins.
         env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])

@@ -4,7 +4,7 @@ Model, optimizer, scheduler, scaler, the state modules (an EMA, a teacher), the 
 extra state and every RNG state at the
 checkpoint's step, plus the loop position: step, epoch, batches consumed in the epoch and
 the epoch-start snapshot (``loader.EpochStart``) that lets the resumed run replay the
-interrupted epoch exactly (``pipeline/worker/data/loader.py``).
+interrupted epoch exactly (``reproci/worker/data/loader.py``).
 """
 
 from __future__ import annotations

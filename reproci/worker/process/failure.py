@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-_HARNESS = str(Path(__file__).resolve().parents[2])  # pipeline/: the harness's own frames
+_HARNESS = str(Path(__file__).resolve().parents[2])  # reproci/: the harness's own frames
 _PYTHON = tuple(sorted({os.path.abspath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
 FIX_CXX = "set CXX to a working C++ compiler (CXX=g++) where the runs execute, or drop --compile"
 

@@ -19,7 +19,7 @@ def report(say: Callable[[str], None] = print) -> int:
     say(f"torch {torch.__version__}: {len(docs)} items in torch.use_deterministic_algorithms' docs ({raises} raise, "
         f"{len(docs) - raises} use a deterministic implementation); {len(EXCLUDED)} excluded on purpose")
     for item in result["missing"]:
-        say(f"missing: {item} (torch: {docs[item]}): no audit entry; add one to pipeline/worker/audit/audit_table.py "
+        say(f"missing: {item} (torch: {docs[item]}): no audit entry; add one to reproci/worker/audit/audit_table.py "
             "or an exclusion with its reason")
     for item in result["stale"]:
         say(f"stale: {item}: an entry stands for it, but torch {torch.__version__}'s list no longer has it")

@@ -43,7 +43,7 @@ class Bind:
 def code_binds() -> list[Bind]:
     """The worker's packages, each mounted read-only under /reproci/code by its import name
     (nothing else of the checkout): each from the directory it was imported from here, which
-    for reproci in a checkout is the source folder pipeline/."""
+    for reproci in a checkout is the source folder reproci/."""
     return [Bind(package_dir(p), CODE / p) for p in CODE_PACKAGES]
 
 
