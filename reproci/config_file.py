@@ -1,5 +1,6 @@
-"""reproci.yaml: the keys a user may set (the flags of ``reproci run``, with underscores) and
-what each takes, checked in one place before any value is used."""
+"""reproci.yaml: the keys a user may set (the flags of ``reproci run``, with underscores, as
+``settings.declared`` declares them) and what each takes, checked in one place before any
+value is used; and ``Settings``, a command-line value over the file's over a default."""
 
 from __future__ import annotations
 
@@ -10,62 +11,9 @@ from typing import Any, Mapping
 import yaml
 
 from .errors import ConfigError
+from .settings.declared import OPTIONS, config_keys
 
 CONFIG_FILE = "reproci.yaml"
-AMP = ("bf16", "fp16")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return _is_int(v) or isinstance(v, float)
-
-
-def _is_names(v: Any) -> bool:
-    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
-
-
-# The keys a user may set in reproci.yaml (the flags of `reproci run`, with underscores), each
-# with what it takes: checked here, in one place, before any value is used.
-CONFIG_KEYS: dict[str, tuple[str, Any]] = {
-    "image": ("an image name (a string)", lambda v: isinstance(v, str)),
-    "image_name": ("a golden name (a string)", lambda v: isinstance(v, str)),
-    "models": ("a model name or a list of them", _is_names),
-    "model": ("a model name or a list of them", _is_names),
-    "stages": ("a stage name or a list of them", _is_names),
-    "profile": ("quick or full", lambda v: isinstance(v, str)),
-    "steps": ("an integer", _is_int),
-    "resume_at": ("an integer", _is_int),
-    "seed": ("an integer", _is_int),
-    "threads": ("an integer", _is_int),
-    "cpu_isa": ("one of avx2, avx512, native", lambda v: v in ("avx2", "avx512", "native")),
-    "device": ("cpu or cuda", lambda v: isinstance(v, str)),
-    "world_size": ("an integer", _is_int),
-    "gpus": ("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
-    "memory": ("a size, e.g. 8g or 512m", lambda v: isinstance(v, str) or _is_int(v)),
-    "pids_limit": ("an integer", _is_int),
-    "timeout": ("a number of seconds", _is_number),
-    "jobs": ("an integer", _is_int),
-    "results_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
-    "goldens_dir": ("a directory (a string)", lambda v: isinstance(v, str)),
-    "keep_checkpoints": ("true or false", lambda v: isinstance(v, bool)),
-    "fork_server": ("true or false", lambda v: isinstance(v, bool)),
-    "compile": ("true, false or a list of the models to compile", lambda v: isinstance(v, bool) or _is_names(v)),
-    "compile_mode": (f"one of {', '.join(COMPILE_MODES)}", lambda v: v in COMPILE_MODES),
-    "amp": ("bf16 or fp16", lambda v: v in AMP),
-    "bisect": ("true or false", lambda v: isinstance(v, bool)),
-    "blame": ("true or false", lambda v: isinstance(v, bool)),
-    "webhook": ("a URL (a string)", lambda v: isinstance(v, str)),
-    "repetitions": ("an integer", _is_int),
-    "time_budget": ("a number of seconds", _is_number),
-    "seeds": ("an integer", _is_int),
-    "slowdown_factor": ("a number", _is_number),
-    "slowdown_fails": ("true or false", lambda v: isinstance(v, bool)),
-    "probes_fail": ("true or false", lambda v: isinstance(v, bool)),
-}
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -102,21 +50,25 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a config file is YAML: fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of options at the top level")
-    unknown = sorted(set(data) - set(CONFIG_KEYS))
+    keys = config_keys()
+    unknown = sorted(set(data) - set(keys))
     if unknown:
         raise ConfigError(f"{path}: unknown option(s) {', '.join(map(str, unknown))}; "
-                          f"known: {', '.join(sorted(CONFIG_KEYS))}")
+                          f"known: {', '.join(sorted(keys))}")
     for key, value in data.items():
-        expected, ok = CONFIG_KEYS[key]
+        expected, ok = keys[key]
         if value is not None and not ok(value):
             raise ConfigError(f"{path}: {key}: expected {expected}, got {value!r}; fix the file")
-    if "model" in data and "models" not in data:
-        data["models"] = data.pop("model")
+    for o in OPTIONS:
+        for alias in o.aliases:
+            if alias in data and o.name not in data:
+                data[o.name] = data.pop(alias)
     return data, path
 
 
-_FLAGS = {"models": "--model", "stages": "--stage", "compile": "--compile"}  # keys whose flag is not --key
-_CLI_NAMES = {"compile": "compile_"}  # keys whose click parameter is another name
+def _param(name: str) -> str:
+    """The click parameter that holds the command line's value of the option ``name``."""
+    return next((o.key for o in OPTIONS if o.name == name), name)
 
 
 class Settings:
@@ -128,6 +80,12 @@ class Settings:
         # a reproci.yaml found above the working directory (not named by --config): the folder
         # its relative paths, and the results and goldens folders by default, are beside
         self.root = path.parent if path is not None and cli.get("config") is None and path.parent != Path(".") else None
+
+    @classmethod
+    def read(cls, cli: Mapping[str, Any]) -> Settings:
+        """The settings of a command line: its reproci.yaml (``--config``, else the one found) read, once."""
+        config, path = load_config(cli.get("config"))
+        return cls(cli, config, path)
 
     def folder(self, name: str, default: str) -> Path:
         """A folder setting (``results_dir``, ``goldens_dir``): the command line's as given, else
@@ -145,12 +103,12 @@ class Settings:
 
     def given(self, name: str) -> bool:
         """Whether the command line gave ``name``."""
-        v = self.cli.get(_CLI_NAMES.get(name, name))
+        v = self.cli.get(_param(name))
         return v is not None and v != ()
 
     def __call__(self, name: str, default: Any) -> Any:
         if self.given(name):
-            return self.cli[_CLI_NAMES.get(name, name)]
+            return self.cli[_param(name)]
         v = self.config.get(name)
         return default if v is None else v  # `steps:` with no value: as if not set
 
@@ -163,4 +121,4 @@ class Settings:
         not set at all), 'reproci.yaml: compile_mode' from the config file."""
         if self.from_file(name):
             return f"{self.from_file(name)}{name}"
-        return _FLAGS.get(name, "--" + name.replace("_", "-"))
+        return next((o.shown for o in OPTIONS if o.name == name), "--" + name.replace("_", "-"))

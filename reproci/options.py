@@ -8,29 +8,26 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from .reference_models import REGISTRY
 
 from . import cpu_flags, images
-from .config_file import CONFIG_FILE, CONFIG_KEYS, Settings, load_config  # noqa: F401 (re-exported)
+from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
 from .backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
 from .errors import ConfigError, InfrastructureError, UsageError
 from .golden.folder import golden_file_name, require_folder
 from .models import ModelRef, resolve_all
+from .settings import declared
+from .settings.declared import DEFAULT_TIME_BUDGET, PROFILES, STAGES  # noqa: F401 (re-exported)
 from .worker.process.spec import FAULTS
 
-STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
-PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
 MAX_THREADS = 1024  # a bound on --threads: more than any host's cores; a typo is refused before a pool is made
 SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 - 1
-# throughput stage, seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed
-# up, 30 steps timed) took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s
-# a model, plus the last repetition's profiled steps and exit, keeps the three reference models within 60 s there
-DEFAULT_TIME_BUDGET = 15.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +69,8 @@ class RunOptions:
     time_budget: float = DEFAULT_TIME_BUDGET  # throughput stage: seconds a model's measurement may take
     seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
     slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
-    slowdown_fails: bool = False  # a throughput regression fails the run (exit 3) instead of warning
-    probes_fail: bool = False  # a portability dependency found by --stage probes fails the run (exit 1)
+    # the options declared without a field of their own (settings.declared: a stage's knobs), by name
+    knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     github_actions: bool = False  # print ::error/::warning annotations
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY, appended to when set
     project_root: Path = field(default_factory=lambda: Path.cwd())
@@ -83,11 +80,33 @@ class RunOptions:
     def backend(self) -> str:
         return "local" if self.image is None else "docker"
 
+    def knob(self, name: str) -> Any:
+        """The value of a declared option without a field of its own (its default when not built)."""
+        return self.knobs[name] if name in self.knobs else declared.declared(name).default
+
+    def recorded(self) -> dict[str, Any]:
+        """The options a run's results record (``options`` of results.json): every declaration marked
+        ``record``, in the order results have always had, then any recorded later."""
+        names = [o.name for o in declared.OPTIONS if o.record]
+        order = [n for n in declared.RECORDED_ORDER if n in names] + [n for n in names if n not in declared.RECORDED_ORDER]
+        return {name: self._recorded(name) for name in order}
+
+    def _recorded(self, name: str) -> Any:
+        if name == "fork_server":  # as the run took it: on by default locally, off for Docker
+            return self.fork_server if self.fork_server is not None else self.backend == "local"
+        value = getattr(self, "compiled" if name == "compile" else name) if name in _FIELDS else self.knob(name)
+        return list(value) if isinstance(value, tuple) else value
+
     def compile_spec(self, model: str) -> dict[str, Any] | None:
         """How a model's runs are compiled (``WorkerSpec.compile``), or None: eager."""
         if model not in self.compiled:
             return None
         return {"backend": "inductor", "mode": self.compile_mode, "dynamic": None, "fullgraph": False}
+
+
+_FIELDS = {f.name for f in fields(RunOptions)} | {"compile"}  # declared options RunOptions holds (compile: compiled)
+# declared options that are not a run's: the cluster's (the driver's own), and those folded into another field
+_NOT_KNOBS = {o.name for o in declared.OPTIONS if o.group == declared.CLUSTER} | {"bisect", "blame", "config"}
 
 
 def default_jobs(threads: int) -> int:
@@ -97,11 +116,12 @@ def default_jobs(threads: int) -> int:
     return max(1, min(3, usable // max(threads, 1)))
 
 
-def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOptions:
-    """Merge CLI values (None = not given) over the config file over defaults, and check them."""
+def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings: Settings | None = None) -> RunOptions:
+    """Merge CLI values (None = not given) over the config file over defaults, and check them
+    (``settings``: the config file as a command already read it, with these CLI values)."""
     env = os.environ if env is None else env
-    config, config_path = load_config(cli.get("config"))
-    pick = Settings(cli, config, config_path)
+    pick = Settings.read(cli) if settings is None else Settings(cli, settings.config, settings.path)
+    config, config_path = pick.config, pick.path
     shape = _run_shape(pick, config)
     resources = _resources(pick)
     image = _image(pick, env)
@@ -138,12 +158,28 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RunOp
         fork_servers=Path(env["REPROCI_FORK_SERVERS"]).absolute() if env.get("REPROCI_FORK_SERVERS") else None,
         **_throughput(pick),
         seeds=_seeds(pick),
-        slowdown_fails=bool(pick("slowdown_fails", False)),
-        probes_fail=bool(pick("probes_fail", False)),
+        knobs=MappingProxyType(_knobs(pick)),
         config_file=config_path,
         github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
         step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
     )
+
+
+def _knobs(pick: Settings) -> dict[str, Any]:
+    """The declared options without a field of their own, each given or its default, made its
+    type and checked by its declaration."""
+    out = {}
+    for o in declared.OPTIONS:
+        if o.name in _FIELDS or o.name in _NOT_KNOBS:
+            continue
+        value = pick(o.name, o.default)
+        if value is not None and o.convert is not None:
+            value = o.convert(value)
+        why = o.refuse(value) if o.refuse is not None and value is not None else None
+        if why:
+            raise UsageError(f"{pick.said(o.name)} {why}")
+        out[o.name] = value
+    return out
 
 
 def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,23 +7,20 @@ from typing import Any
 
 import click
 
-from ..config_file import load_config
+from ..config_file import Settings
 from ..errors import UsageError
 from .run import run_and_report, run_options
 
 
-def configured(kwargs: dict[str, Any], key: str) -> Any:
-    """An option as the run will take it: the command line's, else reproci.yaml's (``--config``)."""
-    given = kwargs.get(key)
-    return given if given not in (None, ()) else load_config(kwargs.get("config"))[0].get(key)
-
-
-def with_stage(kwargs: dict[str, Any], stage: str, verb: str) -> None:
-    if verb == "bisect" and not configured(kwargs, "models"):
+def with_stage(kwargs: dict[str, Any], stage: str, verb: str, settings: Settings | None = None) -> None:
+    """Run with ``stage`` added; ``settings``: the command line over reproci.yaml, read once (here
+    unless the command read it already), which the run's options are built from."""
+    settings = Settings.read(kwargs) if settings is None else settings
+    if verb == "bisect" and not settings("models", None):
         raise UsageError("reproci bisect needs the model that failed: -m MODEL, or models: in reproci.yaml "
                          "(and the failing run's options)")
     kwargs["stages"] = tuple(dict.fromkeys((*(kwargs.get("stages") or ("determinism",)), stage)))
-    run_and_report(kwargs)
+    run_and_report(kwargs, settings=settings)
 
 
 @click.command("bisect")

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
+from ..config_file import Settings
 from ..errors import UsageError
-from .bisect import configured, with_stage
+from .bisect import with_stage
 from .run import run_options
 
 
@@ -18,7 +19,8 @@ from .run import run_options
 def blame_cmd(**kwargs: Any) -> None:
     """Run the determinism check in --image and compare with the golden; for each model an upgrade
     changed, name the package (group) of the new image that alone reproduces the change."""
-    if configured(kwargs, "image") in (None, "", "local"):  # local: the local backend's name, one environment
+    settings = Settings.read(kwargs)  # reproci.yaml, read once for the check and the run
+    if settings("image", None) in (None, "", "local"):  # local: the local backend's name, one environment
         raise UsageError("reproci blame compares images: name the new one with --image, or image: in reproci.yaml "
                          "(the golden names the old one)")
-    with_stage(kwargs, "blame", "blame")
+    with_stage(kwargs, "blame", "blame", settings)

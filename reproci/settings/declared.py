@@ -1,0 +1,230 @@
+"""Every option of ``reproci run``, declared once: its command-line flag and help, its
+``reproci.yaml`` key and the check of its value there, its default, the check of its value,
+its group (what it is about) and whether the results record it.
+
+``commands/run.py`` makes the click options from this table, ``settings.file`` the keys
+``reproci.yaml`` accepts, ``settings.options.build`` the frozen ``RunOptions`` and
+``recorded`` the ``options`` of results.json. An option with no field of ``RunOptions`` of
+its own (a stage's knob) is read as ``options.knob(name)``: adding an option is its
+declaration here and its use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
+PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
+# throughput stage, seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed
+# up, 30 steps timed) took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s
+# a model, plus the last repetition's profiled steps and exit, keeps the three reference models within 60 s there
+DEFAULT_TIME_BUDGET = 15.0
+AMP = ("bf16", "fp16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CPU_ISAS = ("avx2", "avx512", "native")
+
+# the groups, by concern
+CLUSTER = "cluster"  # where cells run beyond this machine: --backend ray or slurm (the driver's own)
+IMAGE = "image"  # what the runs run in
+SHAPE = "run shape"  # which models, stages, steps: what the runs do
+RESOURCES = "resources"  # what each run gets
+OUTPUT = "output"  # where results, goldens and alerts go
+EXECUTION = "execution"  # compile and autocast: part of a run's identity
+THROUGHPUT, VARIANCE, PROBES, BISECT, BLAME = "throughput", "variance", "probes", "bisect", "blame"  # a stage's knobs
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return _is_int(v) or isinstance(v, float)
+
+
+def _is_names(v: Any) -> bool:
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+Check = Callable[[Any], bool]
+INTEGER: tuple[str, Check] = ("an integer", _is_int)
+BOOLEAN: tuple[str, Check] = ("true or false", _is_bool)
+SECONDS: tuple[str, Check] = ("a number of seconds", _is_number)
+NAMES = "a model name or a list of them"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One option of ``reproci run``."""
+
+    name: str  # the reproci.yaml key, the field of RunOptions (or the knob's name), the key in results.json
+    group: str  # what it is about (the constants above)
+    help: str  # its command-line help
+    flags: tuple[str, ...] = ()  # its command-line spellings; () for --NAME (underscores as dashes)
+    param: str | None = None  # the click parameter's name where it is not ``name``
+    type: Any = None  # click's value type: int, float, Path (a path), None (text)
+    choices: tuple[str, ...] = ()  # the only values the command line takes
+    minimum: int | None = None  # the command line refuses integers below it
+    flag: bool = False  # a switch (--x, or --x/--no-x when ``negatable``)
+    negatable: bool = False
+    multiple: bool = False  # repeatable; the values come as a tuple
+    hidden: bool = False  # test-only: left out of --help
+    metavar: str | None = None
+    yaml: tuple[str, Check] | None = None  # what reproci.yaml takes (as its error says it) and the check; None: flag only
+    aliases: tuple[str, ...] = ()  # reproci.yaml keys read as this one
+    # A knob (an option without a RunOptions field of its own, built by the one generic path):
+    default: Any = None  # its value when neither the command line nor reproci.yaml gives one
+    convert: Callable[[Any], Any] | None = None  # the given value, made its type (int, float, bool)
+    refuse: Callable[[Any], str | None] | None = None  # why a value is refused (after the flag's name), else None
+    record: bool = False  # recorded in the options of results.json
+
+    @property
+    def key(self) -> str:
+        """The click parameter's name: what the command line's values are keyed by."""
+        return self.param or self.name
+
+    @property
+    def shown(self) -> str:
+        """The flag as messages name it: --stage, --compile-mode, --time."""
+        long = next((f for f in self.flags if f.startswith("--")), None)
+        return long.split("/")[0] if long else "--" + self.name.replace("_", "-")
+
+
+_SLURM = "--backend slurm: "
+OPTIONS: list[Option] = [
+    # where cells run beyond this machine: the driver's own, never a cell's (commands/run.py reads them)
+    Option(name="image", group=IMAGE, yaml=("an image name (a string)", _is_str),
+           help="Container image to run in (manifest name or any reference). Omit for the local backend."),
+    Option(name="backend", group=CLUSTER, choices=("local", "docker", "ray", "slurm"),
+           help="Where the runs execute: local (no --image), docker (--image), or ray: each model a cell on a "
+                "Ray cluster, run there by the local or Docker backend, merged here (needs reproci[ray]); "
+                "slurm: each model a task of one Slurm job array (a filesystem shared with the nodes)."),
+    Option(name="address", group=CLUSTER,
+           help="--backend ray: the cluster, HOST:PORT (default: $RAY_ADDRESS, else a local cluster)."),
+    Option(name="node_labels", flags=("--node-label",), group=CLUSTER, multiple=True,
+           help="--backend ray: only nodes with this label, KEY=VALUE (repeatable), e.g. ray.io/accelerator-type=H100."),
+    Option(name="across_nodes", group=CLUSTER, flag=True,
+           help="--backend ray or slurm: run each model's cell on two nodes and compare their runs A step by step, "
+                "so that results are proven to agree across machines of one image (twice the cells; on Slurm "
+                "each task asks for two nodes, --nodes=2 --ntasks-per-node=1)."),
+    Option(name="partition", group=CLUSTER, help=_SLURM + "the partition (sbatch --partition)."),
+    Option(name="account", group=CLUSTER, help=_SLURM + "the account charged (sbatch --account)."),
+    Option(name="qos", group=CLUSTER, help=_SLURM + "the quality of service (sbatch --qos)."),
+    Option(name="slurm_time", flags=("--time",), group=CLUSTER,
+           help=_SLURM + "each cell's time limit, MINUTES or [D-]HH:MM:SS (sbatch --time)."),
+    Option(name="gres", group=CLUSTER,
+           help=_SLURM + "generic resources per cell, e.g. gpu:1 or gpu:a100:2 (sbatch --gres)."),
+    Option(name="gpus_per_task", group=CLUSTER, help=_SLURM + "GPUs per cell, [TYPE:]COUNT (sbatch --gpus-per-task)."),
+    Option(name="sbatch_args", flags=("--sbatch-arg",), group=CLUSTER, multiple=True,
+           help=_SLURM + "one more sbatch option, passed as it is (repeatable), e.g. --sbatch-arg=--exclusive."),
+    Option(name="launcher", group=CLUSTER, choices=("node", "pyxis"),
+           help=_SLURM + "node (default): each node's reproci runs the cell, by its Docker with --image; "
+                "pyxis: srun --container-image runs the cell inside --image (reproci installed in it)."),
+    Option(name="slurm_spool", group=CLUSTER, type=Path,
+           help=_SLURM + "the directory shared with the nodes for the cells' specs and results "
+                "(default: RESULTS_DIR/.slurm)."),
+    # the image and the runs
+    Option(name="image_name", group=IMAGE, yaml=("a golden name (a string)", _is_str),
+           help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
+    Option(name="models", flags=("--model", "-m"), group=SHAPE, multiple=True, yaml=(NAMES, _is_names), aliases=("model",),
+           help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. "
+                "Default: all reference models."),
+    Option(name="stages", flags=("--stage", "-s"), group=SHAPE, multiple=True, record=True,
+           yaml=("a stage name or a list of them", _is_names),  # every stage of the registry
+           help=f"Stage: {STAGES[0]} (default), {', '.join(STAGES[1:-1])} or {STAGES[-1]}. Repeatable."),
+    Option(name="profile", group=SHAPE, choices=tuple(PROFILES), record=True, yaml=("quick or full", _is_str),
+           help="quick: CPU-sized (default); full: GPU-sized."),
+    Option(name="steps", group=SHAPE, type=int, yaml=INTEGER, record=True,
+           help="Training steps N per run (default: 30 quick, 300 full)."),
+    Option(name="resume_at", group=SHAPE, type=int, yaml=INTEGER, record=True,
+           help="Step k where run C resumes from run A's checkpoint (default N/2)."),
+    Option(name="seed", group=SHAPE, type=int, yaml=INTEGER, record=True, help="Run seed (default 0)."),
+    Option(name="threads", group=RESOURCES, type=int, yaml=INTEGER, record=True,
+           help="CPU intra-op threads, pinned and recorded (default 1)."),
+    Option(name="device", group=RESOURCES, choices=("cpu", "cuda"), yaml=("cpu or cuda", _is_str), record=True,
+           help="Device for training (default cpu)."),
+    Option(name="cpu_isa", group=IMAGE, choices=CPU_ISAS, yaml=("one of avx2, avx512, native", lambda v: v in CPU_ISAS),
+           record=True,
+           help="Cap the CPU kernels at this level (ATen, oneDNN and MKL), so goldens hold on every host that "
+                "has it (default: the image's manifest cpu_isa, else native: what the host offers)."),
+    Option(name="world_size", group=RESOURCES, type=int, yaml=INTEGER, record=True,
+           help="Ranks per run under DDP, launched by torchrun (default 1); audit and probes run one process."),
+    Option(name="gpus", group=RESOURCES,
+           yaml=("all, a count or comma-separated GPU ids", lambda v: isinstance(v, str) or _is_int(v)),
+           help="Docker backend: GPUs to request: all, a count, or ids like 0,1."),
+    Option(name="memory", group=RESOURCES, yaml=("a size, e.g. 8g or 512m", lambda v: isinstance(v, str) or _is_int(v)),
+           help="Docker backend: a container's memory limit, swap included, e.g. 8g or 512m "
+                "(default 8g); a run that reaches it is an ERROR that says so."),
+    Option(name="pids_limit", group=RESOURCES, type=int, yaml=INTEGER,
+           help="Docker backend: a container's processes and threads (default 1024); "
+                "a run that reaches it is an ERROR that says so."),
+    Option(name="timeout", group=RESOURCES, type=float, yaml=SECONDS, help="Seconds allowed per worker run (default 600)."),
+    Option(name="jobs", flags=("--jobs", "-j"), group=RESOURCES, type=int, yaml=INTEGER,
+           help="Worker runs at once (default: usable CPUs / --threads, at most 3)."),
+    Option(name="results_dir", group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
+           help="Where results go (default ./results)."),
+    Option(name="goldens_dir", group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
+           help="Where golden files live (default ./goldens)."),
+    Option(name="update_golden", group=OUTPUT, flag=True, help="Record goldens from this run if it passed its own checks."),
+    Option(name="webhook", group=OUTPUT, yaml=("a URL (a string)", _is_str),
+           help="Slack-compatible webhook URL for alerts (or REPROCI_WEBHOOK)."),
+    Option(name="keep_checkpoints", group=OUTPUT, flag=True, yaml=BOOLEAN, help="Keep run A's checkpoint files."),
+    Option(name="fork_server", group=RESOURCES, flag=True, negatable=True, yaml=BOOLEAN, record=True,
+           help="Fork each run from a preloaded server (default on the local backend; with --image, "
+                "a server container per model) or start a fresh interpreter (container) per run."),
+    Option(name="compile", param="compile_", group=EXECUTION, flag=True, record=True,
+           yaml=("true, false or a list of the models to compile", lambda v: isinstance(v, bool) or _is_names(v)),
+           help="Run every run compiled with torch.compile (inductor), each with a cold cache of its own; "
+                "compared only with compiled goldens."),
+    Option(name="compile_mode", group=EXECUTION, choices=COMPILE_MODES, record=True,
+           yaml=(f"one of {', '.join(COMPILE_MODES)}", lambda v: v in COMPILE_MODES),
+           help="With --compile: torch.compile's mode (default: default)."),
+    Option(name="amp", group=EXECUTION, choices=AMP, yaml=("bf16 or fp16", lambda v: v in AMP), record=True,
+           help="Each forward and loss under torch.autocast to this dtype (fp16 with a GradScaler); part of the identity."),
+    Option(name="bisect", group=BISECT, flag=True, yaml=BOOLEAN,
+           help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
+                "threads turned off one at a time, and name the first change that restores equality."),
+    Option(name="blame", group=BLAME, flag=True, yaml=BOOLEAN,
+           help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
+                "(group) of the new image at a time, and name the one that alone reproduces the change."),
+    Option(name="config", group=OUTPUT, type=Path, help="Config file (default ./reproci.yaml if present)."),
+    Option(name="ci", group=OUTPUT, flag=True, negatable=True, record=True,
+           help="CI mode: a golden that is missing or cannot be compared fails (default: from $CI)."),
+    Option(name="repetitions", group=THROUGHPUT, type=int, minimum=1, yaml=INTEGER,
+           help="Throughput stage: interleaved repetitions per mode (at most; default 5)."),
+    Option(name="time_budget", group=THROUGHPUT, type=float, metavar="SECONDS", yaml=SECONDS,
+           help="Throughput stage: seconds a model's measurement may take; it stops when the slowdown's interval "
+                f"reaches its target or this is spent, and says which (default {DEFAULT_TIME_BUDGET:g})."),
+    Option(name="seeds", group=VARIANCE, type=int, yaml=INTEGER,
+           help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
+    Option(name="slowdown_factor", group=THROUGHPUT, type=float, yaml=("a number", _is_number),
+           help="Throughput regression threshold against the golden (default 1.25)."),
+    Option(name="slowdown_fails", group=THROUGHPUT, flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
+           help="A throughput regression fails the run (exit 3) instead of warning."),
+    Option(name="probes_fail", group=PROBES, flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
+           help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
+    Option(name="fault", group=SHAPE, hidden=True, record=True, help="TEST ONLY: inject a fault to prove a verdict fires."),
+]
+
+# The order results.json has always recorded its options in; an option recorded later follows them.
+RECORDED_ORDER = ("stages", "profile", "steps", "resume_at", "seed", "threads", "world_size", "device", "cpu_isa",
+                  "fault", "ci", "slowdown_fails", "probes_fail", "fork_server", "compile", "compile_mode", "amp")
+
+
+def declared(name: str) -> Option:
+    """The declaration of the option ``name`` (its reproci.yaml key)."""
+    return next(o for o in OPTIONS if o.name == name)
+
+
+def config_keys() -> dict[str, tuple[str, Check]]:
+    """The keys reproci.yaml takes, each with what it takes and the check of its value."""
+    return {key: o.yaml for o in OPTIONS if o.yaml is not None for key in (o.name, *o.aliases)}
