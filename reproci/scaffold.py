@@ -20,7 +20,8 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from . import __version__, atomic, images, matrix
+from . import __version__, atomic, images
+from .cluster import github_matrix
 from .errors import ConfigError, UsageError
 from .golden.advice import update_command
 from .models import resolve
@@ -44,7 +45,7 @@ class InitOptions:
     directory: Path  # the top level of the user's git work tree: everything is written under it
     adapter: str = "plain"  # which template the plugin comes from: plain, hf or lightning
     image: str | None = None  # a manifest image the runs train in; None: the local backend
-    runner_labels: tuple[str, ...] = matrix.DEFAULT_RUNNER_LABELS
+    runner_labels: tuple[str, ...] = github_matrix.DEFAULT_RUNNER_LABELS
     model_name: str = "model"  # an identifier: the plugin is reproci_<model_name>.py
     force: bool = False  # overwrite files that exist
 
@@ -54,7 +55,7 @@ class InitOptions:
 
     @property
     def image_name(self) -> str:
-        return self.image or matrix.LOCAL
+        return self.image or github_matrix.LOCAL
 
 
 def identifier(text: str) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 import torch
 
-from reproci import errors, matrix, verdicts
+from reproci import errors, verdicts
+from reproci.cluster import github_matrix
 from reproci.backends import docker_spec
 from reproci.backends.local import LocalBackend
 from reproci.golden import drift
@@ -78,10 +79,10 @@ def test_a_factory_written_for_one_process_keeps_working_and_shards_above_one():
 
 
 def test_the_matrix_asks_for_the_manifests_world_size():
-    assert matrix.entry("gpu-b", {"gpu": True, "world_size": 2}, ("gpu",))["world_size"] == 2
-    assert matrix.entry("cpu-a", {}, ("gpu",))["world_size"] == 1
+    assert github_matrix.entry("gpu-b", {"gpu": True, "world_size": 2}, ("gpu",))["world_size"] == 2
+    assert github_matrix.entry("cpu-a", {}, ("gpu",))["world_size"] == 1
     with pytest.raises(errors.ConfigError, match="world_size must be a positive integer"):
-        matrix.entry("gpu-b", {"world_size": "two"}, ("gpu",))
+        github_matrix.entry("gpu-b", {"world_size": "two"}, ("gpu",))
 
 
 # -- replicas and epochs, on records as the worker writes them --------------------------------

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproci import __version__, errors, images, matrix, scaffold
+from reproci import __version__, errors, images, scaffold
+from reproci.cluster import github_matrix
 
 from .helpers import ROOT
 
@@ -267,7 +268,7 @@ def test_matrix_run_and_init_see_an_image_a_manifest_of_ones_own_adds(
     assert code == 0, err
     assert [(r["image"], r["tag"]) for r in json.loads(out)["include"]] == [
         ("cpu-torch2.13", "reproci/cpu-torch2.13:1"), ("my-cpu", "my-org/my-cpu:1")]
-    rows = {r["image"]: r for r in matrix.build(own)["include"]}
+    rows = {r["image"]: r for r in github_matrix.build(own)["include"]}
     assert list(rows) == SHIPPED_NAMES + ["my-cpu"] and rows["cuda12.4-torch2.5"]["device"] == "cpu"
     repo = own.parent.parent
     monkeypatch.chdir(repo)  # `reproci run --image my-cpu` in the repository: the default manifest

@@ -151,7 +151,7 @@ def test_missing_manifest_is_refused(cli, tmp_path: Path) -> None:
 
 
 def test_an_image_of_cuda_wheels_runs_on_the_gpu_runner_though_it_needs_no_gpu() -> None:
-    from reproci import matrix
+    from reproci.cluster import github_matrix
 
-    row = matrix.entry("cuda13.0-torch2.14", {"tag": "t:1", "gpu": False, "cuda": True}, ("gpu",))
+    row = github_matrix.entry("cuda13.0-torch2.14", {"tag": "t:1", "gpu": False, "cuda": True}, ("gpu",))
     assert (row["gpu"], row["device"], row["gpus"], row["profile"]) == (True, "cuda", "all", "full")

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reproci import errors, merge, results, verdicts
+from reproci import errors, results, verdicts
+from reproci.cluster import merge_shards
 from tests.helpers import artifact_layout, run_step, write_shard
 from tests.workflow_helpers import load as load_workflow
 from tests.workflow_helpers import step_named
@@ -33,8 +34,8 @@ def test_passing_shards_merge_to_exit_0_with_a_versioned_document(files, cli, tm
     files_pass.write_text(json.dumps({**drifted_doc, "summary": {**drifted_doc["summary"], "exit_code": 0}}))
     code, out, err = cli("merge", str(files["compared"]), str(files_pass), "--output", str(tmp_path / "m.json"))
     assert code == 0, err
-    merged = merge.load_merged(tmp_path / "m.json")
-    assert merged["schema"] == "reproci.merged" and merged["version"] == merge.VERSION
+    merged = merge_shards.load_merged(tmp_path / "m.json")
+    assert merged["schema"] == "reproci.merged" and merged["version"] == merge_shards.VERSION
     assert [s["image"]["name"] for s in merged["shards"]] == ["cpu-torch2.13", "cuda12.6-torch2.7"]
     assert merged["summary"] == {"verdicts": {"PASS": 2}, "images": 2, "models": 2, "missing": 0, "exit_code": 0,
                                  "recorded": 0}
@@ -132,9 +133,9 @@ def test_bad_matrix_and_missing_paths_are_usage_errors(files, cli, tmp_path: Pat
 
 def test_merged_files_of_another_version_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "m.json"
-    path.write_text(json.dumps({"schema": merge.SCHEMA, "version": 2}))
+    path.write_text(json.dumps({"schema": merge_shards.SCHEMA, "version": 2}))
     with pytest.raises(errors.ResultsError, match="run `reproci merge`"):
-        merge.load_merged(path)
+        merge_shards.load_merged(path)
 
 
 @pytest.mark.parametrize("codes, worst", [([], 0), ([0, 3], 3), ([3, 1, 0], 1), ([1, 4, 3], 4), ([4, 5], 5),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from .. import matrix, scaffold
+from .. import scaffold
+from ..cluster import github_matrix
 
 
 @click.command("init")
@@ -16,7 +17,7 @@ from .. import matrix, scaffold
                    "trains it) or lightning (a LightningModule).")
 @click.option("--image", metavar="NAME", help="A manifest image every run trains in (default: the local backend, "
                                               "no container).")
-@click.option("--runner-labels", default=",".join(matrix.DEFAULT_RUNNER_LABELS), show_default=True,
+@click.option("--runner-labels", default=",".join(github_matrix.DEFAULT_RUNNER_LABELS), show_default=True,
               help="Labels of your self-hosted runner, comma-separated: the workflows run there.")
 @click.option("--model-name", help="The model's name, an identifier (default: the repository folder's name); "
                                    "the plugin is reproci_NAME.py.")
@@ -32,8 +33,8 @@ def init_cmd(adapter: str, image: str | None, runner_labels: str, model_name: st
     Never overwrites a file unless --force; then prints the next three commands to run.
     """
     top = scaffold.repository(directory)
-    options = scaffold.InitOptions(directory=top, adapter=adapter, image=None if image == matrix.LOCAL else image,
-                                   runner_labels=matrix.parse_labels(runner_labels),
+    options = scaffold.InitOptions(directory=top, adapter=adapter, image=None if image == github_matrix.LOCAL else image,
+                                   runner_labels=github_matrix.parse_labels(runner_labels),
                                    model_name=model_name or scaffold.identifier(top.name), force=force)
     scaffold.check(options)
     planned = scaffold.files(options, scaffold.default_branch(top))

@@ -1,5 +1,5 @@
 """``reproci matrix``: the GitHub Actions job matrix, one job per manifest image; with
-``--format k8s``, Kubernetes Indexed Jobs for the same images, one cell per model (``k8s.py``)."""
+``--format k8s``, Kubernetes Indexed Jobs for the same images, one cell per model (``cluster/kubernetes.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from .. import k8s, k8s_checks, k8s_project, matrix
+from ..cluster import github_matrix, kubernetes, kubernetes_checks, kubernetes_project
 from ..errors import UsageError
 from .images import manifest_option
 
@@ -23,7 +23,7 @@ GITHUB_ONLY = ("runner_labels",)
 @click.option("--gpu-only", is_flag=True, help="Only images marked `gpu: true`.")
 @click.option("--image", "names", multiple=True,
               help="Only this image (repeatable; `local`: the local backend, no container); unknown names are refused.")
-@click.option("--runner-labels", default=",".join(matrix.DEFAULT_RUNNER_LABELS), show_default=True,
+@click.option("--runner-labels", default=",".join(github_matrix.DEFAULT_RUNNER_LABELS), show_default=True,
               help="Runner labels each job runs on (its `runs_on`): comma-separated, or a JSON array.")
 @click.option("--format", "format_", type=click.Choice(["github", "k8s"]), default="github", show_default=True,
               help="github: the job matrix as one line of JSON; k8s: Kubernetes Jobs as a YAML stream for kubectl apply.")
@@ -57,14 +57,15 @@ def matrix_cmd(manifest: Path, gpu_only: bool, names: tuple[str, ...], runner_la
         raise UsageError(f"{', '.join(wrong)} {'apply' if len(wrong) > 1 else 'applies'} to --format "
                          f"{'github' if format_ == 'k8s' else 'k8s'} only; drop it or pass that format")
     if format_ == "github":
-        plan = matrix.build(manifest, gpu_only=gpu_only, names=names, runner_labels=matrix.parse_labels(runner_labels))
-        click.echo(matrix.to_json(plan))
+        plan = github_matrix.build(manifest, gpu_only=gpu_only, names=names,
+                                   runner_labels=github_matrix.parse_labels(runner_labels))
+        click.echo(github_matrix.to_json(plan))
         return
-    config = k8s_project.config_path()
-    settings = k8s_project.config_settings(config)
-    models = k8s_args.pop("models") or settings.get("models") or k8s_checks.default_models()
+    config = kubernetes_project.config_path()
+    settings = kubernetes_project.config_settings(config)
+    models = k8s_args.pop("models") or settings.get("models") or kubernetes_checks.default_models()
     beside = config.parent if config is not None else Path(".")  # a reproci.yaml above: its goldens, there
     goldens_dir = k8s_args.pop("goldens_dir") or beside / str(settings.get("goldens_dir") or "goldens")
-    opts = k8s.options(**k8s_args, models=(models,) if isinstance(models, str) else tuple(models),
-                       goldens_dir=goldens_dir, config=config)
-    click.echo(k8s.to_yaml(k8s.manifests(manifest, opts, gpu_only=gpu_only, names=names)), nl=False)
+    opts = kubernetes.options(**k8s_args, models=(models,) if isinstance(models, str) else tuple(models),
+                              goldens_dir=goldens_dir, config=config)
+    click.echo(kubernetes.to_yaml(kubernetes.manifests(manifest, opts, gpu_only=gpu_only, names=names)), nl=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..merge import merge_files
+from ..cluster.merge_shards import merge_files
 from ..reports import github
 
 

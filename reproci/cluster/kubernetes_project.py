@@ -4,7 +4,7 @@ ConfigMap; the ConfigMap volume lays them out as ``reproci.yaml`` and ``goldens/
 
 A ConfigMap holds at most 1 MiB (binary files count base64-encoded): more is refused, with
 ``--goldens-on-volume`` as the way out (the goldens copied onto the results volume instead).
-Standard library and PyYAML only; ``k8s.py`` writes the objects.
+Standard library and PyYAML only; ``kubernetes.py`` writes the objects.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from .config_file import CONFIG_FILE, find_config, load_config
-from .errors import UsageError
+from ..config_file import CONFIG_FILE, find_config, load_config
+from ..errors import UsageError
 
 MAX_BYTES = 1024 * 1024  # what the API server stores of one ConfigMap
 KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")

@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, UsageError
-from .images import load_manifest
+from ..errors import ConfigError, UsageError
+from ..images import load_manifest
 
 DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
 LOCAL = "local"  # the local backend's name in results and goldens: a row without a container

@@ -15,7 +15,8 @@ A cell is one image, one model, one device. The stream holds, in this order:
 
 Every pod meets the Pod Security Standard "restricted". This module needs PyYAML and the
 standard library only (no torch, no Kubernetes client); the click command is ``commands/matrix.py``,
-the checks of the flags' values ``k8s_checks.py``, the project's files for the ConfigMap ``k8s_project.py``.
+the checks of the flags' values ``kubernetes_checks.py``, the project's files for the ConfigMap
+``kubernetes_project.py``.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from typing import Any
 
 import yaml
 
-from . import __version__, matrix
-from .errors import UsageError
-from .images import load_manifest
-from .k8s_checks import DNS_LABEL, LABEL_VALUE, QUANTITY, check, default_name, model_cells, parse_digests
-from .k8s_project import Project, collect
+from .. import __version__
+from . import github_matrix
+from ..errors import UsageError
+from ..images import load_manifest
+from .kubernetes_checks import DNS_LABEL, LABEL_VALUE, QUANTITY, check, default_name, model_cells, parse_digests
+from .kubernetes_project import Project, collect
 
 UID = 1000  # runAsUser, runAsGroup and fsGroup of every pod
 LIB, TOOL_LIB = "/reproci/lib", "/opt/reproci/lib"  # reproci's library tree: in the pod, in the tool image
@@ -111,10 +113,10 @@ def job_name(run: str, image: str) -> str:
 
 def plan(manifest: Path, opts: Options, *, gpu_only: bool, names: tuple[str, ...]) -> list[ImageCells]:
     """The images of the matrix (as ``reproci matrix`` selects them), each with its digest."""
-    if matrix.LOCAL in names:
-        raise UsageError(f"--image {matrix.LOCAL} is the local backend, not an image a pod can run; "
+    if github_matrix.LOCAL in names:
+        raise UsageError(f"--image {github_matrix.LOCAL} is the local backend, not an image a pod can run; "
                          "name manifest images for --format k8s")
-    rows = matrix.build(manifest, gpu_only=gpu_only, names=names)["include"]
+    rows = github_matrix.build(manifest, gpu_only=gpu_only, names=names)["include"]
     raw = load_manifest(manifest)
     unknown = sorted(set(opts.digests) - set(raw))  # a digest of an image not selected is fine: one list serves all
     if unknown:
@@ -159,7 +161,7 @@ def results_claim(opts: Options) -> dict[str, Any]:
 
 
 def project_map(opts: Options, project: Project) -> dict[str, Any]:
-    """reproci.yaml and the goldens (k8s_project.py); empty when there are none: the cells give NEW."""
+    """reproci.yaml and the goldens (kubernetes_project.py); empty when there are none: the cells give NEW."""
     out: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(opts, f"{opts.name}-project", "storage"),
                            "data": dict(project.data)}
     if project.binary:

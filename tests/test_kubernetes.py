@@ -6,7 +6,7 @@ Kubernetes 1.37 (the newest kubernetes-validate bundles) and 1.29 (the first rel
 object is shown to fail the same validation. The properties the runbook relies on are read back
 from the YAML, the Pod Security "restricted" rules are checked statically, and each cell's
 ``sh -c`` is executed with ``/bin/sh`` (python3 replaced by echo) to prove which model each
-completion index runs. The merge of the cells' results is checked with ``reproci.merge``.
+completion index runs. The merge of the cells' results is checked with ``reproci.cluster.merge_shards``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproci import matrix, merge
+from reproci.cluster import github_matrix, merge_shards
 from tests.helpers import ROOT, Cli, installed, write_shard
 
 (kubernetes_validate,) = installed("kubernetes_validate")
@@ -219,7 +219,7 @@ def test_gpu_cells_ask_for_world_size_gpus_of_the_named_product_and_cpu_cells_fo
     shipped_docs = shipped(cli)
     for name, image in SHIPPED.items():
         limits = container(cell_of(shipped_docs, name))["resources"]["limits"]
-        assert limits.get("nvidia.com/gpu") == (1 if matrix.on_gpu(image) else None)
+        assert limits.get("nvidia.com/gpu") == (1 if github_matrix.on_gpu(image) else None)
 
 
 def test_every_pod_meets_the_restricted_pod_security_standard(cli) -> None:
@@ -299,7 +299,7 @@ def test_the_merge_job_is_suspended_and_expects_every_cell_on_the_same_claim(cli
     *args, said = done.stdout.splitlines()
     assert args[:4] == ["-m", "reproci.cli", "merge", "/results/nightly"]
     assert argument(args, "--output") == "/results/nightly/merged.json"
-    expected = merge.expected_images(argument(args, "--matrix"))
+    expected = merge_shards.expected_images(argument(args, "--matrix"))
     assert [(r["image"], r["models"]) for r in expected] == [(n, ["conv", "embedding"]) for n in SHIPPED]
     assert {r["tag"] for r in expected} == {c_["containers"][0]["image"] for c_ in pod_specs(by_component(docs, "cell"))}
     assert said == "reproci: the matrix exit code is 0 (summary.exit_code in merged.json)"
@@ -316,11 +316,11 @@ def test_the_merge_keeps_each_model_of_an_image_and_counts_a_cell_without_result
     write_shard(tmp_path, "0", result("img", "conv"))
     write_shard(tmp_path, "1", result("img", "embedding", "NONDETERMINISTIC"))
     write_shard(tmp_path, "old", result("img", "conv", "ERROR", created="2029-01-01T00:00:00+00:00"))  # superseded
-    shards, notes = merge.load_shards([tmp_path])
-    expected = merge.expected_images(json.dumps({"include": [
+    shards, notes = merge_shards.load_shards([tmp_path])
+    expected = merge_shards.expected_images(json.dumps({"include": [
         {"image": "img", "tag": "r@sha256:0", "models": ["conv", "embedding", "transformer"]},
         {"image": "gone", "tag": "g@sha256:0", "models": ["conv"]}]}))
-    merged = merge.merge(shards, expected)
+    merged = merge_shards.merge(shards, expected)
     assert sorted((m["model"], m["verdict"]) for m in merged["models"]) == [("conv", "PASS"), ("embedding", "NONDETERMINISTIC")]
     assert len(notes) == 1 and "ignored older" in notes[0]
     assert merged["missing"] == ["gone", "img (transformer)"]
@@ -391,12 +391,12 @@ def test_the_objects_are_made_without_torch_or_numpy(project: Path) -> None:
 import sys
 sys.modules["torch"] = sys.modules["numpy"] = None
 from pathlib import Path
-from reproci import k8s
-opts = k8s.options(name="n", namespace=None, models=("conv",), digests=({digest("cpu-torch2.13")[9:]!r},),
+from reproci.cluster import kubernetes
+opts = kubernetes.options(name="n", namespace=None, models=("conv",), digests=({digest("cpu-torch2.13")[9:]!r},),
                    tool_image=None, gpu_product=None, parallelism=None, deadline=3600, cpu="1", memory="1Gi",
                    shm_size="1Gi", results_size="1Gi", storage_class=None, goldens_dir=Path("goldens"), config=None,
                    goldens_on_volume=False)
-print(k8s.to_yaml(k8s.manifests(Path({str(MANIFEST)!r}), opts, names=("cpu-torch2.13",))))
+print(kubernetes.to_yaml(kubernetes.manifests(Path({str(MANIFEST)!r}), opts, names=("cpu-torch2.13",))))
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -407,7 +407,7 @@ print(k8s.to_yaml(k8s.manifests(Path({str(MANIFEST)!r}), opts, names=("cpu-torch
 def test_the_github_format_is_the_default_and_unchanged(cli) -> None:
     _, default, _ = cli("matrix", "--manifest", str(MANIFEST))
     _, github, _ = cli("matrix", "--manifest", str(MANIFEST), "--format", "github")
-    assert default == github == matrix.to_json(matrix.build(MANIFEST)) + "\n"
+    assert default == github == github_matrix.to_json(github_matrix.build(MANIFEST)) + "\n"
 
 
 @pytest.mark.parametrize("args, said", [

@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import __version__, atomic, errors, results, verdicts
-from .errors import ResultsError, UsageError
-from .reports import github
+from .. import __version__, atomic, errors, results, verdicts
+from ..errors import ResultsError, UsageError
+from ..reports import github
 
 SCHEMA = "reproci.merged"
 VERSION = 1

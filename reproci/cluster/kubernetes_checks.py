@@ -1,13 +1,13 @@
 """What ``reproci matrix --format k8s`` accepts: names Kubernetes takes, quantities, image
 references by digest, models a pod can import; each refusal one line naming the flag and what
-to pass. Standard library only; ``k8s.py`` builds the options and the objects from these."""
+to pass. Standard library only; ``kubernetes.py`` builds the options and the objects from these."""
 
 from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
 
-from .errors import UsageError
+from ..errors import UsageError
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
@@ -44,9 +44,9 @@ def parse_digests(texts: tuple[str, ...]) -> dict[str, str]:
 def model_cells(texts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """(--model text, short name) per model: a reference model, or module:factory installed in
     the image. A FILE.py on this machine never reaches the pods: refused."""
-    from .reference_models import REGISTRY
+    from ..reference_models import REGISTRY
 
-    from .models import module_model_name
+    from ..models import module_model_name
 
     out: list[tuple[str, str]] = []
     for text in texts:
@@ -67,6 +67,6 @@ def model_cells(texts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 def default_models() -> tuple[str, ...]:
     """The reference models, as ``reproci run`` runs them when neither --model nor reproci.yaml names any."""
-    from .reference_models import REGISTRY
+    from ..reference_models import REGISTRY
 
     return tuple(REGISTRY)
