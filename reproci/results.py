@@ -71,7 +71,7 @@ class ModelEntry(TypedDict, total=False):
     verdict: str  # one of verdicts.ALL
     message: str
     final_sha256: str | None
-    evidence: dict[str, Any] | None  # where runs differ (reproci.golden.compare.Divergence, plus probes)
+    evidence: dict[str, Any] | None  # where runs differ (reproci.golden.divergence.Divergence, plus probes)
     golden: dict[str, Any]  # the comparison with the image's golden (reproci.golden.drift.compare)
     throughput: dict[str, Any]  # the throughput stage's result
     throughput_regression: WarningText  # strict mode slower than the golden's run

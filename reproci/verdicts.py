@@ -141,7 +141,7 @@ def by_severity(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(models, key=lambda m: rank.get(str(m.get("verdict")), -1))
 
 
-def evidence_of(m: dict[str, Any]) -> dict[str, Any] | None:
+def verdict_evidence(m: dict[str, Any]) -> dict[str, Any] | None:
     """The evidence behind a model's verdict: the golden comparison's for drift, else the
     run comparison's (A, B, C), else the golden comparison's."""
     g = m.get("golden")

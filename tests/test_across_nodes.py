@@ -57,7 +57,7 @@ def test_runs_that_differ_on_nodes_whose_kernels_differ_are_the_environment_not_
     assert entry["message"].startswith(f"runs on {NODE} and {TWIN} differ from step {step}, first at {tensor}")
     assert "the nodes differ: CPU capability (ATen) AVX512 → AVX2" in entry["message"]
     assert "ATEN_CPU_CAPABILITY (unset) → avx2" in entry["message"]
-    assert verdicts.first_difference(verdicts.evidence_of(entry)).startswith(f"step {step}, {tensor}")
+    assert verdicts.first_difference(verdicts.verdict_evidence(entry)).startswith(f"step {step}, {tensor}")
 
 
 def test_runs_that_differ_on_nodes_of_one_environment_are_nondeterministic(tmp_path):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from reproci import verdicts
-from reproci.golden.compare import first_divergence
+from reproci.golden.divergence import first_divergence
 from reproci.stages import census as compare
 from reproci.worker.state import census
 from reproci.worker.state.state import transient_buffers
@@ -361,7 +361,7 @@ def test_a_metrics_state_alone_is_a_warning_and_beside_a_trained_tensor_the_like
     name: a metric's state differing alone keeps PASS with a warning that says how to keep it; with
     a trained tensor differing too (a metric the loss reads) the verdict is the tensors', the metric
     its likely cause; the same tensor unmarked (a plain attribute) is a resume bug by itself."""
-    from reproci.golden.compare import Divergence
+    from reproci.golden.divergence import Divergence
 
     acc = {"kind": "tensor", "type": "Tensor[int64, (3,)]", "sha": "1", "metric": "MulticlassAccuracy",
            "owner": "model.train_acc"}

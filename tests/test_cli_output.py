@@ -97,7 +97,7 @@ def test_a_piped_run_shows_progress_lines_and_uncut_evidence(reproci):
     p = reproci("run", "-m", "conv", "--steps", "6", "--resume-at", "3", "--fault", "buffer-drift", env=env)
     assert p.returncode == 1, p.stderr
     entry = model_entry(reproci.latest(), "conv")
-    where = verdicts.first_difference(verdicts.evidence_of(entry))
+    where = verdicts.first_difference(verdicts.verdict_evidence(entry))
     assert entry["evidence"]["tensor"] and entry["evidence"]["tensor"] in where
     assert where in p.stdout  # the whole evidence on one line of the table, at 80 columns
     assert "…" not in p.stdout

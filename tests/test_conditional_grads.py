@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reproci.golden import store
-from reproci.golden.compare import ABSENT, FINGERPRINT_SCHEME, first_divergence, step_rows
+from reproci.golden.divergence import ABSENT, FINGERPRINT_SCHEME, first_divergence, step_rows
 
 from .helpers import PLUGINS, Cli, model_entry
 

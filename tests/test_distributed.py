@@ -359,7 +359,7 @@ def test_three_ranks_resume_exactly(tmp_path):
 
 
 def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
-    from reproci.golden.compare import Divergence
+    from reproci.golden.divergence import Divergence
     from reproci.stages import causes
 
     ev = Divergence(step=4, tensor="grad:top.2.weight", kind="grad", cause="compute",

@@ -432,9 +432,9 @@ def test_segment_sums_with_a_workspace_follow_a_changing_total():
 
 
 def test_absent_is_the_value_the_host_side_compares():
-    from reproci.golden import compare
+    from reproci.golden import divergence
 
-    assert compare.ABSENT == ABSENT and compare.FINGERPRINT_SCHEME == FINGERPRINT_SCHEME
+    assert divergence.ABSENT == ABSENT and divergence.FINGERPRINT_SCHEME == FINGERPRINT_SCHEME
 
 
 def test_sparse_gradients_whose_sizes_change_from_step_to_step_keep_exact_columns():

@@ -240,7 +240,7 @@ def test_golden_names_cannot_escape_the_directory(tmp_path):
 
 
 def test_diff_of_goldens_recorded_with_other_settings_names_each_setting(tmp_path):
-    from reproci.golden.diff import diff_goldens
+    from reproci.golden.image_diff import diff_goldens
 
     golden.write(tmp_path, "eager", *fake_run(1))
     document, records, states = fake_run(2)

@@ -19,7 +19,7 @@ import pytest
 
 from reproci import errors, options
 from reproci.backends.local import LocalBackend
-from reproci.golden.compare import first_divergence
+from reproci.golden.divergence import first_divergence
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT

@@ -100,7 +100,7 @@ def test_drift_shows_the_golden_comparisons_evidence_and_failures_their_own():
     golden_ev, own_ev = {"step": 3, "tensor": "param:a"}, {"step": 1, "tensor": "grad:b"}
     drifted = {"verdict": verdicts.UPGRADE_CHANGED, "evidence": own_ev, "golden": {"evidence": golden_ev}}
     failed = {"verdict": verdicts.NONDETERMINISTIC, "evidence": own_ev, "golden": {"evidence": golden_ev}}
-    assert verdicts.evidence_of(drifted) is golden_ev and verdicts.evidence_of(failed) is own_ev
+    assert verdicts.verdict_evidence(drifted) is golden_ev and verdicts.verdict_evidence(failed) is own_ev
 
 
 def test_the_webhook_names_failing_and_drifting_models_most_serious_first():

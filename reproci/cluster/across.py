@@ -4,7 +4,7 @@ one image, not only across processes on one?
 The strict stage proves A = B = C on one host. The same cell run whole on a second node (its
 twin: A, B, C and the replays share files, so the cell is never split) gives a second run A; the
 two are compared by their per-step fingerprints and final hashes, with the comparison that
-compares any two runs (``golden.compare.first_divergence``). Runs that agree leave the verdict
+compares any two runs (``golden.divergence.first_divergence``). Runs that agree leave the verdict
 as it was, and say on which nodes they agreed. Runs that differ are judged by the nodes'
 environment fingerprints first: a host factor that differs (CPU instruction set, thread count,
 GPU, driver, a kernel-selecting variable) is ENV_CHANGED, packages or toolchain UPGRADE_CHANGED,
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 from .. import verdicts
 from ..golden import drift
-from ..golden.compare import first_divergence, tensor_magnitude
+from ..golden.divergence import first_divergence, tensor_magnitude
 from ..golden.environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from ..errors import UsageError
 from ..options import RunOptions

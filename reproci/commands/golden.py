@@ -10,7 +10,7 @@ import click
 from .. import console
 from ..errors import UsageError
 from ..golden import store
-from ..golden.diff import diff_goldens
+from ..golden.image_diff import diff_goldens
 from ..golden.folder import require_folder
 from ..reports.goldens import print_diff, print_golden
 from .run import run_and_report, run_options

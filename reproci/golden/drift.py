@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .. import verdicts
 from .advice import SETTINGS
-from .compare import first_divergence, tensor_magnitude
+from .divergence import first_divergence, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .compare import tensor_magnitude
+from .divergence import tensor_magnitude
 
 
 def load(path: Path) -> dict[str, Any]:

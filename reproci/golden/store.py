@@ -50,7 +50,7 @@ class ModelGolden:
     ops: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
     def as_record(self) -> dict[str, Any]:
-        """The golden in the shape of a run record, for reproci.compare."""
+        """The golden in the shape of a run record, for ``reproci compare`` (``seed_noise``)."""
         return {
             "tensor_names": self.names,
             "fingerprints": self.fingerprints.tolist() if self.fingerprints is not None else [],

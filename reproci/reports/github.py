@@ -29,7 +29,7 @@ def annotation(level: str, title: str, message: str) -> str:
 
 def where(m: dict[str, Any]) -> str:
     """'step 15, `buffer:bn.running_mean`, |Δ| 4.66e-10 (1 ULP)' or '-'."""
-    return verdicts.first_difference(verdicts.evidence_of(m), code=lambda s: f"`{s}`")
+    return verdicts.first_difference(verdicts.verdict_evidence(m), code=lambda s: f"`{s}`")
 
 
 def _model_annotations(m: dict[str, Any], image: Any, *, ci: bool) -> list[str]:
@@ -39,7 +39,7 @@ def _model_annotations(m: dict[str, Any], image: Any, *, ci: bool) -> list[str]:
     level = verdicts.annotation_level(v, ci=ci)
     out = []
     if level is not None:
-        detail = verdicts.first_difference(verdicts.evidence_of(m))
+        detail = verdicts.first_difference(verdicts.verdict_evidence(m))
         text = f"{v}: {m.get('message') or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
         out.append(annotation(level, f"reproci {m['model']} on {image}: {v}", text))
     return out + [annotation("warning", f"reproci {m['model']} on {image}: warning ({kind})", text)

@@ -148,7 +148,7 @@ def _diff_lines(models: list[dict[str, Any]], has_old: bool) -> list[str]:
 def _model_lines(models: list[dict[str, Any]]) -> list[str]:
     rows = []
     for m in models:
-        g, ev = _golden(m), verdicts.evidence_of(m) or {}
+        g, ev = _golden(m), verdicts.verdict_evidence(m) or {}
         verdict, golden_verdict = m.get("verdict", "?"), g.get("verdict")
         rows.append([
             cell(m.get("model")),

@@ -15,7 +15,7 @@ from .rows import op_text, ranked_job, sampling_text, throughput_rows
 
 
 def _where(m: dict[str, Any]) -> str:
-    return verdicts.first_difference(verdicts.evidence_of(m))
+    return verdicts.first_difference(verdicts.verdict_evidence(m))
 
 
 def verdict_table(document: dict[str, Any]) -> Table:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from .. import verdicts
 from ..errors import WorkerFailed
-from ..golden.compare import first_divergence
+from ..golden.divergence import first_divergence
 from ..models import ModelRef
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import WorkerSpec

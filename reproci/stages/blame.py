@@ -26,7 +26,7 @@ from typing import Any
 from .. import backends, verdicts
 from ..blame import images as blame_images
 from ..errors import InfrastructureError, WorkerFailed
-from ..golden.compare import step_rows
+from ..golden.divergence import step_rows
 from ..golden.drift import move
 from ..golden.environment import affects_results, package_diff
 from ..runner import RunContext, run_worker

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import verdicts
-from ..golden.compare import Divergence
+from ..golden.divergence import Divergence
 
 STRONG = ("rng", "module", "tensor")  # kinds that fail a resume by themselves
 

@@ -25,13 +25,13 @@ from typing import Any
 from .. import verdicts
 from ..errors import WorkerFailed
 from ..golden import ops
-from ..golden.compare import Divergence, first_divergence, step_rows, tensor_magnitude
+from ..golden.divergence import Divergence, first_divergence, step_rows, tensor_magnitude
 from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.process.spec import WorkerSpec
 from . import causes, census, coverage, epochs, model_entry, replicas, sidestate
-from .explain import controls_sentence, controls_switched_off, describe, evidence_of
+from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -208,7 +208,7 @@ def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_
         batch_size=a.get("batch_size"),
         attestation=a.get("attestation"),
         runs={r: _run_summary(rec) for r, rec in records.items()},
-        evidence=evidence_of(evidence, pair, switched, hint, rank),
+        evidence=comparison_evidence(evidence, pair, switched, hint, rank),
         error=None,
         records={r: f"{model.name}/record-{r}.json" for r in records},
         seconds=round(time.monotonic() - own_start(records, t0), 3),

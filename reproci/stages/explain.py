@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import verdicts
-from ..golden.compare import Divergence, presence_text
+from ..golden.divergence import Divergence, presence_text
 from . import sidestate
 
 
@@ -41,8 +41,10 @@ def controls_sentence(switched: list[dict[str, Any]]) -> str:
     return "determinism controls switched off by the model: " + "; ".join(parts)
 
 
-def evidence_of(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
-              hint: str | None = None, rank: int | None = None) -> dict[str, Any] | None:
+def comparison_evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
+                        hint: str | None = None, rank: int | None = None) -> dict[str, Any] | None:
+    """The evidence a model's entry records of a comparison of two runs: where the ``pair`` first differs
+    (``ev``), the determinism controls the model switched off, a hint, the rank it was found on."""
     if ev is None and not switched:
         return None
     out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {

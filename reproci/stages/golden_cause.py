@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import cpu_flags, verdicts
 from ..errors import WorkerFailed
-from ..golden.compare import step_rows
+from ..golden.divergence import step_rows
 from ..golden.environment import host_text
 from ..golden.store import Golden
 from ..options import RunOptions

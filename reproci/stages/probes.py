@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from .. import verdicts
 from ..errors import WorkerFailed
-from ..golden.compare import first_divergence
+from ..golden.divergence import first_divergence
 from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_many

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from .. import verdicts
 from ..errors import WorkerFailed
-from ..golden.compare import Divergence, first_divergence
+from ..golden.divergence import Divergence, first_divergence
 from ..worker.process.spec import rank_path
 
 Records = dict[str, dict[str, Any]]

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from reproci.golden.compare import first_divergence, tensor_magnitude, ulp_distance
+from reproci.golden.divergence import first_divergence, tensor_magnitude, ulp_distance
 
 
 def record(rows, *, start=0, batches=None, losses=None, final="f", names=("param:w", "grad:w", "buffer:b", "optim:w.m")):
@@ -147,7 +147,7 @@ def _recorded_run(scale: float) -> tuple[dict, list[str]]:
     """Two SGD steps of a three-layer model, recorded as the worker records them (one gradient
     column per parameter); the second batch is multiplied by ``scale``. Also returns the order
     in which backward produced the gradients (post-accumulate hooks)."""
-    from reproci.golden.compare import FINGERPRINT_SCHEME
+    from reproci.golden.divergence import FINGERPRINT_SCHEME
     from reproci.worker.state.fingerprint import StepFingerprints
 
     torch.manual_seed(0)

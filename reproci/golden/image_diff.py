@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import drift
-from .compare import first_divergence, presence_text, tensor_magnitude
+from .divergence import first_divergence, presence_text, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from .store import IDENTITY_KEYS, Golden
 
