@@ -23,7 +23,7 @@ from .golden.folder import require_folder
 from .reports import github, history, webhook
 from .runner import RunContext
 from .stages import model_entry, registry
-from .stages.registry import StageRun
+from .stages.base import StageRun
 
 
 def project_commit(root: Path) -> str | None:
@@ -152,7 +152,7 @@ def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | No
     import json
 
     records = entry.get("records", {})
-    rec = records.get("A") or records.get("throughput") or records.get("variance")
+    rec = next((records[role] for stage in registry.STAGES for role in stage.records if records.get(role)), None)
     if not rec:
         return None
     data = json.loads((run_dir / rec).read_text())

@@ -407,7 +407,7 @@ def test_a_logged_metric_is_a_warning_in_every_report_and_a_metric_the_loss_read
     accuracy's counts do not (they are in no checkpoint, Lightning's included): A = B = C with the
     metric named in a warning, on the terminal and in the Markdown report. A running mean that
     scales the loss, its twin, is RESUME_BROKEN with the metric as the likely cause."""
-    from reproci.reports import markdown
+    from reproci.reports import build
 
     kept = run["lightning_state.kept"]
     assert kept["verdict"] == verdicts.NEW and kept["message"].startswith("A = B = C"), kept["message"]
@@ -417,7 +417,7 @@ def test_a_logged_metric_is_a_warning_in_every_report_and_a_metric_the_loss_read
     assert warning.endswith("call model.train_acc.persistent(True)"), warning
     flat = " ".join(run["reports"]["stderr"].split())
     assert f"warning: lightning_state.kept: {' '.join(warning.split())}" in flat, run["reports"]["stderr"]
-    assert f"- ⚠️ **lightning_state.kept**: {warning}" in markdown.render(run["reports"]["doc"])
+    assert f"- ⚠️ **lightning_state.kept**: {warning}" in build.markdown_report(run["reports"]["doc"])
     fed = run["lightning_state.metric_in_loss"]
     assert fed["verdict"] == verdicts.RESUME_BROKEN and fed["evidence"]["cause"] != "census", fed["message"]
     assert ("likely cause: model.running.mean_value (Tensor[float32, ()]) differs between A and C at step 6, outside "

@@ -13,7 +13,7 @@ import pytest
 
 from reproci import errors, results
 from reproci.golden import store
-from reproci.reports import github, html, jsonexport, markdown, prbody
+from reproci.reports import build, github, jsonexport, prbody
 from reproci.stages import variance
 
 
@@ -150,7 +150,7 @@ def judged_doc(current: dict[str, Any]) -> dict[str, Any]:
 
 def test_reports_and_the_pr_body_say_whether_the_metrics_moved() -> None:
     doc = judged_doc(WORSE)
-    md = markdown.render(doc)
+    md = build.markdown_report(doc)
     assert "### Seed-to-seed spread (variance stage)" in md
     assert "| conv | final_loss ↓ | 5 | 2.42 ± 0.0286 | 2.4, 2.45, 2.38, 2.42, 2.44 | outside seed noise: B is worse" in md
     body = prbody.render(doc)
@@ -181,6 +181,6 @@ def test_the_html_report_draws_a_strip_chart_per_model() -> None:
     doc = judged_doc(WORSE)
     doc["models"].append({**doc["models"][0], "model": "embedding"})
     parser = Images()
-    parser.feed(html.render(doc))
+    parser.feed(build.html_report(doc))
     assert [i["alt"] for i in parser.images] == ["seed strip chart of conv", "seed strip chart of embedding"]
     assert all(str(i["src"]).startswith("data:image/png;base64,") and len(str(i["src"])) > 2000 for i in parser.images)

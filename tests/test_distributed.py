@@ -191,9 +191,9 @@ def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(shar
     timed = json.loads((work / "record-throughput-strict-1.rank1.json").read_text())
     assert timed["distributed"]["world_size"] == 2 and timed["mode"] == "strict"
     assert "each mode a job of 2 ranks under DDP, timed by rank 0" in out.stdout
-    from reproci.reports import markdown
+    from reproci.reports import build
 
-    md = markdown.render(doc)
+    md = build.markdown_report(doc)
     assert "· world size 2 ·" in md
     assert "each mode a fresh job of 2 ranks under DDP, timed by rank 0 (one after another, ABBA)" in md
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from reproci import verdicts
 from reproci.golden import store
 from reproci.stages import golden_ops
+from reproci.stages.base import StageRun
 from tests.helpers import PLUGINS, model_entry
 
 
@@ -63,11 +64,11 @@ def test_a_drift_the_kept_steps_cannot_explain_says_why_no_op_is_named() -> None
 
     kept = {s: (["aten.mm.default"], ["0" * 16]) for s in (1, 2, 3)}
     late = drifted(12)
-    golden_ops.name_changes(NO_OPTIONS, None, late, _Golden(kept), project_commit=None, image={})
+    golden_ops.name_changes(StageRun(NO_OPTIONS, None, None, {}, _Golden(kept)), late)
     assert late["models"][0]["message"] == ("conv differs; the first changed op is not named: the golden keeps "
                                             "per-op hashes of steps 1–3, and this difference begins at step 12")
     none = drifted(1)
-    golden_ops.name_changes(NO_OPTIONS, None, none, _Golden({}), project_commit=None, image={})
+    golden_ops.name_changes(StageRun(NO_OPTIONS, None, None, {}, _Golden({})), none)
     assert none["models"][0]["message"].endswith("the golden keeps no per-op hashes for this model "
                                                  "(a golden update records them)")
 

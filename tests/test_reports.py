@@ -291,10 +291,10 @@ def _html_warnings(text: str) -> list[str]:
 
 
 def _channels(doc: dict) -> dict[str, str]:
-    from reproci.reports import github, markdown, prbody
+    from reproci.reports import github, prbody
 
-    return {"terminal": _terminal(doc)[1], "markdown": markdown.render(doc), "summary": github.summary_markdown(doc),
-            "pr body": prbody.render(doc), "html": "\n".join(_html_warnings(html_report.render(doc))),
+    return {"terminal": _terminal(doc)[1], "markdown": report_build.markdown_report(doc), "summary": github.summary_markdown(doc),
+            "pr body": prbody.render(doc), "html": "\n".join(_html_warnings(report_build.html_report(doc))),
             "annotations": "\n".join(github.run_annotations(doc))}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import results
 from ..errors import ReprociError, ResultsError, UsageError
+from ..stages import registry
 from . import history, jsonexport, markdown
 
 FORMATS = ("md", "html", "json")
@@ -52,11 +53,43 @@ def render(results_path: Path | None, fmt: str, history_dir: Path | None) -> str
             history_dir = run_dir.parent / history.DIRNAME  # the history beside these results
     trends = history.trends(history.load(history_dir)) if history_dir is not None else None
     if fmt == "md":
-        return markdown.render(document, trends)
+        return markdown_report(document, trends)
     if fmt == "json":
         return jsonexport.render(document, trends)
     try:
-        from . import html
+        from . import html  # noqa: F401  (matplotlib, for the charts)
     except ImportError as e:
         raise UsageError(f"the HTML report needs matplotlib ({e.name} is missing): pip install 'reproci[report]'") from e
-    return html.render(document, trends, run_dir=run_dir, golden_losses=golden_losses(document) if document else None)
+    return html_report(document, trends, run_dir=run_dir, golden_losses=golden_losses(document) if document else None)
+
+
+def markdown_report(document: dict[str, Any] | None,
+                    trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+    """The Markdown report: the run's facts and verdicts, the warnings, each stage's sections
+    in the order the stages run, then the trends."""
+    lines: list[str] = []
+    if document is not None:
+        lead = next((t for stage in registry.STAGES if (t := stage.markdown_verdicts(document))), [])
+        lines += markdown.head(document, lead)
+        lines += markdown.warnings(document)
+        for stage in registry.STAGES:
+            lines += stage.markdown(document)
+    if trends:
+        lines += markdown.trends(trends)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def html_report(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None, *,
+                run_dir: Path | None = None, golden_losses: dict[str, list[Any]] | None = None) -> str:
+    """The HTML report: the run's facts and verdicts, the warnings, each stage's sections in the
+    order the stages run, the loss curves, then the trends."""
+    from . import html
+
+    parts = []
+    if document is not None:
+        parts += [html.head(document), html.warnings(document)]
+        parts += [stage.html(document) for stage in registry.STAGES]
+        parts.append(html.losses(document, run_dir, golden_losses or {}))
+    if trends:
+        parts.append(html.history(trends))
+    return html.page(html.title(document), parts)

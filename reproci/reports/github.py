@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import atomic, errors, verdicts
-from ..stages import probes
-from . import markdown, variance
+from ..stages import probes, registry
+from . import markdown
 from .mdtable import cell, code, table
 from .rows import slowdown_text
 
@@ -101,9 +101,9 @@ def summary_markdown(document: dict[str, Any]) -> str:
         [cell(m["model"]), f"{verdicts.ICON.get(str(m.get('verdict')), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
     warned = markdown.warnings(document)
-    findings = markdown.findings(document)
-    return "\n".join(lines + (["", *warned] if warned else []) + _package_lines(models) + variance.markdown(document)
-                     + (["", *findings] if findings else [])) + "\n"
+    sections = [line for stage in registry.STAGES for line in stage.markdown(document)]
+    return "\n".join(lines + (["", *warned] if warned else []) + _package_lines(models)
+                     + (["", *sections] if sections else [])) + "\n"
 
 
 def merged_summary_markdown(merged: dict[str, Any]) -> str:

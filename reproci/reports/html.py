@@ -1,4 +1,5 @@
-"""The HTML report: one self-contained file, charts embedded as base64 PNG."""
+"""The HTML report's parts: one self-contained file, charts embedded as base64 PNG. Each stage shows
+its own sections (``stages.base.Stage.html``); ``reports.build.html_report`` puts them together."""
 
 from __future__ import annotations
 
@@ -80,27 +81,21 @@ def loss_series(run_dir: Path | None, entry: dict[str, Any],
     return series
 
 
-def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None, *,
-           run_dir: Path | None = None, golden_losses: dict[str, list[Any]] | None = None) -> str:
-    parts = []
-    title = "reproci report"
-    if document is not None:
-        image = document.get("image") or {}
-        title = f"reproci · {image.get('name')} · {document.get('run_id')}"
-        parts.append(_run(document))
-        parts.append(_warnings(document))
-        parts.append(_throughput(document))
-        parts.append(_variance(document))
-        parts.append(_findings(document))
-        parts.append(_losses(document, run_dir, golden_losses or {}))
-    if trends:
-        parts.append(_history(trends))
+def page(title: str, parts: list[str]) -> str:
+    """The self-contained HTML file: ``title`` and the report's sections, in order."""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{STYLE}</style></head>\n<body>\n<h1>{escape(title)}</h1>\n"
             + "\n".join(p for p in parts if p) + "\n</body></html>\n")
 
 
-def _run(doc: dict[str, Any]) -> str:
+def title(document: dict[str, Any] | None) -> str:
+    if document is None:
+        return "reproci report"
+    image = document.get("image") or {}
+    return f"reproci · {image.get('name')} · {document.get('run_id')}"
+
+
+def head(doc: dict[str, Any]) -> str:
     opts = doc.get("options") or {}
     image = doc.get("image") or {}
     facts = [("image", f"{image.get('name')} ({image.get('backend')})"), ("digest", image.get("digest") or "-"),
@@ -113,7 +108,7 @@ def _run(doc: dict[str, Any]) -> str:
             + "</p><h2>Verdicts</h2>" + _table(["model", "verdict", "message"], rows) + "</section>")
 
 
-def _warnings(doc: dict[str, Any]) -> str:
+def warnings(doc: dict[str, Any]) -> str:
     """Every model's warnings (``verdicts.warnings``), an item each; nothing when there are none."""
     items = [f'<li data-kind="{escape(kind)}"><strong>{escape(str(m.get("model")))}</strong>: {prose(text)}</li>'
              for m in verdicts.by_severity(doc.get("models") or []) for kind, text in verdicts.warnings(m)]
@@ -122,7 +117,7 @@ def _warnings(doc: dict[str, Any]) -> str:
     return '<section id="warnings"><h2>Warnings</h2><ul>' + "".join(items) + "</ul></section>"
 
 
-def _throughput(doc: dict[str, Any]) -> str:
+def throughput(doc: dict[str, Any]) -> str:
     rows = throughput_rows(doc)
     if not rows:
         return ""
@@ -149,36 +144,45 @@ def _throughput(doc: dict[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
-def _findings(doc: dict[str, Any]) -> str:
-    """The op audit and the portability probes (``stages.audit.rows``, ``stages.probes.rows``)."""
-    out = []
+def audit_section(doc: dict[str, Any]) -> str:
+    """The op audit (``stages.audit.rows``)."""
     found = audit.rows(doc)
     audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
-    if audited:
-        rows = [[escape(str(r["model"])), f"<code>{escape(r['op'])}</code>", escape(str(r["count"] or "")),
-                 f'<span class="{"bad" if r["cuda"] in ("raises on CUDA", "error") else ""}">{escape(r["cuda"])}</span>',
-                 escape(r["where"]), escape(r["advice"] or r["what"])] for r in found]
-        rows += [[escape(str(m["model"])), "—", "", "nothing", "", escape(audit.summary(m["audit"]))] for m in audited
-                 if not (m["audit"].get("findings") or m["audit"].get("error"))]
-        out.append('<section id="audit"><h2>Op audit: what strict determinism does to these ops on CUDA</h2>'
-                   + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + "</section>")
+    if not audited:
+        return ""
+    rows = [[escape(str(r["model"])), f"<code>{escape(r['op'])}</code>", escape(str(r["count"] or "")),
+             f'<span class="{"bad" if r["cuda"] in ("raises on CUDA", "error") else ""}">{escape(r["cuda"])}</span>',
+             escape(r["where"]), escape(r["advice"] or r["what"])] for r in found]
+    rows += [[escape(str(m["model"])), "—", "", "nothing", "", escape(audit.summary(m["audit"]))] for m in audited
+             if not (m["audit"].get("findings") or m["audit"].get("error"))]
+    return ('<section id="audit"><h2>Op audit: what strict determinism does to these ops on CUDA</h2>'
+            + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + "</section>")
+
+
+def probes_section(doc: dict[str, Any]) -> str:
+    """The portability probes (``stages.probes.rows``)."""
     probe_rows = probes.rows(doc)
-    if probe_rows:
-        rows = [[escape(str(r["model"])), escape(r["probe"]),
-                 f'<span class="{"bad" if r["status"] == probes.DEPENDS else ""}">{escape(r["status"])}</span>',
-                 prose(r["message"])] for r in probe_rows]
-        out.append('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
-                   + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
+    if not probe_rows:
+        return ""
+    rows = [[escape(str(r["model"])), escape(r["probe"]),
+             f'<span class="{"bad" if r["status"] == probes.DEPENDS else ""}">{escape(r["status"])}</span>',
+             prose(r["message"])] for r in probe_rows]
+    return ('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
+            + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
+
+
+def bisect_section(doc: dict[str, Any]) -> str:
+    """The bisection (``stages.bisect.rows``)."""
     bisected = bisect.rows(doc)
-    if bisected:
-        rows = [[escape(str(r["model"])), escape(r["check"] or "—"), escape(str(r["culprit"] or "—")),
-                 escape(bisect.stages_text(r)), prose(r["message"])] for r in bisected]
-        out.append('<section id="bisect"><h2>Bisection: the first factor whose removal restores equality</h2>'
-                   + _table(["model", "check", "cause", "stages", "finding"], rows) + "</section>")
-    return "".join(out)
+    if not bisected:
+        return ""
+    rows = [[escape(str(r["model"])), escape(r["check"] or "—"), escape(str(r["culprit"] or "—")),
+             escape(bisect.stages_text(r)), prose(r["message"])] for r in bisected]
+    return ('<section id="bisect"><h2>Bisection: the first factor whose removal restores equality</h2>'
+            + _table(["model", "check", "cause", "stages", "finding"], rows) + "</section>")
 
 
-def _variance(doc: dict[str, Any]) -> str:
+def variance(doc: dict[str, Any]) -> str:
     """The variance stage: a table per model and metric, and a strip chart per model."""
     rows = variance_report.rows(doc)
     if not rows:
@@ -200,7 +204,7 @@ def _variance(doc: dict[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
-def _losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:
+def losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:
     figs = []
     for m in doc.get("models", []):
         series = loss_series(run_dir, m, golden_losses.get(str(m.get("model"))))
@@ -215,7 +219,7 @@ def _losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, 
     return "<section id=\"losses\"><h2>Loss curves</h2>" + "".join(figs) + "</section>"
 
 
-def _history(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+def history(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
     out = ["<section id=\"history\"><h2>Slowdown over time</h2>"]
     for image, series in sorted(trends.items()):
         points = [p for pts in series.values() for p in pts if p.get("slowdown") is not None]

@@ -1,4 +1,5 @@
-"""The Markdown report: for $GITHUB_STEP_SUMMARY and pull-request comments."""
+"""The Markdown report's parts: for $GITHUB_STEP_SUMMARY and pull-request comments. Each stage
+shows its own sections (``stages.base.Stage.markdown``); ``reports.build.markdown_report`` puts them together."""
 
 from __future__ import annotations
 
@@ -8,24 +9,11 @@ from .. import verdicts
 from ..stages.throughput import NOISY_WIDTH
 from ..stages import audit, bisect, probes
 from .mdtable import cell, code, table
-from . import variance
 from .rows import op_text, ranked_job, slowdown_text, throughput_rows
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return table(header, [[cell(c) for c in r] for r in rows])
-
-
-def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
-    lines: list[str] = []
-    if document is not None:
-        lines += _run(document)
-        lines += warnings(document)
-        lines += variance.markdown(document)
-        lines += findings(document)
-    if trends:
-        lines += _trends(trends)
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def _ranks(opts: dict[str, Any]) -> str:
@@ -65,20 +53,30 @@ def _budget(t0: dict[str, Any]) -> str:
     return "the time budget" if seconds is None else f"the time budget of {seconds:g} s a model"
 
 
-def _run(doc: dict[str, Any]) -> list[str]:
+def head(doc: dict[str, Any], lead: list[str]) -> list[str]:
+    """The run's facts, then ``lead`` (a stage's verdict table with its figures, ``Stage.markdown_verdicts``)
+    or, where no stage gives one, the plain verdict table."""
     image = doc.get("image") or {}
     opts = doc.get("options") or {}
     lines = [f"## reproci · {image.get('name')} ({image.get('backend')})", "",
              f"Run `{doc.get('run_id')}` · {doc.get('created')} · commit `{(doc.get('project_commit') or '-')[:12]}` · "
              f"stages {', '.join(opts.get('stages') or [])} · device {opts.get('device')} · "
              f"threads {opts.get('threads')}{_ranks(opts)} · exit code {doc.get('summary', {}).get('exit_code')}", ""]
+    if lead:
+        return lines + lead
+    lines += ["### Verdicts", ""]
+    lines += _table(["model", "verdict", "message"],
+                    [[m.get("model"), m.get("verdict"), m.get("message")] for m in doc.get("models", [])])
+    return lines + [""]
+
+
+def throughput(doc: dict[str, Any]) -> list[str]:
+    """The throughput stage's verdict table: each model's verdict beside its strict and default
+    rates, slowdown, memory and the op that grew most, then how it was measured."""
     rows = throughput_rows(doc)
     if not rows:
-        lines += ["### Verdicts", ""]
-        lines += _table(["model", "verdict", "message"],
-                        [[m.get("model"), m.get("verdict"), m.get("message")] for m in doc.get("models", [])])
-        return lines + [""]
-    lines += ["### Cost of strict determinism", ""]
+        return []
+    lines = ["### Cost of strict determinism", ""]
     lines += _table(
         ["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
          "peak memory strict / default", "op that grew most"],
@@ -120,32 +118,41 @@ def _on(m: dict[str, Any]) -> str:
     return f" on {code(m['image'])}" if m.get("image") else ""
 
 
-def findings(doc: dict[str, Any]) -> list[str]:
-    """The op audit and the portability probes, a row each (``stages.audit.rows``, ``stages.probes.rows``)."""
-    lines: list[str] = []
+def audit_section(doc: dict[str, Any]) -> list[str]:
+    """The op audit, a row per finding (``stages.audit.rows``) and one per model with nothing to say."""
     found = audit.rows(doc)
     audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
-    if audited:
-        lines += ["### Op audit: what strict determinism does to these ops on CUDA", ""]
-        rows = [[r["model"], code(r["op"]), r["count"], r["cuda"], r["where"], r["advice"] or r["what"]] for r in found]
-        rows += [[m["model"], "—", "", "nothing", "", audit.summary(m["audit"])] for m in audited
-                 if not (m["audit"].get("findings") or m["audit"].get("error"))]
-        lines += _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + [""]
+    if not audited:
+        return []
+    lines = ["### Op audit: what strict determinism does to these ops on CUDA", ""]
+    rows = [[r["model"], code(r["op"]), r["count"], r["cuda"], r["where"], r["advice"] or r["what"]] for r in found]
+    rows += [[m["model"], "—", "", "nothing", "", audit.summary(m["audit"])] for m in audited
+             if not (m["audit"].get("findings") or m["audit"].get("error"))]
+    return lines + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + [""]
+
+
+def probes_section(doc: dict[str, Any]) -> list[str]:
+    """The portability probes, a row each (``stages.probes.rows``)."""
     probe_rows = probes.rows(doc)
-    if probe_rows:
-        lines += ["### Portability probes: what the results depend on", ""]
-        lines += _table(["model", "probe", "result", "evidence"],
-                        [[r["model"], r["probe"], r["status"], r["message"]] for r in probe_rows]) + [""]
+    if not probe_rows:
+        return []
+    return (["### Portability probes: what the results depend on", ""]
+            + _table(["model", "probe", "result", "evidence"],
+                     [[r["model"], r["probe"], r["status"], r["message"]] for r in probe_rows]) + [""])
+
+
+def bisect_section(doc: dict[str, Any]) -> list[str]:
+    """The bisection, a row per model (``stages.bisect.rows``)."""
     bisected = bisect.rows(doc)
-    if bisected:
-        lines += ["### Bisection: the first factor whose removal restores equality", ""]
-        lines += _table(["model", "check", "cause", "stages", "finding"],
-                        [[r["model"], r["check"] or "—", r["culprit"] or "—", bisect.stages_text(r), r["message"]]
-                         for r in bisected]) + [""]
-    return lines
+    if not bisected:
+        return []
+    return (["### Bisection: the first factor whose removal restores equality", ""]
+            + _table(["model", "check", "cause", "stages", "finding"],
+                     [[r["model"], r["check"] or "—", r["culprit"] or "—", bisect.stages_text(r), r["message"]]
+                      for r in bisected]) + [""])
 
 
-def _trends(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
+def trends(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     lines = ["### Slowdown over time", ""]
     rows = []
     for image, models in sorted(trends.items()):

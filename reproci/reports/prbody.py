@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import verdicts
 from ..errors import NotReproducibleError
+from ..stages import registry
 from .mdtable import cell, code, table
 from ..stats import number
 from .rows import slowdown_text
@@ -28,7 +29,8 @@ MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
 def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
     """Why these results cannot become a golden (empty when every model reproduced itself)."""
     problems: list[str] = []
-    if "determinism" not in ((doc.get("options") or {}).get("stages") or ["determinism"]):
+    ran = tuple((doc.get("options") or {}).get("stages") or ["determinism"])
+    if not any(stage.checks_reproducibility for stage in registry.selected(ran)):
         problems.append("the determinism stage did not run (add --stage determinism)")
     if not doc.get("models"):
         problems.append("no models ran")

@@ -13,19 +13,19 @@ from typing import Any
 
 from ..errors import WorkerFailed
 from ..models import ModelRef
-from ..options import RunOptions
-from ..runner import RunContext, run_worker
+from ..runner import run_worker
+from .base import StageRun
 from .determinism import base_spec
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}
 
 
-def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
-              image: dict[str, Any]) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     """The audit of one model: its findings, its op inventory, or why it could not run."""
+    options, ctx = run.options, run.ctx
     t0 = time.monotonic()
-    spec = dataclasses.replace(base_spec(options, model, "audit", project_commit=project_commit, image=image),
+    spec = dataclasses.replace(base_spec(options, model, "audit", project_commit=run.project_commit, image=run.image),
                                steps=1, audit_path="audit.json", fingerprints=False,
                                world_size=1)  # one process: the ops of a rank are the ops of the model
     try:

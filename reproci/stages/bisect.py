@@ -27,6 +27,7 @@ from ..golden.divergence import first_divergence
 from ..models import ModelRef
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import WorkerSpec
+from .base import StageRun
 from . import golden_cause, sidestate
 from .determinism import STAGGER_S, plan, warm_spec
 
@@ -115,9 +116,9 @@ def _check(ctx: RunContext, specs: list[WorkerSpec]) -> tuple[Any, int]:
     return first_divergence(first, second) or sidestate.divergence(first, second), 2
 
 
-def bisect_model(ctx: RunContext, options: Any, model: ModelRef, entry: dict[str, Any], record_a: dict[str, Any], *,
-                 project_commit: str | None, image: dict[str, Any]) -> dict[str, Any]:
+def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a: dict[str, Any]) -> dict[str, Any]:
     """Turn the factors off one after another until the failing pair agrees; what each stage showed."""
+    options, ctx = run.options, run.ctx
     t0 = time.monotonic()
     pair = pair_of(entry)
     out: dict[str, Any] = {"check": None, "verdict": entry.get("verdict"), "stages": [], "culprit": None,
@@ -127,7 +128,7 @@ def bisect_model(ctx: RunContext, options: Any, model: ModelRef, entry: dict[str
                if (entry.get("evidence") or {}).get("cause") == "controls" else
                "the ranks of one run disagree; bisect with --world-size 1 runs")
         return {**out, "message": f"{model.name}: not bisected: {why}", "seconds": 0.0}
-    specs = plan(options, model, project_commit=project_commit, image=image)
+    specs = plan(options, model, project_commit=run.project_commit, image=run.image)
     if pair[1] == "W":
         specs["W"] = warm_spec(specs)
     steps = _steps(entry, options.steps, pair[1] == "C")
@@ -202,15 +203,15 @@ def _drift_changes(env_diff: dict[str, list[Any]]) -> list[tuple[str, dict[str, 
     return out
 
 
-def bisect_drift(ctx: RunContext, options: Any, model: ModelRef, entry: dict[str, Any], golden: Any, *,
-                 project_commit: str | None, image: dict[str, Any]) -> dict[str, Any]:
+def bisect_drift(run: StageRun, model: ModelRef, entry: dict[str, Any]) -> dict[str, Any]:
     """Put the golden's settable factors back one after another until the golden's checksums come back."""
+    options, ctx, golden = run.options, run.ctx, run.old_golden
     t0 = time.monotonic()
     section = entry.get("golden") or {}
     steps = _steps(section, options.steps, False)
     out: dict[str, Any] = {"check": "A vs the golden", "verdict": entry.get("verdict"), "stages": [], "culprit": None,
                            "runs": 0, "steps": steps}
-    spec = dataclasses.replace(plan(options, model, project_commit=project_commit, image=image)["A"], steps=steps,
+    spec = dataclasses.replace(plan(options, model, project_commit=run.project_commit, image=run.image)["A"], steps=steps,
                                checkpoint_at=None, checkpoint_path=None, final_dump_path=None,
                                checkpoint_after_epoch=False)
     g = golden.models[model.name].as_record()
@@ -245,12 +246,12 @@ def bisect_drift(ctx: RunContext, options: Any, model: ModelRef, entry: dict[str
     return out
 
 
-def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: Any, *, project_commit: str | None,
-             image: dict[str, Any]) -> None:
+def conclude(run: StageRun, document: dict[str, Any]) -> None:
     """Bisect every model whose check failed or whose results left the golden; the result
     lands on its entry as ``bisect``."""
     import json
 
+    options, ctx, golden = run.options, run.ctx, run.old_golden
     refs = {m.name: m for m in options.models}
     for entry in document["models"]:
         model = refs.get(entry["model"])
@@ -258,9 +259,9 @@ def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: An
             continue
         if entry.get("verdict") in BISECTED:
             record_a = json.loads((ctx.run_dir / entry["records"]["A"]).read_text())
-            entry["bisect"] = bisect_model(ctx, options, model, entry, record_a, project_commit=project_commit, image=image)
+            entry["bisect"] = bisect_model(run, model, entry, record_a)
         elif entry.get("verdict") in DRIFT and golden is not None and model.name in golden.models:
-            entry["bisect"] = bisect_drift(ctx, options, model, entry, golden, project_commit=project_commit, image=image)
+            entry["bisect"] = bisect_drift(run, model, entry)
 
 
 def rows(document: dict[str, Any]) -> list[dict[str, Any]]:

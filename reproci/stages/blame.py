@@ -29,15 +29,16 @@ from ..errors import InfrastructureError, WorkerFailed
 from ..golden.divergence import step_rows
 from ..golden.drift import move
 from ..golden.environment import affects_results, package_diff
-from ..runner import RunContext, run_worker
+from ..runner import run_worker
+from .base import StageRun
 from .determinism import base_spec
 from .golden_cause import matches
 
 MAX_PAIRS = 10
 
 
-def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: Any, *, project_commit: str | None,
-             image: dict[str, Any]) -> None:
+def conclude(run: StageRun, document: dict[str, Any]) -> None:
+    options, golden = run.options, run.old_golden
     refs = {m.name: m for m in options.models}
     targets = [e for e in document["models"] if e.get("verdict") == verdicts.UPGRADE_CHANGED and e["model"] in refs]
     if not targets or golden is None:
@@ -51,14 +52,14 @@ def conclude(options: Any, ctx: RunContext, document: dict[str, Any], golden: An
 
     engine = Engine.connect()
     try:
-        old_id, new_id = golden.image["id"], image["id"]
+        old_id, new_id = golden.image["id"], run.image["id"]
         if engine.inspect_image(old_id) is None:
             for entry in targets:
                 _attach(entry, {"culprit": None, "message": (
                     f"not blamed: the golden's image {golden.image.get('reference')} ({old_id[:19]}) is not here: "
                     "rebuild it from the golden's commit (docker/build-image.sh NAME) or pull it")})
             return
-        Blame(options, ctx, engine, old_id, new_id, golden, document, project_commit, image).run(
+        Blame(run, engine, old_id, new_id, document).run(
             [(refs[e["model"]], e) for e in targets])
     finally:
         engine.close()
@@ -83,11 +84,11 @@ def _attach(entry: dict[str, Any], result: dict[str, Any]) -> None:
 class Blame:
     """One blame: the groups, their images (built once), the runs per model."""
 
-    def __init__(self, options: Any, ctx: RunContext, engine: Any, old_id: str, new_id: str, golden: Any,
-                 document: dict[str, Any], project_commit: str | None, image: dict[str, Any]) -> None:
-        self.options, self.ctx, self.engine, self.old_id, self.new_id = options, ctx, engine, old_id, new_id
-        self.golden, self.document, self.project_commit, self.image = golden, document, project_commit, image
-        self.diff = package_diff(golden.data.get("packages"), document.get("packages"))
+    def __init__(self, run: StageRun, engine: Any, old_id: str, new_id: str, document: dict[str, Any]) -> None:
+        self.options, self.ctx, self.engine, self.old_id, self.new_id = run.options, run.ctx, engine, old_id, new_id
+        self.golden, self.document, self.project_commit, self.image = (run.old_golden, document, run.project_commit,
+                                                                      run.image)
+        self.diff = package_diff(run.old_golden.data.get("packages"), document.get("packages"))
         self.tags: dict[tuple[str, ...], str | None] = {}
         self.cannot: dict[tuple[str, ...], str] = {}
         self.runs, self.seq, self.builds, self.t0 = 0, 0, 0, time.monotonic()

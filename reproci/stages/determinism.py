@@ -30,6 +30,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, background, run_worker, settle
 from ..worker.process.spec import WorkerSpec
+from .base import StageRun
 from . import causes, census, coverage, epochs, model_entry, replicas, sidestate
 from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 
@@ -153,11 +154,11 @@ def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: s
         p.unlink(missing_ok=True)
 
 
-def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
-              image: dict[str, Any]) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     """Run A, B and C for one model and decide its verdict."""
+    options, ctx = run.options, run.ctx
     t0 = time.monotonic()
-    specs = plan(options, model, project_commit=project_commit, image=image)
+    specs = plan(options, model, project_commit=run.project_commit, image=run.image)
     records: dict[str, dict[str, Any]] = {}
     result = model_entry.new(options, model)
     try:

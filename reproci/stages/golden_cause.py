@@ -22,10 +22,9 @@ from .. import cpu_flags, verdicts
 from ..errors import WorkerFailed
 from ..golden.divergence import step_rows
 from ..golden.environment import host_text
-from ..golden.store import Golden
-from ..options import RunOptions
-from ..runner import RunContext, run_worker
+from ..runner import run_worker
 from ..worker.process.launch import CPU_ISA_CAPABILITY
+from .base import StageRun
 from .determinism import base_spec
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
@@ -77,10 +76,10 @@ def _cause(change: dict[str, Any]) -> str:
     return f"{' and '.join(names)} {'is' if len(names) == 1 else 'are'} the cause"
 
 
-def confirm(options: RunOptions, ctx: RunContext, document: dict[str, Any], golden: Golden | None, *,
-            project_commit: str | None, image: dict[str, Any]) -> None:
+def confirm(run: StageRun, document: dict[str, Any]) -> None:
     """For each model drifting in settable factors: one run with the golden's settings; the
     answer lands in ``golden.confirmation`` and at the end of the model's message."""
+    options, ctx, golden = run.options, run.ctx, run.old_golden
     if golden is None:
         return
     refs = {m.name: m for m in options.models}
@@ -96,8 +95,9 @@ def confirm(options: RunOptions, ctx: RunContext, document: dict[str, Any], gold
             continue
         step = (section.get("evidence") or {}).get("step")
         steps = options.steps if step is None else min(options.steps, step + 1)
-        spec = dataclasses.replace(base_spec(options, refs[entry["model"]], "confirm", project_commit=project_commit,
-                                             image=image), output="record-confirm.json", steps=steps, **change)
+        spec = dataclasses.replace(base_spec(options, refs[entry["model"]], "confirm",
+                                             project_commit=run.project_commit, image=run.image),
+                                   output="record-confirm.json", steps=steps, **change)
         t0 = time.monotonic()
         try:
             record = run_worker(ctx, spec)

@@ -26,6 +26,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import WorkerSpec
+from .base import StageRun
 from .determinism import base_spec
 
 OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps
@@ -56,15 +57,15 @@ def _recorded(ctx: RunContext, spec: WorkerSpec) -> dict[int, list[dict[str, Any
     return out
 
 
-def record(options: RunOptions, ctx: RunContext, models: list[ModelRef], *, project_commit: str | None,
-           image: dict[str, Any]) -> dict[str, dict[int, tuple[list[str], list[str]]]]:
+def record(run: StageRun, models: list[ModelRef]) -> dict[str, dict[int, tuple[list[str], list[str]]]]:
     """Per model, per step of the first ``OPS_STEPS``: what the golden keeps. A model whose
     recording fails keeps no per-op hashes (a warning says so); its golden is still recorded."""
+    options, ctx = run.options, run.ctx
     steps = tuple(range(1, min(OPS_STEPS, options.steps) + 1))
     out: dict[str, dict[int, tuple[list[str], list[str]]]] = {}
     for model in models:
         try:
-            rows = _recorded(ctx, _spec(options, model, steps, project_commit=project_commit, image=image))
+            rows = _recorded(ctx, _spec(options, model, steps, project_commit=run.project_commit, image=run.image))
         except (WorkerFailed, OSError) as e:
             print(f"warning: {model.name}: per-op hashes not recorded ({e}); a later drift will not name its op",
                   file=sys.stderr)
@@ -73,10 +74,11 @@ def record(options: RunOptions, ctx: RunContext, models: list[ModelRef], *, proj
     return out
 
 
-def name_changes(options: RunOptions, ctx: RunContext, document: dict[str, Any], golden: Golden | None, *,
-                 project_commit: str | None, image: dict[str, Any]) -> None:
+def name_changes(run: StageRun, document: dict[str, Any]) -> None:
     """For each model that drifted from the golden on the same batch at a step whose per-op
     hashes the golden keeps: record that step here and name the first op that changed."""
+    options, ctx = run.options, run.ctx
+    golden: Golden | None = run.old_golden
     if golden is None:
         return
     refs = {m.name: m for m in options.models}
@@ -91,8 +93,8 @@ def name_changes(options: RunOptions, ctx: RunContext, document: dict[str, Any],
             entry["message"] += f"; the first changed op is not named: {_unnamed(kept, step)}"
             continue
         try:
-            rows = _recorded(ctx, _spec(options, refs[entry["model"]], (step,), project_commit=project_commit,
-                                        image=image))[step]
+            rows = _recorded(ctx, _spec(options, refs[entry["model"]], (step,),
+                                        project_commit=run.project_commit, image=run.image))[step]
         except (WorkerFailed, OSError) as e:
             evidence["op"] = None
             print(f"warning: {entry['model']}: could not record step {step} to name the changed op ({e})", file=sys.stderr)

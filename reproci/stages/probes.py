@@ -24,6 +24,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec, other_worker_count
+from .base import StageRun
 from . import epochs
 from .determinism import base_spec, measure
 
@@ -50,11 +51,11 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     return specs
 
 
-def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
-              image: dict[str, Any]) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     """Every probe of one model: a row per probe, and how many found a dependency."""
+    options, ctx = run.options, run.ctx
     t0 = time.monotonic()
-    specs = plan(options, model, project_commit=project_commit, image=image)
+    specs = plan(options, model, project_commit=run.project_commit, image=run.image)
     records, errors = _run_all(options, ctx, specs)
     rows = [_perturbed_row(ctx, name, specs, records, errors) for name in PERTURBED]
     rows += _inspected_rows(ctx, model, errors.get("inspect"))

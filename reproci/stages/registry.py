@@ -1,77 +1,26 @@
-"""The stages of ``reproci run``, each one interface the orchestrator loops over.
+"""The stages of ``reproci run``, in the order they run, each one ``stages.base.Stage``.
 
-A stage has a ``name`` (what ``--stage`` says), ``run(run, entries)``, which does its work
-for every model and puts its result on the model entries, ``conclude(run, document)``,
-called once the results document holds every stage's results and before the verdicts are
-counted (the determinism stage compares with the golden there), and ``terminal(document, out,
-err)``, its part of what ``reproci run`` prints (``print_run`` loops over the stages that ran
-and ends with the results file). ``STAGES`` is the order they
-run in: determinism first (it makes the entries the others attach to), then throughput,
-variance (which reuses the determinism stage's run A), the op audit, the probes, the
-bisection and the upgrade blame (which work at conclude, after the golden comparison). A new
-stage is a new entry here, not a branch in the orchestrator.
+``STAGES`` is that order: determinism first (it makes the entries the others attach to), then
+throughput, variance (which reuses the determinism stage's run A), the op audit, the probes,
+the bisection and the upgrade blame (which work at conclude, after the golden comparison).
+The orchestrator, ``reproci run`` and the reports loop over it and never name a stage. A new
+stage is a module with a ``Stage`` and one entry here, or, defined anywhere, ``register(stage)``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
 
 from ..golden import check as golden_check
-from ..options import RunOptions
-from ..reports import findings
+from .. import options as options_mod
+from ..reports import findings, markdown
 from ..reports import variance as variance_report
 from ..reports.terminal import print_report, print_throughput, print_warnings
-from ..runner import RunContext, background, settle
+from .base import Stage, StageRun, per_model
 from . import audit, bisect, blame, determinism, golden_cause, golden_ops, probes, throughput, variance
-
-
-@dataclass(frozen=True)
-class StageRun:
-    """What every stage of one invocation shares: the options, the backend's context, and
-    what the results record of the project, the image and its golden."""
-
-    options: RunOptions
-    ctx: RunContext
-    project_commit: str | None
-    image: dict[str, Any]
-    old_golden: Any = None  # golden.store.Golden | None
-
-
-def per_model(run_model: Callable[..., dict[str, Any]], run: StageRun) -> list[dict[str, Any]]:
-    """``run_model`` for every model, in the order given. With ``--jobs`` ≥ 2 the models' runs
-    overlap, at most ``jobs`` worker processes at once (a free slot goes to whichever run
-    is ready: B beside A, another model's A, a probe)."""
-    options, ctx = run.options, run.ctx
-    kw = {"project_commit": run.project_commit, "image": run.image}
-    if options.jobs < 2 or len(options.models) < 2:
-        return [run_model(options, ctx, m, **kw) for m in options.models]
-    shared = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(options.jobs))
-    futures = [background(run_model, options, shared, m, **kw) for m in options.models]
-    settle(*futures)  # a failure of one model waits for the others' runs to end, so none runs on
-    return [f.result() for f in futures]
-
-
-class Stage:
-    """The one interface of a stage: its name, its work per model, its work once every stage's
-    results are in, and its lines in the terminal report."""
-
-    name = ""
-    checks_reproducibility = False  # whether its verdicts say that the runs reproduce (the determinism stage)
-
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
-        raise NotImplementedError
-
-    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
-        """Nothing to add once every stage's results are in."""
-
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
-        """Its tables and lines on ``out`` (the results), its warnings on ``err``; nothing by default."""
 
 
 class Determinism(Stage):
@@ -79,6 +28,7 @@ class Determinism(Stage):
 
     name = "determinism"
     checks_reproducibility = True
+    records = ("A",)
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
         entries[:] = per_model(determinism.run_model, run)
@@ -88,13 +38,12 @@ class Determinism(Stage):
         first changed (``golden_ops``), and a re-run that proves a settable cause (``golden_cause``)."""
         from .. import verdicts
 
-        options, commit, image = run.options, run.project_commit, run.image
         ops = None
-        if options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
-            ops = golden_ops.record(options, run.ctx, list(options.models), project_commit=commit, image=image)
-        golden_check.apply(options, document, run.ctx.run_dir, run.old_golden, ops)
-        golden_ops.name_changes(options, run.ctx, document, run.old_golden, project_commit=commit, image=image)
-        golden_cause.confirm(options, run.ctx, document, run.old_golden, project_commit=commit, image=image)
+        if run.options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
+            ops = golden_ops.record(run, list(run.options.models))
+        golden_check.apply(run.options, document, run.ctx.run_dir, run.old_golden, ops)
+        golden_ops.name_changes(run, document)
+        golden_cause.confirm(run, document)
 
     def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
         print_report(document, out, err)
@@ -104,44 +53,92 @@ class Throughput(Stage):
     """Strict against default mode, per model, in turns; a failed measurement makes the entry an ERROR."""
 
     name = "throughput"
+    records = ("throughput",)
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
         for model, entry in zip(run.options.models, entries):
-            throughput.attach(entry, throughput.run_model(run.options, run.ctx, model,
-                                                          project_commit=run.project_commit, image=run.image))
+            throughput.attach(entry, throughput.run_model(run, model))
 
     def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
         print_throughput(document, out)
+
+    def markdown_verdicts(self, document: dict[str, Any]) -> list[str]:
+        return markdown.throughput(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ..reports import html
+
+        return html.throughput(document)
 
 
 class Variance(Stage):
     """K seeds per model, judged against the golden's seed noise."""
 
     name = "variance"
+    records = ("variance",)
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
-        variance.run_all(run.options, run.ctx, entries, project_commit=run.project_commit, image=run.image,
-                         old_golden=run.old_golden)
+        variance.run_all(run, entries)
 
     def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
         for line in variance_report.terminal_lines(document):
             out.print(line, highlight=False, markup=False)
 
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return variance_report.markdown(document)
 
-class Attached(Stage):
-    """A stage whose per-model result goes on the entry under the stage's name, claiming
-    nothing about the verdict (``verdicts.document_exit_code`` reads ``--probes-fail``)."""
+    def html(self, document: dict[str, Any]) -> str:
+        from ..reports import html
 
-    def __init__(self, name: str, run_model: Callable[..., dict[str, Any]],
-                 terminal: Callable[[dict[str, Any], Console], None]) -> None:
-        self.name, self._run_model, self._terminal = name, run_model, terminal
+        return html.variance(document)
+
+
+def attach(name: str, run_model: Callable[[StageRun, Any], dict[str, Any]], run: StageRun,
+           entries: list[dict[str, Any]]) -> None:
+    """Each model's result on its entry under the stage's name, claiming nothing about the
+    verdict (``verdicts.document_exit_code`` reads ``--probes-fail``)."""
+    for entry, result in zip(entries, per_model(run_model, run)):
+        entry[name] = result
+
+
+class Audit(Stage):
+    """The ops each model runs, and what strict determinism does to them on CUDA (``stages.audit``)."""
+
+    name = "audit"
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
-        for entry, result in zip(entries, per_model(self._run_model, run)):
-            entry[self.name] = result
+        attach(self.name, audit.run_model, run, entries)
 
     def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
-        self._terminal(document, out)
+        findings.print_audit(document, out)
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return markdown.audit_section(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ..reports import html
+
+        return html.audit_section(document)
+
+
+class Probes(Stage):
+    """What each model's results depend on, one setting changed at a time (``stages.probes``)."""
+
+    name = "probes"
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        attach(self.name, probes.run_model, run, entries)
+
+    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+        findings.print_probes(document, out)
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return markdown.probes_section(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ..reports import html
+
+        return html.probes_section(document)
 
 
 class Bisect(Stage):
@@ -150,15 +147,19 @@ class Bisect(Stage):
 
     name = "bisect"
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
-        """Nothing before the golden comparison."""
-
     def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
-        bisect.conclude(run.options, run.ctx, document, run.old_golden, project_commit=run.project_commit,
-                        image=run.image)
+        bisect.conclude(run, document)
 
     def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
         findings.print_bisect(document, out)
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return markdown.bisect_section(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ..reports import html
+
+        return html.bisect_section(document)
 
 
 class Blame(Stage):
@@ -167,19 +168,25 @@ class Blame(Stage):
 
     name = "blame"
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
-        """Nothing before the golden comparison."""
-
     def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
-        blame.conclude(run.options, run.ctx, document, run.old_golden, project_commit=run.project_commit,
-                       image=run.image)
+        blame.conclude(run, document)
 
     def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
         findings.print_blame(document, out)
 
 
-STAGES: tuple[Stage, ...] = (Determinism(), Throughput(), Variance(), Attached("audit", audit.run_model, findings.print_audit),
-                             Attached("probes", probes.run_model, findings.print_probes), Bisect(), Blame())
+STAGES: tuple[Stage, ...] = (
+    Determinism(), Throughput(), Variance(), Audit(), Probes(), Bisect(), Blame())
+
+
+def register(stage: Stage) -> None:
+    """Add a stage defined outside this package: it runs after the stages before it, and
+    ``--stage`` and ``reproci.yaml`` accept its name (``options.STAGES`` grows by it)."""
+    global STAGES
+    if any(s.name == stage.name for s in STAGES):
+        raise ValueError(f"a stage named {stage.name!r} is registered already")
+    STAGES = (*STAGES, stage)
+    options_mod.STAGES = *options_mod.STAGES, stage.name  # the names options.py checks --stage against
 
 
 def selected(names: tuple[str, ...]) -> list[Stage]:

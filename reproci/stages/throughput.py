@@ -33,6 +33,7 @@ from ..options import RunOptions
 from ..errors import WorkerFailed
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import PROFILE_STEPS, WorkerSpec
+from .base import StageRun
 from . import lockstep, sampling
 from .model_entry import add_result
 
@@ -190,15 +191,15 @@ def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], s
     return by_mode, False
 
 
-def run_model(options: RunOptions, ctx: RunContext, model: ModelRef, *, project_commit: str | None,
-              image: dict[str, Any], modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """Measure every mode of one model; the result goes under the model entry's "throughput"."""
+    options, ctx = run.options, run.ctx
     if BASELINE not in modes or len(modes) < 2:
         raise ValueError(f"throughput modes {modes} must include {BASELINE!r} and another mode")
     t0 = time.monotonic()
     budget = sampling.Budget(options.time_budget)
     paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
-    groups = plan(options, model, project_commit=project_commit, image=image, modes=modes, paired=paired)
+    groups = plan(options, model, project_commit=run.project_commit, image=run.image, modes=modes, paired=paired)
     cap = timed_cap(options, paired)
     result: dict[str, Any] = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,

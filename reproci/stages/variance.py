@@ -20,6 +20,7 @@ from ..models import ModelRef
 from ..options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec
+from .base import StageRun
 from .determinism import base_spec
 from .model_entry import add_result
 
@@ -47,13 +48,13 @@ def summarize(specs: list[WorkerSpec], records: list[dict[str, Any]]) -> dict[st
             for name, values in per_metric.items() if len(values) == len(specs)}
 
 
-def run_all(options: RunOptions, ctx: RunContext, entries: list[dict[str, Any]], *, project_commit: str | None,
-            image: dict[str, Any], old_golden: Any = None) -> None:
+def run_all(run: StageRun, entries: list[dict[str, Any]]) -> None:
     """The variance stage for every model, attached to its entry. With ``--jobs`` ≥ 2 the seed
     runs of every model share the slots. When the determinism stage ran, its run A (the first
     seed, with the evaluation at its end) is the first seed's run here, not trained again.
-    ``old_golden`` (a ``golden.store.Golden``) gives the variance each model is judged against."""
-    plans = [plan(options, m, project_commit=project_commit, image=image) for m in options.models]
+    The run's old golden gives the variance each model is judged against."""
+    options, ctx, old_golden = run.options, run.ctx, run.old_golden
+    plans = [plan(options, m, project_commit=run.project_commit, image=run.image) for m in options.models]
     reused = [reusable_run(options, ctx, entry) for entry in entries]
     pending = [specs[1:] if done else specs for specs, done in zip(plans, reused)]
     fresh = iter(run_many(ctx, [s for specs in pending for s in specs], options.jobs))

@@ -1,0 +1,89 @@
+"""What a stage of ``reproci run`` is: the one ``Stage`` interface, the ``StageRun`` every stage
+of one invocation shares, and ``per_model``, which runs a stage's work for every model.
+
+A stage has a ``name`` (what ``--stage`` says) and these parts, each with a default that does
+nothing, so a stage writes only the ones it has:
+
+- ``run(run, entries)``: its work for every model; its result goes on the model entries (under
+  its name, by custom), which is its part of the results document;
+- ``conclude(run, document)``: called once the results document holds every stage's results and
+  before the verdicts are counted (the determinism stage compares with the golden there);
+- ``terminal(document, out, err)``: its tables and lines in what ``reproci run`` prints;
+- ``markdown(document)`` and ``html(document)``: its sections of the Markdown report (the step
+  summary shows them too) and of the HTML report, empty where the document holds nothing of it;
+- ``markdown_verdicts(document)``: a table of the models' verdicts beside this stage's figures,
+  shown in the Markdown report in place of the plain verdict table;
+- ``records``: the roles of its runs whose records say what the environment was.
+
+``stages.registry`` lists the stages in the order they run; the orchestrator, ``reproci run``
+and the reports loop over it and never name a stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..runner import RunContext, background, settle
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..models import ModelRef
+    from ..options import RunOptions
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """What every stage of one invocation shares: the options, the backend's context, and
+    what the results record of the project, the image and its golden."""
+
+    options: RunOptions
+    ctx: RunContext
+    project_commit: str | None
+    image: dict[str, Any]
+    old_golden: Any = None  # golden.store.Golden | None
+
+
+def per_model(run_model: Callable[[StageRun, ModelRef], dict[str, Any]], run: StageRun) -> list[dict[str, Any]]:
+    """``run_model(run, model)`` for every model, in the order given. With ``--jobs`` ≥ 2 the
+    models' runs overlap, at most ``jobs`` worker processes at once (a free slot goes to
+    whichever run is ready: B beside A, another model's A, a probe)."""
+    options = run.options
+    if options.jobs < 2 or len(options.models) < 2:
+        return [run_model(run, m) for m in options.models]
+    shared = dataclasses.replace(run, ctx=dataclasses.replace(run.ctx, slots=threading.BoundedSemaphore(options.jobs)))
+    futures = [background(run_model, shared, m) for m in options.models]
+    settle(*futures)  # a failure of one model waits for the others' runs to end, so none runs on
+    return [f.result() for f in futures]
+
+
+class Stage:
+    """The one interface of a stage (see the module's docstring for each part)."""
+
+    name = ""
+    checks_reproducibility = False  # whether its verdicts say that the runs reproduce (the determinism stage)
+    records: tuple[str, ...] = ()  # the roles of its runs' records that say what the environment was
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        """Nothing before the golden comparison."""
+
+    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+        """Nothing to add once every stage's results are in."""
+
+    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+        """Its tables and lines on ``out`` (the results), its warnings on ``err``; nothing by default."""
+
+    def markdown_verdicts(self, document: dict[str, Any]) -> list[str]:
+        """A verdict table with this stage's figures beside the verdicts; none by default."""
+        return []
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        """Its sections of the Markdown report; none by default."""
+        return []
+
+    def html(self, document: dict[str, Any]) -> str:
+        """Its sections of the HTML report; none by default."""
+        return ""
