@@ -186,7 +186,8 @@ def register(stage: Stage) -> None:
     if any(s.name == stage.name for s in STAGES):
         raise ValueError(f"a stage named {stage.name!r} is registered already")
     STAGES = (*STAGES, stage)
-    options_mod.STAGES = *options_mod.STAGES, stage.name  # the names options.py checks --stage against
+    accepted: tuple[str, ...] = options_mod.STAGES  # the names options.py checks --stage against
+    vars(options_mod)["STAGES"] = (*accepted, stage.name)
 
 
 def selected(names: tuple[str, ...]) -> list[Stage]:
