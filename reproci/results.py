@@ -44,7 +44,7 @@ class GoldenOutcome(TypedDict, total=False):
 
 
 class Coverage(TypedDict, total=False):
-    """What the resume check covered (reproci.stages.coverage)."""
+    """What the resume check covered (reproci.stages.determinism.coverage)."""
 
     epochs: int | None  # epochs run A saw
     batches_per_epoch: int | None
@@ -54,7 +54,7 @@ class Coverage(TypedDict, total=False):
 
 
 class StateCensus(TypedDict, total=False):
-    """Private state of runs A and C compared at the resume point and after it (reproci.stages.census)."""
+    """Private state of runs A and C compared at the resume point and after it (reproci.stages.determinism.census)."""
 
     differences: list[dict[str, Any]]  # path, kind, type, step, sides: each item that differs
     notice: WarningText  # plain values that differ while every tensor agreed (a counter): never a failure
@@ -82,8 +82,8 @@ class ModelEntry(TypedDict, total=False):
     bisect: dict[str, Any]  # the bisection by configuration (reproci.stages.bisect)
     blame: dict[str, Any]  # the upgrade blame by package (reproci.stages.blame)
     world_size: int  # ranks per run (--world-size)
-    epoch_order: WarningText  # a shuffling loader that repeated its order (reproci.stages.epochs)
-    shared_batches: WarningText  # ranks that train on the same batches (reproci.stages.replicas)
+    epoch_order: WarningText  # a shuffling loader that repeated its order (reproci.stages.determinism.epochs)
+    shared_batches: WarningText  # ranks that train on the same batches (reproci.stages.determinism.replicas)
     coverage: Coverage  # epochs seen, where k fell
     state_census: StateCensus | None  # private state outside the checkpoint
     runs: dict[str, Any]  # role -> summary of that run

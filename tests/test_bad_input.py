@@ -253,7 +253,7 @@ def test_an_image_capped_above_this_cpu_is_an_infrastructure_error(capsys, tmp_p
 @needs_a_lacking_level
 def test_the_golden_cause_never_runs_a_level_this_cpu_lacks():
     """A golden recorded at a level this CPU lacks: named as unsettable, not re-run to its SIGILL."""
-    from reproci.stages.golden_cause import settings
+    from reproci.stages.determinism.golden_cause import settings
 
     level = _lacking_level()
     change, unsettable = settings({"cpu_capability": [level.upper(), "DEFAULT"]})

@@ -14,7 +14,7 @@ from torch import nn
 
 from reproci import verdicts
 from reproci.golden.divergence import first_divergence
-from reproci.stages import census as compare
+from reproci.stages.determinism import census as compare
 from reproci.worker.state import census
 from reproci.worker.state.state import transient_buffers
 from reproci.worker.contract import ModelContext, TrainSetup

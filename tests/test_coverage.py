@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from reproci.options import build
-from reproci.stages import coverage
+from reproci.stages.determinism import coverage
 from reproci.worker.contract import TrainSetup
 from reproci.worker.process.spec import WorkerSpec
 from reproci.worker.data.loader import resume_point

@@ -17,7 +17,7 @@ from reproci.backends.local import LocalBackend
 from reproci.golden import drift
 from reproci.golden import store as golden
 from reproci.options import build
-from reproci.stages import epochs, replicas
+from reproci.stages.determinism import epochs, replicas
 from reproci.worker.contract import ModelContext
 from reproci.worker.process.launch import worker_command
 from reproci.worker.process.spec import WorkerSpec, for_rank, rank_path
@@ -360,7 +360,7 @@ def test_three_ranks_resume_exactly(tmp_path):
 
 def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
     from reproci.golden.divergence import Divergence
-    from reproci.stages import causes
+    from reproci.stages.determinism import causes
 
     ev = Divergence(step=4, tensor="grad:top.2.weight", kind="grad", cause="compute",
                     op={"found": True, "op": "aten::allreduce_"})

@@ -10,7 +10,7 @@ import json
 from reproci import verdicts
 from reproci.golden.drift import execution_change
 from reproci.stages.determinism import _decide
-from reproci.stages.explain import describe
+from reproci.stages.determinism.explain import describe
 from tests.helpers import PLUGINS, model_entry
 
 CULPRITS = f"{PLUGINS / 'culprits.py'}"

@@ -9,7 +9,7 @@ import pytest
 from reproci import verdicts
 from reproci.golden import drift
 from reproci.golden.environment import host_diff
-from reproci.stages.golden_cause import settings
+from reproci.stages.determinism.golden_cause import settings
 
 from .helpers import model_entry
 

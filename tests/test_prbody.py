@@ -170,7 +170,7 @@ def items(markdown: str, heading: str) -> list[str]:
 def test_ranks_that_share_their_batches_are_a_warning_the_reviewer_sees() -> None:
     """The Models list shows the golden's message, which does not carry the determinism stage's
     warnings: the body lists them under their own heading, beside a reproducible verdict."""
-    from reproci.stages import replicas
+    from reproci.stages.determinism import replicas
 
     said = replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
     assert said

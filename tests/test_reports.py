@@ -251,7 +251,7 @@ def test_every_field_of_a_model_entry_is_a_warning_or_said_not_to_be_one():
 def _sentence(path: tuple[str, ...]) -> str:
     """The stage's own sentence where one function makes it; otherwise one with rich markup and
     HTML to escape."""
-    from reproci.stages import epochs, replicas
+    from reproci.stages.determinism import epochs, replicas
 
     if path == ("shared_batches",):
         return replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})

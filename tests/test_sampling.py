@@ -3,8 +3,8 @@ another is needed, and what it says when the cap comes first (pure: step times a
 
 import numpy as np
 
-from reproci.stages import sampling
-from reproci.stages.sampling import Sampler
+from reproci.stages.throughput import sampling
+from reproci.stages.throughput.sampling import Sampler
 
 MODES = ("strict", "default")
 

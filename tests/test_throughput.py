@@ -11,7 +11,8 @@ import pytest
 from reproci import verdicts
 from reproci.models import resolve_all
 from reproci.options import RunOptions, build
-from reproci.stages import sampling, throughput
+from reproci.stages import throughput
+from reproci.stages.throughput import sampling
 from reproci.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
 from .helpers import Cli, model_entry

@@ -55,7 +55,7 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
 
 def update(options: RunOptions, document: dict[str, Any], run_dir: Path, ops: dict[str, Any] | None = None) -> None:
     """Record goldens from this run, only if every model passed its own strict checks (with
-    the per-op hashes of their first steps, ``stages/golden_ops.py``, where recorded)."""
+    the per-op hashes of their first steps, ``stages/determinism/golden_ops.py``, where recorded)."""
     bad = [f"{m['model']} is {m['verdict']}" for m in document["models"]
            if m.get("verdict") in OWN_FAILURES]
     bad += [f"{m['model']} was not checked (add --stage determinism)" for m in document["models"]

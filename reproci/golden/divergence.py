@@ -33,7 +33,7 @@ class Divergence:
     # "data" (the batch differs), "compute" (same batch, different result), "init" (the state
     # before the first step differs), "restore" (a resumed run's state differs at the resume
     # point, before its first step), "unknown" (batch checksums of different schemes), "eval" /
-    # "extra" (every tensor agrees, the held-out metrics or the extra state do not: stages/sidestate.py)
+    # "extra" (every tensor agrees, the held-out metrics or the extra state do not: stages/determinism/beyond_tensors.py)
     cause: str
     differing_tensors: int = 0  # how many tensors differ at that step
     loss_equal_at_step: bool | None = None
@@ -47,7 +47,7 @@ class Divergence:
     # samples, or other augmentation or masking draws); "order@E" / "contents@E" when judged on
     # a later epoch E, the step's own not being whole in both runs; None when not known.
     data: str | None = None
-    detail: dict[str, Any] | None = None  # causes "eval" and "extra" (stages/sidestate.py): what differs
+    detail: dict[str, Any] | None = None  # causes "eval" and "extra" (stages/determinism/beyond_tensors.py): what differs
     tensors: list[str] = field(default_factory=list)  # up to 10 differing tensors at the step
     # The first differing tensor exists at that step in one run only ("a": the first run given
     # to first_divergence, "b": the second; a gradient in one, none in the other): no magnitude.

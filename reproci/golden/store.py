@@ -46,7 +46,7 @@ class ModelGolden:
     batch_fingerprints: np.ndarray | None = None
     state: dict[str, np.ndarray] = field(default_factory=dict)  # final state, "kind:name" -> array
     tensor_sha256: dict[str, str] = field(default_factory=dict)  # final sha256 per tensor
-    # per-op hashes of the first steps: step -> (op overloads, short output hashes) (stages/golden_ops.py)
+    # per-op hashes of the first steps: step -> (op overloads, short output hashes) (stages/determinism/golden_ops.py)
     ops: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
     def as_record(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from ..models import ModelRef
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import WorkerSpec
 from .base import StageRun
-from . import golden_cause, sidestate
+from .determinism import beyond_tensors, golden_cause
 from .determinism import STAGGER_S, plan, warm_spec
 
 Records = dict[str, dict[str, Any]]
@@ -113,7 +113,7 @@ def _check(ctx: RunContext, specs: list[WorkerSpec]) -> tuple[Any, int]:
     first = run_worker(ctx, specs[0])
     time.sleep(max(0.0, STAGGER_S - (time.monotonic() - first.get("launched_at", 0.0))))
     second = run_worker(ctx, specs[1])
-    return first_divergence(first, second) or sidestate.divergence(first, second), 2
+    return first_divergence(first, second) or beyond_tensors.divergence(first, second), 2
 
 
 def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ..golden.environment import affects_results, package_diff
 from ..runner import run_worker
 from .base import StageRun
 from .determinism import base_spec
-from .golden_cause import matches
+from .determinism.golden_cause import matches
 
 MAX_PAIRS = 10
 

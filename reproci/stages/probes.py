@@ -25,7 +25,7 @@ from ..options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec, other_worker_count
 from .base import StageRun
-from . import epochs
+from .determinism import epochs
 from .determinism import base_spec, measure
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"

@@ -20,7 +20,8 @@ from ..reports import findings, markdown
 from ..reports import variance as variance_report
 from ..reports.terminal import print_report, print_throughput, print_warnings
 from .base import Stage, StageRun, per_model
-from . import audit, bisect, blame, determinism, golden_cause, golden_ops, probes, throughput, variance
+from . import audit, bisect, blame, determinism, probes, throughput, variance
+from .determinism import golden_cause, golden_ops
 
 
 class Determinism(Stage):

@@ -1,5 +1,5 @@
 """The bytes of a paired throughput run's turns (reproci.worker.turns on the worker side,
-reproci.stages.lockstep on the orchestrator's): standard library only, so the host reads
+reproci.stages.throughput.lockstep on the orchestrator's): standard library only, so the host reads
 them without importing torch."""
 
 from __future__ import annotations

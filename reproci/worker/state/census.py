@@ -26,7 +26,7 @@ Each item found is one of four kinds: an RNG object (its state), a module (its s
 a tensor (exact bit checksum, dtype and shape), or a plain value (an int, float, bool, short
 string or None: a counter, a flag). Runs A and C take a census at the resume point (the
 state after step k, with step k+1's batch in hand) and after step k+1; the determinism stage
-compares them (``reproci.stages.census``). The walk never enters the harness's own objects
+compares them (``reproci.stages.determinism.census``). The walk never enters the harness's own objects
 (the classes of ``reproci.worker``), iterators other than a loader's, locks, caches, modules or classes, and
 stops at a depth and an item count, so it costs milliseconds, not a pass over the data.
 """

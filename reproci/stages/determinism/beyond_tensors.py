@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..golden.divergence import Divergence
+from ...golden.divergence import Divergence
 
 
 def divergence(x: dict[str, Any], y: dict[str, Any]) -> Divergence | None:

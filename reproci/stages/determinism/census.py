@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import verdicts
-from ..golden.divergence import Divergence
+from ... import verdicts
+from ...golden.divergence import Divergence
 
 STRONG = ("rng", "module", "tensor")  # kinds that fail a resume by themselves
 

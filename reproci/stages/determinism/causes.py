@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import verdicts
-from ..golden.divergence import Divergence
+from ... import verdicts
+from ...golden.divergence import Divergence
 
 
 def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -> str | None:

@@ -1,4 +1,5 @@
-"""The strict-determinism stage.
+"""The strict-determinism stage (this package holds its helpers: the golden's per-op hashes and
+the re-run that confirms a drift's cause, the comparisons beyond the tensors, the evidence).
 
 Per model, three fresh processes:
 
@@ -22,16 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import verdicts
-from ..errors import WorkerFailed
-from ..golden import ops
-from ..golden.divergence import Divergence, first_divergence, step_rows, tensor_magnitude
-from ..models import ModelRef
-from ..options import RunOptions
-from ..runner import RunContext, background, run_worker, settle
-from ..worker.process.spec import WorkerSpec
-from .base import StageRun
-from . import causes, census, coverage, epochs, model_entry, replicas, sidestate
+from ... import verdicts
+from ...errors import WorkerFailed
+from ...golden import ops
+from ...golden.divergence import Divergence, first_divergence, step_rows, tensor_magnitude
+from ...models import ModelRef
+from ...options import RunOptions
+from ...runner import RunContext, background, run_worker, settle
+from ...worker.process.spec import WorkerSpec
+from ..base import StageRun
+from .. import model_entry
+from . import causes, census, coverage, epochs, replicas, beyond_tensors
 from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 
 
@@ -68,7 +70,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     base = base_spec(options, model, "A", project_commit=project_commit, image=image)
     fault = options.fault
     # Every run is evaluated at its end (eval_fn, when the plugin has one): held-out metrics
-    # are compared like the state (stages/sidestate.py); A's are also the variance stage's first seed.
+    # are compared like the state (stages/beyond_tensors.py); A's are also the variance stage's first seed.
     base = dataclasses.replace(base, evaluate=True)
     # A may move k past the loader's first epoch (resume_at_auto): its checkpoint is then named by
     # the run, not by a k it may not keep, so no line names ckpt-15.pt for a checkpoint at step 24
@@ -301,14 +303,14 @@ def own_start(records: dict[str, dict[str, Any]], t0: float) -> float:
 def _decide(records: dict[str, dict[str, Any]]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
     """A ≠ B is NONDETERMINISTIC, and so is A ≠ W (compiled: warm caches ≠ cold); A = B (= W) ≠ C
     is RESUME_BROKEN; else PASS."""
-    ab = first_divergence(records["A"], records["B"]) or sidestate.divergence(records["A"], records["B"])
+    ab = first_divergence(records["A"], records["B"]) or beyond_tensors.divergence(records["A"], records["B"])
     if ab is not None:
         return verdicts.NONDETERMINISTIC, ("A", "B"), ab
     if "W" in records:  # a compiled run on warm caches against the same run compiled cold
-        aw = first_divergence(records["A"], records["W"]) or sidestate.divergence(records["A"], records["W"])
+        aw = first_divergence(records["A"], records["W"]) or beyond_tensors.divergence(records["A"], records["W"])
         if aw is not None:
             return verdicts.NONDETERMINISTIC, ("A", "W"), aw
-    ac = first_divergence(records["A"], records["C"]) or sidestate.divergence(records["A"], records["C"])
+    ac = first_divergence(records["A"], records["C"]) or beyond_tensors.divergence(records["A"], records["C"])
     if ac is not None:
         return verdicts.RESUME_BROKEN, ("A", "C"), ac
     return verdicts.PASS, None, None

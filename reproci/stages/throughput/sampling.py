@@ -1,6 +1,6 @@
 """When the throughput stage knows enough: sequential sampling of paired step times.
 
-The modes of a repetition take their steps in turns (reproci.stages.lockstep), so each
+The modes of a repetition take their steps in turns (reproci.stages.throughput.lockstep), so each
 round gives one step of every mode, side by side in time; its ratio to the baseline's
 step is one paired sample of the slowdown. As pyperf and asv calibrate, the sampler
 decides as the rounds come in:

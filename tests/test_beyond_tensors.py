@@ -1,9 +1,9 @@
 """Runs whose every tensor agrees, but whose extra state or held-out metrics do not
-(``reproci/stages/sidestate.py``): nondeterminism or a checkpoint gap outside the hashed tensors."""
+(``reproci/stages/determinism/beyond_tensors.py``): nondeterminism or a checkpoint gap outside the hashed tensors."""
 
 from __future__ import annotations
 
-from reproci.stages import sidestate
+from reproci.stages.determinism import beyond_tensors
 from reproci.stages.determinism import _decide
 from reproci import verdicts
 
@@ -17,7 +17,7 @@ def test_a_held_out_metric_that_differs_after_the_resume_is_a_resume_bug_naming_
     a, c = _rec(eval={"ema_loss": 1.25, "acc": 0.5}), _rec(eval={"ema_loss": 1.5, "acc": 0.5})
     verdict, pair, div = _decide({"A": a, "B": a, "C": c})
     assert verdict == verdicts.RESUME_BROKEN and pair == ("A", "C") and div.cause == "eval"
-    text = sidestate.describe(div, pair)
+    text = beyond_tensors.describe(div, pair)
     assert text.startswith("A = C in every fingerprinted tensor, but held-out metric ema_loss differs (A 1.25, C 1.5)")
     assert "TrainSetup.state_modules" in text
 
@@ -27,7 +27,7 @@ def test_extra_state_that_differs_between_a_and_b_is_nondeterministic():
                                   "B": _rec(extra_state_sha256={"end": "b" * 64}),
                                   "C": _rec(extra_state_sha256={"end": "a" * 64})})
     assert verdict == verdicts.NONDETERMINISTIC and div.cause == "extra"
-    assert "the extra state (get_extra_state) differs at the end" in sidestate.describe(div, pair)
+    assert "the extra state (get_extra_state) differs at the end" in beyond_tensors.describe(div, pair)
 
 
 def test_equal_metrics_and_extra_state_pass():

@@ -1,8 +1,9 @@
-"""The throughput-cost stage: what strict determinism costs, per model, and where.
+"""The throughput-cost stage: what strict determinism costs, per model, and where (this package
+holds its turn-taking, ``lockstep``, and its sampling, ``sampling``).
 
 Per model and repetition, one fresh process per mode (strict, default, optionally
 bookkeeping), so flags read at start-up are honest. The processes of a repetition start
-together and, after their warm-up steps, take turns step by step (reproci.stages.lockstep),
+together and, after their warm-up steps, take turns step by step (reproci.stages.throughput.lockstep),
 so whatever else runs on a shared machine slows every mode alike, and time sets how long
 they run (``sampling``: until the slowdown's interval reaches its target or the model's
 ``--time-budget`` is spent; at most ``--steps`` timed steps when it is given). Where FIFOs are not
@@ -28,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from ..models import ModelRef
-from ..options import RunOptions
-from ..errors import WorkerFailed
-from ..runner import RunContext, run_worker
-from ..worker.process.spec import PROFILE_STEPS, WorkerSpec
-from .base import StageRun
+from ...models import ModelRef
+from ...options import RunOptions
+from ...errors import WorkerFailed
+from ...runner import RunContext, run_worker
+from ...worker.process.spec import PROFILE_STEPS, WorkerSpec
+from ..base import StageRun
 from . import lockstep, sampling
-from .model_entry import add_result
+from ..model_entry import add_result
 
 SUMMARY_VERSION = 1
 BASELINE = "default"

@@ -18,16 +18,16 @@ import hashlib
 import sys
 from typing import Any
 
-from .. import verdicts
-from ..errors import WorkerFailed
-from ..golden import ops
-from ..golden.store import Golden
-from ..models import ModelRef
-from ..options import RunOptions
-from ..runner import RunContext, run_worker
-from ..worker.process.spec import WorkerSpec
-from .base import StageRun
-from .determinism import base_spec
+from ... import verdicts
+from ...errors import WorkerFailed
+from ...golden import ops
+from ...golden.store import Golden
+from ...models import ModelRef
+from ...options import RunOptions
+from ...runner import RunContext, run_worker
+from ...worker.process.spec import WorkerSpec
+from ..base import StageRun
+from . import base_spec
 
 OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps
 

@@ -22,10 +22,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import WorkerFailed
-from ..runner import RunContext, run_worker
-from ..worker.process.spec import WorkerSpec
-from ..worker.process.turnwire import DONE, END_TIMING, GO
+from ...errors import WorkerFailed
+from ...runner import RunContext, run_worker
+from ...worker.process.spec import WorkerSpec
+from ...worker.process.turnwire import DONE, END_TIMING, GO
 
 POLL_S = 0.5  # how often a wait for a turn's end checks that the worker is still alive
 

@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import verdicts
-from ..errors import WorkerFailed
-from ..golden.divergence import Divergence, first_divergence
-from ..worker.process.spec import rank_path
+from ... import verdicts
+from ...errors import WorkerFailed
+from ...golden.divergence import Divergence, first_divergence
+from ...worker.process.spec import rank_path
 
 Records = dict[str, dict[str, Any]]
 Decide = Callable[[Records], tuple[str, tuple[str, str] | None, Divergence | None]]  # determinism._decide

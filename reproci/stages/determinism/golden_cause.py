@@ -18,14 +18,14 @@ import sys
 import time
 from typing import Any
 
-from .. import cpu_flags, verdicts
-from ..errors import WorkerFailed
-from ..golden.divergence import step_rows
-from ..golden.environment import host_text
-from ..runner import run_worker
-from ..worker.process.launch import CPU_ISA_CAPABILITY
-from .base import StageRun
-from .determinism import base_spec
+from ... import cpu_flags, verdicts
+from ...errors import WorkerFailed
+from ...golden.divergence import step_rows
+from ...golden.environment import host_text
+from ...runner import run_worker
+from ...worker.process.launch import CPU_ISA_CAPABILITY
+from ..base import StageRun
+from . import base_spec
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
 _RANK = ("DEFAULT", "AVX2", "AVX512")
@@ -60,7 +60,7 @@ def settings(env_diff: dict[str, list[Any]]) -> tuple[dict[str, Any], list[str]]
 
 
 def _said(change: dict[str, Any]) -> str:
-    from ..worker.process.launch import CPU_ISA_ENV
+    from ...worker.process.launch import CPU_ISA_ENV
 
     parts = [f"{k}={v}" for k, v in CPU_ISA_ENV.get(change.get("cpu_isa", ""), {}).items()]
     parts += [f"{k}={v}" if v is not None else f"{k} unset" for k, v in (change.get("env") or {}).items()]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import verdicts
-from ..golden.divergence import Divergence, presence_text
-from . import sidestate
+from ... import verdicts
+from ...golden.divergence import Divergence, presence_text
+from . import beyond_tensors
 
 
 def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -75,7 +75,7 @@ def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
             return f"A = B = C here, but not under strict determinism: {controls}"
         return "A = B = C: bitwise reproducible, resume exact"
     if ev.cause in ("eval", "extra", "scaler"):
-        text = sidestate.describe(ev, pair)
+        text = beyond_tensors.describe(ev, pair)
         return f"{text}; {controls}" if controls else text
     d = ev.to_dict()
     text = f"{pair[0]} ≠ {pair[1]} {verdicts.where_text(d)}"
