@@ -1,9 +1,10 @@
-"""The Ray backend's parts that need no cluster: a cell's command line given back from the
-user's options, the one-line refusals, version checks, a cell's directory, and a lost cell's
+"""The Ray backend's parts that need no cluster: a cell's options given back from the
+user's, as JSON, the one-line refusals, version checks, a cell's directory, and a lost cell's
 exit code. The backend on a real cluster is tests/test_ray.py."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 from reproci import errors, verdicts
 from reproci.cluster import cell, placement, ray_driver
-from reproci.commands.run import DRIVER_ONLY, run_cmd
+from reproci.commands.run import run_cmd
+from reproci.settings import declared
 from tests.helpers import unavailable
 
 
@@ -26,20 +28,21 @@ def parsed(*argv: str) -> dict:
     ("--fork-server", "--amp", "bf16", "--bisect", "--cpu-isa", "avx2", "--timeout", "90.5", "--jobs", "2"),
     ("--config", "ci/reproci.yaml", "--slowdown-fails", "--repetitions", "3", "--world-size", "2", "--device", "cuda"),
 ])
-def test_a_cells_arguments_give_back_every_option_the_user_gave(argv):
+def test_a_cells_options_give_back_every_option_the_user_gave(argv):
     given = parsed(*argv, "-m", "conv", "--results-dir", "out", "--update-golden", "--backend", "ray")
-    args = ray_driver.argv_of(run_cmd.params, given, DRIVER_ONLY)
-    back = parsed(*args)
-    assert {k: v for k, v in back.items() if k not in DRIVER_ONLY} == \
-        {k: v for k, v in given.items() if k not in DRIVER_ONLY}
-    assert not {"-m", "--results-dir", "--update-golden", "--backend"} & set(args)  # the cell sets its own
+    sent = declared.for_cell(given)
+    back = declared.from_cell(json.loads(json.dumps(sent)))  # as a Ray task or a Slurm spool carries it
+    driver_only = {o.key for o in declared.OPTIONS if not o.cell or o.group == declared.CLUSTER}
+    assert back == {k: v for k, v in given.items() if k not in driver_only and v not in (None, ())}
+    assert not {"models", "results_dir", "update_golden", "backend"} & set(sent)  # the cell sets its own
 
 
 def test_a_cell_runs_one_model_with_the_drivers_goldens_path_and_records_only_when_asked():
-    spec = cell.CellSpec(name="conv@local", model="conv", args=("--steps", "8"), goldens_dir="goldens")
-    assert cell.command(spec, "results")[3:] == ["run", "--steps", "8", "-m", "conv", "--results-dir", "results",
-                                                 "--goldens-dir", "goldens"]
-    assert cell.command(spec.__class__(**{**spec.__dict__, "update_golden": True}), "results")[-1] == "--update-golden"
+    spec = cell.CellSpec(name="conv@local", model="conv", options={"steps": 8}, goldens_dir="goldens")
+    assert cell.command()[3:] == ["run", "--cell-options", cell.OPTIONS_FILE]
+    assert cell.options(spec, "results") == {"steps": 8, "models": ["conv"], "results_dir": "results",
+                                             "goldens_dir": "goldens"}
+    assert cell.options(spec.__class__(**{**spec.__dict__, "update_golden": True}), "results")["update_golden"] is True
 
 
 def test_a_cells_directory_links_the_project_and_holds_only_the_shipped_golden(tmp_path):
@@ -50,7 +53,7 @@ def test_a_cells_directory_links_the_project_and_holds_only_the_shipped_golden(t
     (project / "reproci.yaml").write_text("steps: 8\n")
     (project / "mymodel.py").write_text("")
     where.mkdir()
-    spec = cell.CellSpec(name="m@local", model="mymodel.py:build", args=(), goldens_dir="goldens",
+    spec = cell.CellSpec(name="m@local", model="mymodel.py:build", options={}, goldens_dir="goldens",
                          golden_files={"local.yaml": b"shipped"})
     cell.prepare(spec, project, where)
     assert sorted(p.name for p in where.iterdir()) == ["goldens", "mymodel.py", "reproci.yaml"]
@@ -145,11 +148,11 @@ def test_a_ray_address_of_the_environment_is_checked_and_named_as_such():
 
 
 @pytest.mark.parametrize("threads,world,jobs,given,node_cpus,want", [
-    (1, 1, 3, False, 8, (3, ("--jobs", "3"))),   # A, B and another run beside: three cores
-    (1, 1, 3, False, 2, (2, ("--jobs", "2"))),   # the node's two cores, and the runs they hold
-    (4, 1, 3, False, 8, (8, ("--jobs", "2"))),
-    (1, 2, 1, True, 16, (2, ())),                 # --jobs given: kept, and its cores asked for
-    (8, 1, 1, False, 4, (4, ("--jobs", "1"))),    # more threads than the node: all of it, one run
+    (1, 1, 3, False, 8, (3, 3)),                  # A, B and another run beside: three cores
+    (1, 1, 3, False, 2, (2, 2)),                  # the node's two cores, and the runs they hold
+    (4, 1, 3, False, 8, (8, 2)),
+    (1, 2, 1, True, 16, (2, None)),               # --jobs given: kept, and its cores asked for
+    (8, 1, 1, False, 4, (4, 1)),                  # more threads than the node: all of it, one run
 ])
 def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, given, node_cpus, want):
     from reproci.options import RunOptions

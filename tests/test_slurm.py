@@ -20,8 +20,8 @@ import pytest
 
 from reproci import errors
 from reproci.cluster import slurm_driver, slurm_job
-from reproci.cluster.ray_driver import argv_of
-from reproci.commands.run import DRIVER_ONLY, run_cmd
+from reproci.commands.run import run_cmd
+from reproci.settings import declared
 from reproci.options import build
 
 from .helpers import ROOT, interruptible
@@ -55,7 +55,7 @@ def test_a_cell_is_given_none_of_the_drivers_slurm_options():
     given = run_cmd.make_context("run", ["--backend", "slurm", "--partition", "p", "--time", "5", "--gres", "gpu:1",
                                          "--sbatch-arg=--exclusive", "--launcher", "node", "--slurm-spool", "s",
                                          "-m", "conv", "--steps", "8"]).params
-    assert argv_of(run_cmd.params, given, DRIVER_ONLY) == ("--steps", "8")  # the cell runs on its node, not on Slurm
+    assert declared.for_cell(given) == {"steps": 8}  # the cell runs on its node, not on Slurm
 
 
 def _options(**given):
@@ -84,8 +84,8 @@ def test_the_pyxis_script_runs_the_cell_inside_the_image_with_srun(tmp_path):
         "exec srun --ntasks=1 --container-image='nvcr.io#nvidia/pytorch:25.01-py3' "
         f"--container-mounts={root}:{root},{tmp_path}/spool:{tmp_path}/spool --container-workdir={root} "
         f'python3 -m reproci.cluster.slurm_job {tmp_path}/spool "$SLURM_ARRAY_TASK_ID"')
-    assert slurm_job.pyxis_args(("--image", "x", "--steps", "8", "--memory", "4g"), "pytorch-25.01") == \
-        ("--steps", "8", "--image-name", "pytorch-25.01")  # the local backend inside, goldens named after the image
+    assert slurm_job.pyxis_options({"image": "x", "steps": 8, "memory": "4g"}, "pytorch-25.01") == \
+        {"steps": 8, "image_name": "pytorch-25.01"}  # the local backend inside, goldens named after the image
 
 
 def test_pending_tasks_that_share_one_record_are_each_counted():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import json
 import os
 import re
 import shutil
@@ -27,22 +28,25 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 STDERR_TAIL = 40  # lines of the cell's stderr that come back with its result
 CANCEL_GRACE_S = 60.0  # how long a cancelled cell's run has to stop its workers and containers
 PR_SET_PDEATHSIG = 1
 ORPHAN_POLL_S = 0.5
 PROGRESS = re.compile(r"\[\s*[\d.]+ s\] |error: ")  # a run's progress lines (reports/progress.py) and errors
+OPTIONS_FILE = ".reproci-cell-options.json"  # in the cell directory: the run's options, read by `reproci run`
 
 
 @dataclass(frozen=True)
 class CellSpec:
-    """What the driver sends: the cell's name, its ``reproci run`` arguments (every option the
-    user gave, one model, no golden update flags), and the golden files to compare with."""
+    """What the driver sends: the cell's name, its model, the options of its ``reproci run`` (every
+    option the user gave that a cell receives, as JSON: ``settings.declared.for_cell``), and the
+    golden files to compare with."""
 
     name: str
     model: str
-    args: tuple[str, ...]
+    options: dict[str, Any]
     goldens_dir: str  # relative to the cell directory: what the driver's own run calls it
     golden_files: dict[str, bytes] = field(default_factory=dict)
     update_golden: bool = False
@@ -78,15 +82,16 @@ def _die_with_parent() -> None:
     os.setsid()
 
 
-def command(spec: CellSpec, results_dir: str) -> list[str]:
-    """The cell's ``reproci run`` command line, run from the cell directory."""
-    args = [sys.executable, "-m", "reproci.cli", "run", *spec.args, "-m", spec.model,
-            "--results-dir", results_dir, "--goldens-dir", spec.goldens_dir]
-    if spec.update_golden:
-        args.append("--update-golden")
-    if spec.keep_checkpoints:
-        args.append("--keep-checkpoints")
-    return args
+def options(spec: CellSpec, results_dir: str) -> dict[str, Any]:
+    """The cell's run's options: the user's, its one model, its own results and goldens."""
+    return {**spec.options, "models": [spec.model], "results_dir": results_dir, "goldens_dir": spec.goldens_dir,
+            **({"update_golden": True} if spec.update_golden else {}),
+            **({"keep_checkpoints": True} if spec.keep_checkpoints else {})}
+
+
+def command() -> list[str]:
+    """The cell's ``reproci run``, run from the cell directory: its options from ``OPTIONS_FILE``."""
+    return [sys.executable, "-m", "reproci.cli", "run", "--cell-options", OPTIONS_FILE]
 
 
 def prepare(spec: CellSpec, project: Path, where: Path) -> None:
@@ -113,7 +118,8 @@ def run(spec: CellSpec, project: Path | None = None) -> CellResult:
     with tempfile.TemporaryDirectory(prefix=f"reproci-cell-{spec.name}-") as tmp:
         where = Path(tmp)
         prepare(spec, project, where)
-        proc = subprocess.Popen(command(spec, "results"), cwd=where, stdout=subprocess.DEVNULL,
+        (where / OPTIONS_FILE).write_text(json.dumps(options(spec, "results")))
+        proc = subprocess.Popen(command(), cwd=where, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
         tail: list[str] = []
         watchdog = threading.Thread(target=_stop_when_orphaned, args=(proc, os.getppid()), daemon=True)

@@ -138,12 +138,12 @@ def usable(ray: Any, candidates: list[Node], options: RunOptions, progress: Call
     return fit
 
 
-def cell_cpus(options: RunOptions, node: Node, jobs_given: bool) -> tuple[int, tuple[str, ...]]:
+def cell_cpus(options: RunOptions, node: Node, jobs_given: bool) -> tuple[int, int | None]:
     """The CPUs a cell asks of its node, so that cells never share cores a run counts on (the
     throughput stage times them): its runs at once × ``--threads`` × ``--world-size``, at most
-    the node's; and, unless ``--jobs`` was given, the ``--jobs`` that fits them."""
+    the node's; and, unless ``--jobs`` was given, the ``--jobs`` that fits them (None: as given)."""
     per_run = options.threads * options.world_size
     node_cpus = max(1, int(node.resources.get("CPU", 1)))
     runs = options.jobs if jobs_given else min(3, max(1, node_cpus // per_run))
     cpus = max(1, min(node_cpus, per_run * runs))
-    return cpus, () if jobs_given else ("--jobs", str(max(1, cpus // per_run)))
+    return cpus, None if jobs_given else max(1, cpus // per_run)

@@ -165,9 +165,10 @@ def cell_name(options: RunOptions, model: str) -> str:
     return f"{model}@{options.image_name}"
 
 
-def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str, ...],
+def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[str, Any],
               progress: Callable[[str], None]) -> tuple[dict[str, Any], Path, list[str]]:
-    """Run every cell on the cluster; return the combined document, its path, and one line per
+    """Run every cell on the cluster (``cell_options``: what each cell's run receives,
+    ``settings.declared.for_cell``); return the combined document, its path, and one line per
     cell lost (its node died, or its run ended without results)."""
     ray = _ray()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -182,12 +183,13 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_args: tuple[str
         pending: dict[Any, tuple[cell_mod.CellSpec, Node]] = {}
         for i, model in enumerate(options.models):
             cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                     args=cell_args, goldens_dir=cell_goldens_dir(options), golden_files=goldens,
+                                     options=cell_options, goldens_dir=cell_goldens_dir(options), golden_files=goldens,
                                      update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
             for node, spec in across.placements(fit, i, cell, cluster.across_nodes):  # and the cell's twin, if asked
-                cpus, jobs = cell_cpus(options, node, "--jobs" in cell_args)
+                cpus, jobs = cell_cpus(options, node, "jobs" in cell_options)
+                sent = spec if jobs is None else replace(spec, options={**spec.options, "jobs": jobs})
                 ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False), num_cpus=cpus,
-                                   num_gpus=gpus, name=f"cell {spec.name}").remote(replace(spec, args=spec.args + jobs))
+                                   num_gpus=gpus, name=f"cell {spec.name}").remote(sent)
                 pending[ref] = (spec, node)
                 progress(f"cell {spec.name}: placed on node {node.name}")
         done, lost = _collect(ray, pending, progress)
@@ -287,23 +289,3 @@ def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[st
              "labels": placed[r.name].labels, "seconds": r.seconds, "exit_code": r.exit_code} for r in done]
     atomic.write_text(run_dir / "cells.json", json.dumps({"cells": rows, "lost": [line for line, _ in lost]},
                                                          indent=2) + "\n")
-
-
-def argv_of(params: Iterable[Any], values: dict[str, Any], skip: set[str]) -> tuple[str, ...]:
-    """The command-line flags that give ``values`` back to a click command with ``params``
-    (the options the user set, as the user set them; ``skip``: the names the cell sets itself)."""
-    out: list[str] = []
-    for p in params:
-        v = values.get(p.name)
-        if p.name in skip or v is None or v == () or v is False and p.is_flag and not p.secondary_opts:
-            continue
-        flag = p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0]
-        if p.is_flag:
-            out.append(flag if v else p.secondary_opts[0]) if p.secondary_opts else out.append(flag)
-        elif p.multiple:
-            for item in v:
-                out += [flag, str(item)]
-        else:
-            out += [flag, str(v)]
-    return tuple(out)
-

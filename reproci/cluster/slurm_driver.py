@@ -40,7 +40,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .. import errors
 from ..errors import InfrastructureError, UsageError
@@ -122,7 +122,7 @@ class Task:
     rank: int = 0  # --across-nodes: 0 the cell, 1 its twin (the task's second node)
 
 
-def run_cells(options: RunOptions, slurm: SlurmOptions, cell_args: tuple[str, ...],
+def run_cells(options: RunOptions, slurm: SlurmOptions, cell_options: dict[str, Any],
               progress: Callable[[str], None]) -> tuple[dict, Path, list[str]]:
     """Submit every cell as one array job, follow it, and combine what came back; return the
     document, its path and one line per cell lost."""
@@ -130,15 +130,15 @@ def run_cells(options: RunOptions, slurm: SlurmOptions, cell_args: tuple[str, ..
     if slurm.launcher == "pyxis" and not options.image_reference:
         raise UsageError("--launcher pyxis runs each cell inside the image: name it with --image")
     cpus, jobs = cell_cpus(options, Node(id="", ip="", labels={}, resources={"CPU": node_cpus(slurm)}),
-                           "--jobs" in cell_args)
-    args = cell_args + jobs
+                           "jobs" in cell_options)
+    sent = cell_options if jobs is None else {**cell_options, "jobs": jobs}
     if slurm.launcher == "pyxis":
-        args = job_mod.pyxis_args(args, options.image_name)
+        sent = job_mod.pyxis_options(sent, options.image_name)
     root = (slurm.spool or options.results_dir / ".slurm").resolve()
     root.mkdir(parents=True, exist_ok=True)
     spool = Path(tempfile.mkdtemp(prefix=f"{options.image_name}-", dir=root))
     try:
-        tasks = [Task(index=i, spec=spec, rank=rank) for i, pair in enumerate(job_mod.write(options, spool, args,
+        tasks = [Task(index=i, spec=spec, rank=rank) for i, pair in enumerate(job_mod.write(options, spool, sent,
                                                                                             slurm.across_nodes))
                  for rank, spec in enumerate(pair)]
         (spool / "job.sh").write_text(job_mod.script(options, slurm, spool, len({t.index for t in tasks}), cpus))

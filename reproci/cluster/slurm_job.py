@@ -41,7 +41,7 @@ import signal
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..errors import UsageError
 from ..golden.advice import shown
@@ -92,7 +92,7 @@ def slurm_options(partition: str | None = None, account: str | None = None, qos:
 TWIN_DIR = "twin"  # under a cell's spool directory: its twin's (--across-nodes)
 
 
-def write(options: RunOptions, spool: Path, args: tuple[str, ...], across_nodes: bool = False
+def write(options: RunOptions, spool: Path, cell_options: dict[str, Any], across_nodes: bool = False
           ) -> list[list[cell_mod.CellSpec]]:
     """The spool of a run: the golden shipped to the cells, and each array task's specs (in the
     order of its index): its cell, and with ``across_nodes`` the cell's twin (``across.placements``
@@ -103,7 +103,7 @@ def write(options: RunOptions, spool: Path, args: tuple[str, ...], across_nodes:
     tasks = []
     for i, model in enumerate(options.models):
         cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                 args=args, goldens_dir=cell_goldens_dir(options), update_golden=options.update_golden,
+                                 options=cell_options, goldens_dir=cell_goldens_dir(options), update_golden=options.update_golden,
                                  keep_checkpoints=options.keep_checkpoints)
         specs = [spec for _, spec in across.placements((0, 1), 0, cell, across_nodes)]
         for rank, spec in enumerate(specs):
@@ -142,19 +142,11 @@ def script(options: RunOptions, slurm: SlurmOptions, spool: Path, count: int, cp
     return "\n".join(["#!/bin/bash", *(f"#SBATCH {h}" for h in head), f"cd {project}", f"exec {run}", ""])
 
 
-def pyxis_args(args: tuple[str, ...], image_name: str) -> tuple[str, ...]:
-    """A cell's arguments inside its pyxis container: the image is where it runs, not one it
+def pyxis_options(cell_options: dict[str, Any], image_name: str) -> dict[str, Any]:
+    """A cell's options inside its pyxis container: the image is where it runs, not one it
     starts (the local backend, its goldens still named after the image); no container limits."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-        elif a in ("--image", "--gpus", "--memory", "--pids-limit"):
-            skip = True
-        else:
-            out.append(a)
-    return tuple(out) + (() if "--image-name" in args else ("--image-name", image_name))
+    inside = {k: v for k, v in cell_options.items() if k not in ("image", "gpus", "memory", "pids_limit")}
+    return {**inside, "image_name": cell_options.get("image_name", image_name)}
 
 
 @dataclass
@@ -177,7 +169,7 @@ def run_task(spool: Path, index: int, rank: int = 0) -> int:
     for stale in ("result.json", "run.tar.gz"):  # a requeued task starts again
         (where / stale).unlink(missing_ok=True)
     spec = cell_mod.CellSpec(**json.loads((where / "spec.json").read_text()))
-    spec = cell_mod.CellSpec(**{**asdict(spec), "args": tuple(spec.args), "golden_files": {
+    spec = cell_mod.CellSpec(**{**asdict(spec), "golden_files": {
         p.name: p.read_bytes() for p in sorted((spool / "goldens").iterdir()) if p.is_file()}})
     signal.signal(signal.SIGTERM, _interrupt)  # scancel, a time limit: the cell stops its run and removes its files
     r = cell_mod.run(spec, Path.cwd())

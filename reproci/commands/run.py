@@ -3,6 +3,7 @@ code; ``orchestrate.run_all`` does the work."""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -55,11 +56,8 @@ def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...
     return decorate(fn) if fn is not None else decorate
 
 
-# what a cell of --backend ray is not given: the driver's own (cluster/cell.py sets the rest)
 SLURM_ONLY = ("partition", "account", "qos", "slurm_time", "gres", "gpus_per_task", "sbatch_args", "launcher",
-              "slurm_spool")
-DRIVER_ONLY = {"backend", "address", "node_labels", "across_nodes", "models", "results_dir", "goldens_dir",
-               "update_golden", "keep_checkpoints", "webhook", "ci", *SLURM_ONLY}
+              "slurm_spool")  # what --backend slurm asks Slurm for
 
 
 def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
@@ -96,12 +94,13 @@ def _slurm(given: dict[str, Any]) -> Any:
                                    given["launcher"], given["slurm_spool"])
 
 
-def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None = None,
-                   settings: options_mod.Settings | None = None) -> None:
+def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None = None) -> None:
     """Build the options once, run every stage, print the tables, exit with the verdict's code
     (``settings``: reproci.yaml as the command already read it)."""
+    if kwargs.get("cell_options") is not None:  # a cell of --backend ray or slurm: the driver's options for it
+        kwargs = declared.from_cell(json.loads(Path(kwargs["cell_options"]).read_text()))
+    kwargs.pop("cell_options", None)
     given = dict(kwargs)
-    params = click.get_current_context().command.params if params is None else params
     backend, cluster = _backend(kwargs)
     opts = options_mod.build(kwargs, settings=settings)
     out, err = console.stdout(), console.stderr()
@@ -113,9 +112,9 @@ def run_and_report(kwargs: dict[str, Any], params: list[click.Parameter] | None 
         if cluster is not None:
             from ..cluster import ray_driver, slurm_driver
 
-            args = ray_driver.argv_of(params, given, DRIVER_ONLY) + (("--ci",) if opts.ci else ("--no-ci",))
+            sent = {**declared.for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
             engine = slurm_driver if backend == "slurm" else ray_driver
-            document, path, lost = engine.run_cells(opts, cluster, args, progress)
+            document, path, lost = engine.run_cells(opts, cluster, sent, progress)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     registry.print_run(document, opts.stages, out, err, path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
@@ -86,6 +86,7 @@ class Option:
     convert: Callable[[Any], Any] | None = None  # the given value, made its type (int, float, bool)
     refuse: Callable[[Any], str | None] | None = None  # why a value is refused (after the flag's name), else None
     record: bool = False  # recorded in the options of results.json
+    cell: bool = True  # a cell of --backend ray or slurm receives it (False: the driver's own, or the cell sets it)
 
     @property
     def key(self) -> str:
@@ -135,7 +136,7 @@ OPTIONS: list[Option] = [
     # the image and the runs
     Option(name="image_name", group=IMAGE, yaml=("a golden name (a string)", _is_str),
            help="Name under which goldens for this image are kept (default: from --image, or 'local')."),
-    Option(name="models", flags=("--model", "-m"), group=SHAPE, multiple=True, yaml=(NAMES, _is_names), aliases=("model",),
+    Option(name="models", cell=False, flags=("--model", "-m"), group=SHAPE, multiple=True, yaml=(NAMES, _is_names), aliases=("model",),
            help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. "
                 "Default: all reference models."),
     Option(name="stages", flags=("--stage", "-s"), group=SHAPE, multiple=True, record=True,
@@ -170,14 +171,14 @@ OPTIONS: list[Option] = [
     Option(name="timeout", group=RESOURCES, type=float, yaml=SECONDS, help="Seconds allowed per worker run (default 600)."),
     Option(name="jobs", flags=("--jobs", "-j"), group=RESOURCES, type=int, yaml=INTEGER,
            help="Worker runs at once (default: usable CPUs / --threads, at most 3)."),
-    Option(name="results_dir", group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
+    Option(name="results_dir", cell=False, group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
            help="Where results go (default ./results)."),
-    Option(name="goldens_dir", group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
+    Option(name="goldens_dir", cell=False, group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
            help="Where golden files live (default ./goldens)."),
-    Option(name="update_golden", group=OUTPUT, flag=True, help="Record goldens from this run if it passed its own checks."),
-    Option(name="webhook", group=OUTPUT, yaml=("a URL (a string)", _is_str),
+    Option(name="update_golden", cell=False, group=OUTPUT, flag=True, help="Record goldens from this run if it passed its own checks."),
+    Option(name="webhook", cell=False, group=OUTPUT, yaml=("a URL (a string)", _is_str),
            help="Slack-compatible webhook URL for alerts (or REPROCI_WEBHOOK)."),
-    Option(name="keep_checkpoints", group=OUTPUT, flag=True, yaml=BOOLEAN, help="Keep run A's checkpoint files."),
+    Option(name="keep_checkpoints", cell=False, group=OUTPUT, flag=True, yaml=BOOLEAN, help="Keep run A's checkpoint files."),
     Option(name="fork_server", group=RESOURCES, flag=True, negatable=True, yaml=BOOLEAN, record=True,
            help="Fork each run from a preloaded server (default on the local backend; with --image, "
                 "a server container per model) or start a fresh interpreter (container) per run."),
@@ -197,7 +198,7 @@ OPTIONS: list[Option] = [
            help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
                 "(group) of the new image at a time, and name the one that alone reproduces the change."),
     Option(name="config", group=OUTPUT, type=Path, help="Config file (default ./reproci.yaml if present)."),
-    Option(name="ci", group=OUTPUT, flag=True, negatable=True, record=True,
+    Option(name="ci", cell=False, group=OUTPUT, flag=True, negatable=True, record=True,
            help="CI mode: a golden that is missing or cannot be compared fails (default: from $CI)."),
     Option(name="repetitions", group=THROUGHPUT, type=int, minimum=1, yaml=INTEGER,
            help="Throughput stage: interleaved repetitions per mode (at most; default 5)."),
@@ -213,6 +214,8 @@ OPTIONS: list[Option] = [
     Option(name="probes_fail", group=PROBES, flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
            help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
     Option(name="fault", group=SHAPE, hidden=True, record=True, help="TEST ONLY: inject a fault to prove a verdict fires."),
+    Option(name="cell_options", group=CLUSTER, type=Path, hidden=True,
+           help="A cell of --backend ray or slurm: the run's options, as the driver sends them (JSON)."),
 ]
 
 # The order results.json has always recorded its options in; an option recorded later follows them.
@@ -228,3 +231,32 @@ def declared(name: str) -> Option:
 def config_keys() -> dict[str, tuple[str, Check]]:
     """The keys reproci.yaml takes, each with what it takes and the check of its value."""
     return {key: o.yaml for o in OPTIONS if o.yaml is not None for key in (o.name, *o.aliases)}
+
+
+def for_cell(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a user gave (click parameter -> value) that a cell of --backend ray or slurm
+    receives, as JSON: not the driver's own (``cell=False``, the cluster's), not those left unset."""
+    return {o.key: _json(given[o.key]) for o in OPTIONS
+            if o.cell and o.group != CLUSTER and given.get(o.key) not in (None, ())}
+
+
+def from_cell(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's options as ``settings.options.build`` takes them (``for_cell``'s JSON, read back):
+    click parameter -> value, each of the type the command line gives it."""
+    by_key = {o.key: o for o in OPTIONS}
+    unknown = sorted(set(values) - set(by_key))
+    if unknown:  # the driver checks that the nodes run its reproci: a different one here is a bug
+        raise ValueError(f"a cell's options name no option of this reproci: {', '.join(unknown)}")
+    return {key: _typed(by_key[key], v) for key, v in values.items()}
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [_json(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+def _typed(o: Option, value: Any) -> Any:
+    if o.multiple:
+        return tuple(value)
+    return Path(value) if o.type is Path and value is not None else value
