@@ -41,7 +41,7 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from reproci.backends.local import LocalBackend  # noqa: E402
-from reproci.options import build  # noqa: E402
+from reproci.settings.options import build  # noqa: E402
 from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from reproci.worker.determinism import deterministic_mode  # noqa: E402
 from reproci.worker.record import Trace  # noqa: E402

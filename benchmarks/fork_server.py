@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from reproci.backends.local import LocalBackend  # noqa: E402
-from reproci.options import build  # noqa: E402
+from reproci.settings.options import build  # noqa: E402
 from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from reproci.backends.local import LocalBackend  # noqa: E402
-from reproci.options import build  # noqa: E402
+from reproci.settings.options import build  # noqa: E402
 from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from reproci.worker.determinism import deterministic_mode  # noqa: E402
 from reproci.worker.audit.oprecord import OpRecorder  # noqa: E402

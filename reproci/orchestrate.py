@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from . import __version__, backends, results, verdicts
 from .errors import GoldenError, UsageError
-from .options import RunOptions
+from .settings.options import RunOptions
 from .golden import check as golden_check
 from .golden import store as golden_store
 from .golden.folder import require_folder

@@ -24,8 +24,8 @@ from . import __version__, atomic, images
 from .cluster import github_matrix
 from .errors import ConfigError, UsageError
 from .golden.advice import update_command
-from .models import resolve
-from .options import RunOptions
+from .settings.models import resolve
+from .settings.options import RunOptions
 
 REPOSITORY = "reproci/reproci"  # where reproci and its reusable workflows live: github.com/OWNER/NAME
 ADAPTERS = {"plain": "plugin_plain.py", "hf": "plugin_hf.py", "lightning": "plugin_lightning.py"}

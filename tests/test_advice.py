@@ -55,8 +55,8 @@ def test_a_plugin_file_under_the_working_directory_is_named_by_its_path_from_the
     from pathlib import Path
 
     from reproci.golden.advice import update_command
-    from reproci.models import resolve
-    from reproci.options import RunOptions
+    from reproci.settings.models import resolve
+    from reproci.settings.options import RunOptions
 
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "net.py").write_text("def build(ctx):\n    pass\n")
@@ -73,8 +73,8 @@ def _compared(tmp_path, *, ci: bool, **entry_changes):
     import json
 
     from reproci.golden import check, store
-    from reproci.models import resolve
-    from reproci.options import RunOptions
+    from reproci.settings.models import resolve
+    from reproci.settings.options import RunOptions
 
     from .test_golden import fake_run
 

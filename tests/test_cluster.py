@@ -155,8 +155,8 @@ def test_a_ray_address_of_the_environment_is_checked_and_named_as_such():
     (8, 1, 1, False, 4, (4, 1)),                  # more threads than the node: all of it, one run
 ])
 def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, given, node_cpus, want):
-    from reproci.options import RunOptions
-    from reproci.models import resolve_all
+    from reproci.settings.options import RunOptions
+    from reproci.settings.models import resolve_all
 
     options = RunOptions(models=resolve_all(("conv",)), threads=threads, world_size=world, jobs=jobs)
     node = placement.Node(id="n" * 16, ip="10.0.0.1", labels={}, resources={"CPU": float(node_cpus)})

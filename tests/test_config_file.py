@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reproci import errors
-from reproci.config_file import find_config
+from reproci.settings.config_file import find_config
 
 
 @pytest.fixture

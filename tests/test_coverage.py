@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reproci.options import build
+from reproci.settings.options import build
 from reproci.stages.determinism import coverage
 from reproci.worker.contract import TrainSetup
 from reproci.worker.process.spec import WorkerSpec

@@ -16,7 +16,7 @@ from reproci.backends import docker_spec
 from reproci.backends.local import LocalBackend
 from reproci.golden import drift
 from reproci.golden import store as golden
-from reproci.options import build
+from reproci.settings.options import build
 from reproci.stages.determinism import epochs, replicas
 from reproci.worker.contract import ModelContext
 from reproci.worker.process.launch import worker_command

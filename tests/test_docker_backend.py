@@ -13,7 +13,7 @@ import pytest
 
 from reproci import errors
 from reproci.backends import docker_backend, docker_engine as engine, docker_spec as ds
-from reproci.options import build
+from reproci.settings.options import build
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
@@ -170,7 +170,7 @@ def test_no_backend_module_imports_the_manifest_or_the_options():
     backends); a backend reads only what the options carry, so no import circle is left."""
     for f in (ROOT / "reproci" / "backends").glob("*.py"):
         imported = imported_modules(f, "reproci.backends")
-        assert not imported & {"reproci.images", "reproci.options"}, f"{f.name} imports {imported}"
+        assert not imported & {"reproci.images", "reproci.settings.options"}, f"{f.name} imports {imported}"
     assert "reproci.images" in imported_modules(ROOT / "reproci" / "options.py", "reproci")  # the check can see it
 
 
@@ -198,7 +198,7 @@ def test_gpus_requested_follow_the_options_resolved_from_the_manifest(tmp_path, 
 
 
 def test_the_docker_backend_refuses_options_not_made_by_build():
-    from reproci.options import RunOptions
+    from reproci.settings.options import RunOptions
 
     with pytest.raises(ValueError, match="options.build"):
         docker_backend.DockerBackend(RunOptions(models=(), image="reproci/cpu-torch2.13:1"))

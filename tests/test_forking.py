@@ -20,7 +20,7 @@ import pytest
 
 from reproci.backends import forking, forkpool, local
 from reproci.backends.base import CODE_ROOT
-from reproci.options import build
+from reproci.settings.options import build
 from reproci.worker import forkserver
 from reproci.worker.process.spec import WorkerSpec
 
@@ -261,7 +261,7 @@ ORPHAN = """\
 import dataclasses, json, sys, threading
 from pathlib import Path
 from reproci.backends import local
-from reproci.options import build
+from reproci.settings.options import build
 from reproci.worker.process.spec import WorkerSpec
 work = Path(sys.argv[1])
 work.mkdir()

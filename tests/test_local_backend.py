@@ -24,7 +24,7 @@ import pytest
 from reproci import errors
 from reproci.backends import local
 from reproci.backends.base import CODE_ROOT
-from reproci.options import build
+from reproci.settings.options import build
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import left_behind
@@ -237,7 +237,8 @@ class NoDockerSdk(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, NoDockerSdk())
-from reproci import backends, errors, options
+from reproci import backends, errors
+from reproci.settings import options
 
 with backends.create(options.build({"models": ("embedding",)}, env={})) as b:
     print(b.name, b.image_info()["name"])

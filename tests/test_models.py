@@ -4,9 +4,11 @@ import sys
 
 import pytest
 
-from reproci import errors, models, verdicts
+from reproci import errors, verdicts
+
+from reproci.settings import models
 from reproci.errors import ModelError
-from reproci.models import resolve, resolve_all
+from reproci.settings.models import resolve, resolve_all
 from reproci.worker import contract
 
 from .helpers import PLUGINS, ROOT, Cli, model_entry

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from reproci import cli as cli_module
-from reproci import config_file, errors, options, orchestrate
+from reproci import errors, orchestrate
 from reproci.commands.run import run_options
-from reproci.settings import declared
+from reproci.settings import config_file, declared, options
 from reproci.settings.declared import INTEGER, Option
 
 # what results.json recorded before the options were declared in one table: its keys, in this order

@@ -1,7 +1,7 @@
 import pytest
 
 from reproci import errors
-from reproci.options import build
+from reproci.settings.options import build
 
 
 def cli(**kw):
@@ -98,7 +98,7 @@ def test_golden_name_of_a_manifest_image_is_its_manifest_name(tmp_path, monkeypa
 
 
 def test_golden_name_without_a_manifest_entry_is_a_file_safe_reference():
-    from reproci.options import golden_name
+    from reproci.settings.options import golden_name
 
     assert golden_name("ghcr.io/team/img:2", None) == "ghcr.io_team_img_2"
     assert golden_name("repo@sha256:" + "a" * 64, None) == "repo"

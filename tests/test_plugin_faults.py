@@ -1,5 +1,5 @@
 """A plugin or a toolchain that fails, as a user meets it through the real CLI: a syntax error
-is refused before any run (``reproci/models.py``), a factory that raises says where in the
+is refused before any run (``reproci/settings/models.py``), a factory that raises says where in the
 plugin and where the traceback is (``reproci/worker/process/failure.py``, ``runner``), and a
 C++ compiler that does not work is one line naming it (``reproci/worker/execution.py``)."""
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from reproci import errors
-from reproci.models import resolve
+from reproci.settings.models import resolve
 from reproci.worker.__main__ import _classify, _message
 from reproci.worker.process.exitcodes import EXIT_CRASH, EXIT_NO_DEVICE
 from reproci.worker.process.failure import compiler_failure

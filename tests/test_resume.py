@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from reproci import errors, options
+from reproci import errors
+from reproci.settings import options
 from reproci.backends.local import LocalBackend
 from reproci.golden.divergence import first_divergence
 from reproci.worker.process.spec import WorkerSpec
@@ -163,8 +164,8 @@ def test_readme_example_resumes_exactly_on_an_epoch_boundary(reproci):
 def test_a_checkpoint_whose_step_may_move_is_not_named_by_the_step_it_may_leave():
     """Run A moves k past the loader's first epoch unless --resume-at is given: C's progress line
     ("resuming from ...") then names A's checkpoint, not ckpt-15.pt for one taken at step 24."""
-    from reproci.models import resolve
-    from reproci.options import RunOptions
+    from reproci.settings.models import resolve
+    from reproci.settings.options import RunOptions
     from reproci.stages import determinism
 
     for auto, name in ((True, "ckpt-A.pt"), (False, "ckpt-15.pt")):

@@ -22,7 +22,7 @@ from reproci import errors
 from reproci.cluster import slurm_driver, slurm_job
 from reproci.commands.run import run_cmd
 from reproci.settings import declared
-from reproci.options import build
+from reproci.settings.options import build
 
 from .helpers import ROOT, interruptible
 from .slurm_cluster import Cluster, slurm  # noqa: F401  (the session fixture)

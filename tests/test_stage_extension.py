@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from reproci import options
+from reproci.settings import options
 from reproci.stages import registry
 from reproci.stages.base import Stage, StageRun
 

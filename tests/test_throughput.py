@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from reproci import verdicts
-from reproci.models import resolve_all
-from reproci.options import RunOptions, build
+from reproci.settings.models import resolve_all
+from reproci.settings.options import RunOptions, build
 from reproci.stages import throughput
 from reproci.stages.throughput import sampling
 from reproci.worker.process.spec import PROFILE_STEPS, WorkerSpec

@@ -193,7 +193,7 @@ def test_the_workflows_run_the_variance_stage_only_on_request(tmp_path: Path, wo
 
 
 def test_seeds_come_from_the_flag_or_reproci_yaml_and_one_is_refused(tmp_path: Path, cli) -> None:
-    from reproci import options
+    from reproci.settings import options
 
     config = tmp_path / "reproci.yaml"
     config.write_text("stages: [variance]\nseeds: 4\n")

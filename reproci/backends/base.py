@@ -42,7 +42,7 @@ def take_line(line: str, tail: deque[str], on_step: OnStep | None) -> None:
 
 
 class BackendOptions(Protocol):
-    """What a backend reads of the run options (reproci.options.RunOptions, where the
+    """What a backend reads of the run options (reproci.settings.options.RunOptions, where the
     image is resolved against the manifest once)."""
 
     @property

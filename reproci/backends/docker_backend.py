@@ -12,7 +12,7 @@ that: the next run on the same host removes the containers whose reproci process
 
 Before any worker, a preflight container checks the image: python3 there, torch and
 numpy findable, GPUs visible when asked for. The image comes resolved in the options
-(``reproci.options.build`` looks the manifest up once).
+(``reproci.settings.options.build`` looks the manifest up once).
 """
 
 from __future__ import annotations

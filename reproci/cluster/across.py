@@ -26,7 +26,7 @@ from ..golden import drift
 from ..golden.divergence import first_divergence, tensor_magnitude
 from ..golden.environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from ..errors import UsageError
-from ..options import RunOptions
+from ..settings.options import RunOptions
 from . import cell as cell_mod
 
 TWINS_DIR = "across-nodes"  # under the run directory: each twin cell's own run directory, by cell name

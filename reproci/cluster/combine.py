@@ -21,7 +21,7 @@ from ..errors import ReprociError
 from ..golden import combined as golden_combined
 from ..golden import store as golden_store
 from ..golden.advice import update_command
-from ..options import RunOptions
+from ..settings.options import RunOptions
 from . import across
 from . import cell as cell_mod
 

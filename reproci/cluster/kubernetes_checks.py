@@ -46,7 +46,7 @@ def model_cells(texts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     the image. A FILE.py on this machine never reaches the pods: refused."""
     from ..reference_models import REGISTRY
 
-    from ..models import module_model_name
+    from ..settings.models import module_model_name
 
     out: list[tuple[str, str]] = []
     for text in texts:

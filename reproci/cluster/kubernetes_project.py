@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..config_file import CONFIG_FILE, find_config, load_config
+from ..settings.config_file import CONFIG_FILE, find_config, load_config
 from ..errors import UsageError
 
 MAX_BYTES = 1024 * 1024  # what the API server stores of one ConfigMap

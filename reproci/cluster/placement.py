@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .. import __version__
 from ..errors import InfrastructureError
-from ..options import RunOptions
+from ..settings.options import RunOptions
 
 PROBE_TIMEOUT_S = 120.0
 RETRY_S = 1.0  # between asks of a node that is not yet schedulable

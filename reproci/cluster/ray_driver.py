@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 from .. import console, errors
 from ..errors import InfrastructureError, UsageError
 from ..golden.advice import shown
-from ..options import RunOptions
+from ..settings.options import RunOptions
 from . import across, combine
 from . import cell as cell_mod
 from .placement import Node, cell_cpus, first_line, nodes, usable

@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from .. import errors
 from ..errors import InfrastructureError, UsageError
-from ..options import RunOptions
+from ..settings.options import RunOptions
 from . import across
 from . import cell as cell_mod
 from . import combine

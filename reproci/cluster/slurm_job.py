@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 from ..errors import UsageError
 from ..golden.advice import shown
-from ..options import RunOptions
+from ..settings.options import RunOptions
 from . import across
 from . import cell as cell_mod
 from .ray_driver import cell_goldens_dir, cell_name, golden_files

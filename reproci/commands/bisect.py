@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..config_file import Settings
+from ..settings.config_file import Settings
 from ..errors import UsageError
 from .run import run_and_report, run_options
 

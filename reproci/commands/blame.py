@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..config_file import Settings
+from ..settings.config_file import Settings
 from ..errors import UsageError
 from .bisect import with_stage
 from .run import run_options

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 import click
 
-from .. import console, options as options_mod, orchestrate
+from .. import console, orchestrate
+from ..settings import options as options_mod
 from ..reports.progress import RunProgress
 from ..settings import declared
 from ..settings.declared import Option

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..reference_models import REGISTRY
 
-from ..models import ModelRef
-from ..options import PROFILES, RunOptions, golden_name
+from ..settings.models import ModelRef
+from ..settings.options import PROFILES, RunOptions, golden_name
 
 
 # The run settings a golden records beside the model's identity: a run with others is not

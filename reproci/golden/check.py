@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
-from ..options import RunOptions
+from ..settings.options import RunOptions
 from .advice import rerun_command, update_command
 from . import drift, store
 from .store import Golden

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..errors import WorkerFailed
-from ..models import ModelRef
+from ..settings.models import ModelRef
 from ..runner import run_worker
 from .base import StageRun
 from .determinism import base_spec

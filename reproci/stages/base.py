@@ -31,8 +31,8 @@ from ..runner import RunContext, background, settle
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..models import ModelRef
-    from ..options import RunOptions
+    from ..settings.models import ModelRef
+    from ..settings.options import RunOptions
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .. import verdicts
 from ..errors import WorkerFailed
 from ..golden.divergence import first_divergence
-from ..models import ModelRef
+from ..settings.models import ModelRef
 from ..runner import RunContext, run_worker
 from ..worker.process.spec import WorkerSpec
 from .base import StageRun

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import verdicts
-from ..models import ModelRef
-from ..options import RunOptions
+from ..settings.models import ModelRef
+from ..settings.options import RunOptions
 
 
 def new(options: RunOptions, model: ModelRef) -> dict[str, Any]:

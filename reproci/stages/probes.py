@@ -20,8 +20,8 @@ from typing import Any, Callable
 from .. import verdicts
 from ..errors import WorkerFailed
 from ..golden.divergence import first_divergence
-from ..models import ModelRef
-from ..options import RunOptions
+from ..settings.models import ModelRef
+from ..settings.options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec, other_worker_count
 from .base import StageRun

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from rich.console import Console
 
 from ..golden import check as golden_check
-from .. import options as options_mod
+from ..settings import options as options_mod
 from ..reports import findings, markdown
 from ..reports import variance as variance_report
 from ..reports.terminal import print_report, print_throughput, print_warnings

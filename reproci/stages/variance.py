@@ -16,8 +16,8 @@ from typing import Any
 
 from .. import stats, verdicts
 from ..errors import WorkerFailed
-from ..models import ModelRef
-from ..options import RunOptions
+from ..settings.models import ModelRef
+from ..settings.options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec
 from .base import StageRun

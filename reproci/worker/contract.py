@@ -125,7 +125,7 @@ _REQUIRES = re.compile(r"\brequires\W+([A-Za-z_][\w-]*)")  # transformers' "requ
 
 
 def model_name(ref: str) -> str:
-    """The name results give the model of ``ref`` (as ``reproci.models.resolve`` names it)."""
+    """The name results give the model of ``ref`` (as ``reproci.settings.models.resolve`` names it)."""
     from reproci.reference_models import REGISTRY
 
     if ref in REGISTRY:

@@ -27,8 +27,8 @@ from ... import verdicts
 from ...errors import WorkerFailed
 from ...golden import ops
 from ...golden.divergence import Divergence, first_divergence, step_rows, tensor_magnitude
-from ...models import ModelRef
-from ...options import RunOptions
+from ...settings.models import ModelRef
+from ...settings.options import RunOptions
 from ...runner import RunContext, background, run_worker, settle
 from ...worker.process.spec import WorkerSpec
 from ..base import StageRun

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...options import RunOptions
+from ...settings.options import RunOptions
 
 
 def of(record_a: dict[str, Any], options: RunOptions) -> dict[str, Any]:

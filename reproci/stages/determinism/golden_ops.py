@@ -22,8 +22,8 @@ from ... import verdicts
 from ...errors import WorkerFailed
 from ...golden import ops
 from ...golden.store import Golden
-from ...models import ModelRef
-from ...options import RunOptions
+from ...settings.models import ModelRef
+from ...settings.options import RunOptions
 from ...runner import RunContext, run_worker
 from ...worker.process.spec import WorkerSpec
 from ..base import StageRun

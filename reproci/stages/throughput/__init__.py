@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from ...models import ModelRef
-from ...options import RunOptions
+from ...settings.models import ModelRef
+from ...settings.options import RunOptions
 from ...errors import WorkerFailed
 from ...runner import RunContext, run_worker
 from ...worker.process.spec import PROFILE_STEPS, WorkerSpec

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from .errors import ConfigError
-from .settings.declared import OPTIONS, config_keys
+from ..errors import ConfigError
+from .declared import OPTIONS, config_keys
 
 CONFIG_FILE = "reproci.yaml"
 

@@ -13,17 +13,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .reference_models import REGISTRY
+from ..reference_models import REGISTRY
 
-from . import cpu_flags, images
+from .. import cpu_flags, images
+from ..backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
+from ..errors import ConfigError, InfrastructureError, UsageError
+from ..golden.folder import golden_file_name, require_folder
+from ..worker.process.spec import FAULTS
+from . import declared
 from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
-from .backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
-from .errors import ConfigError, InfrastructureError, UsageError
-from .golden.folder import golden_file_name, require_folder
+from .declared import DEFAULT_TIME_BUDGET, PROFILES, STAGES  # noqa: F401 (re-exported)
 from .models import ModelRef, resolve_all
-from .settings import declared
-from .settings.declared import DEFAULT_TIME_BUDGET, PROFILES, STAGES  # noqa: F401 (re-exported)
-from .worker.process.spec import FAULTS
 
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
 MAX_THREADS = 1024  # a bound on --threads: more than any host's cores; a typo is refused before a pool is made

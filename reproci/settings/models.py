@@ -15,9 +15,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .reference_models import DESCRIPTIONS, REGISTRY
+from ..reference_models import DESCRIPTIONS, REGISTRY
 
-from .errors import ModelError
+from ..errors import ModelError
 
 
 @dataclass(frozen=True, kw_only=True)
