@@ -50,8 +50,8 @@ from reproci.worker.train import train_step  # noqa: E402
 from reproci.worker.data.batchsum import (device_sums, np_weights,  # noqa: E402
                                           np_words, tensors_of)
 from reproci.worker.data.batchtree import to_device  # noqa: E402
-from reproci.worker.state.bits import flat_int, np_bits  # noqa: E402
-from reproci.worker.state.sums import segment_sums  # noqa: E402
+from reproci.worker.state.tensor_bits import flat_int, np_bits  # noqa: E402
+from reproci.worker.state.wrapping_sums import segment_sums  # noqa: E402
 from reproci.worker.state.state import state_tensors  # noqa: E402
 
 

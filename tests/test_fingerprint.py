@@ -4,7 +4,7 @@ import torch
 
 from reproci.worker.data import batchsum
 from reproci.worker.data.batchsum import batch_checksum, contents_checksum
-from reproci.worker.state.bits import flat_int
+from reproci.worker.state.tensor_bits import flat_int
 from reproci.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
                                          segment_sums)
 from reproci.worker.state.state import final_hash, state_tensors, tensor_bytes

@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..errors import how_ended
 from .forking import ForkedRun, ForkServer, ServerFailed, kill_process_group
-from .standing import standing_server
+from .standing_fork_servers import standing_server
 
 MAX_IDLE_SERVERS = 4  # servers kept for keys not in use (each holds torch's pages)
 

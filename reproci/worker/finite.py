@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from .state.bits import dense
+from .state.tensor_bits import dense
 from .contract import TrainSetup
 from .overflow import Overflow
 from .state.state import sort_key, state_tensors

@@ -24,7 +24,7 @@ every fork and refuses (the launcher then starts a fresh process). It dies with 
 (``die_with_parent``), and its children die with it.
 
 ``--stand PATH IDLE_S`` starts a standing server, shared by the reproci invocations that
-launch with the same environment (``backends/standing.py`` finds or starts it): it listens at
+launch with the same environment (``backends/standing_fork_servers.py`` finds or starts it): it listens at
 PATH for any number of launchers, greets each with the same hello, kills the runs of a
 launcher whose socket closes (it ended, or was killed), outlives its launchers, and ends
 once no launcher and no run has used it for IDLE_S seconds.
@@ -77,9 +77,9 @@ def run_child(request: dict[str, Any]) -> int:
         random.seed()  # as a fresh interpreter does, from the OS
         sys.modules["numpy"].random.seed()
         if request.get("blas_threads"):  # the run's BLAS threads, started here, after the fork
-            from .process import blaspool
+            from .process import openblas_threads
 
-            blaspool.give(request["blas_threads"])
+            openblas_threads.give(request["blas_threads"])
         sys.argv = ["-m", request["spec"]]
         sys.modules.pop("reproci.worker.__main__", None)  # `-m` runs it as __main__ only, never imported
     except Exception as e:  # noqa: BLE001 - no run started: the launcher starts a fresh process
@@ -145,9 +145,9 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     os.environ["REPROCI_PARENT_PID"] = str(os.getpid())
-    from .process import blaspool
+    from .process import openblas_threads
 
-    blas_threads = blaspool.hold()  # before numpy loads
+    blas_threads = openblas_threads.hold()  # before numpy loads
     try:
         preload()
         why = None
@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
         why = f"preload failed: {type(e).__name__}: {e}"
     gc.collect()
     gc.freeze()  # the imported modules' objects stay out of the children's collections: fewer copied pages
-    why = why or unsafe() or (blaspool.check() if blas_threads else None)
+    why = why or unsafe() or (openblas_threads.check() if blas_threads else None)
     hello = {"ready": why is None, "reason": why, "pid": os.getpid()}
     if control is not None:
         _send(control, hello)

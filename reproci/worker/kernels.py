@@ -2,7 +2,7 @@
 two checksums, each in one Triton launch per element type, whatever the number of tensors.
 
 On a GPU a training step takes milliseconds, and the reference arithmetic
-(``state.sums.segment_sums``, ``data.batchsum.device_sums``) spends them on launches (a few
+(``state.wrapping_sums.segment_sums``, ``data.batchsum.device_sums``) spends them on launches (a few
 per tensor or per width), on copies (a concatenation of the whole state, a running sum at a
 wider type) and on host work per tensor. Here each byte is read once, at its own width:
 
@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .state.bits import flat_int
+from .state.tensor_bits import flat_int
 
 try:  # shipped with torch's CUDA builds; optional everywhere else
     import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -55,7 +55,7 @@ except ImportError:  # pragma: no cover - depends on the image
 
 ROWS_PER_BLOCK = 256  # steps whose record rows are zeroed at once (one fill launch per block)
 CHUNK = 16384  # elements one program of the state's launch sums
-# What the kernels read directly: the integer views ``bits.flat_int`` makes (floats as the
+# What the kernels read directly: the integer views ``tensor_bits.flat_int`` makes (floats as the
 # integers of their width, bool and float8 as uint8).
 STATE_TYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 WORD_TYPES = (torch.int8, torch.uint8, torch.int16, torch.int32)  # a batch's 64-bit elements are read as two words

@@ -41,9 +41,9 @@ def _write(facts: dict) -> None:
 
 def _numpy_blas_threads() -> int | None:
     """The thread count numpy's OpenBLAS runs with (read from the library itself)."""
-    from reproci.worker.process import blaspool
+    from reproci.worker.process import openblas_threads
 
-    functions = blaspool._library_functions()
+    functions = openblas_threads._library_functions()
     return int(functions[1]()) if functions else None
 
 

@@ -22,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..state.bits import dense
+from ..state.tensor_bits import dense
 
 MODULE_KEY = "reproci_module"
 KEEP_BYTES = 64 * 1024 * 1024  # output copies kept for magnitudes; past this, digests only

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .. import kernels
-from ..state.bits import flat_int
+from ..state.tensor_bits import flat_int
 from .batchsum import (batch_checksum, contents_checksum, cpu_checksum, device_sums, mix_rows, np_words, row_sums,
                        tensors_of)
 

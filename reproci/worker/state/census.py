@@ -42,9 +42,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from . import reach, rng
-from .bits import no_fill
-from .reach import MAX_CONTAINER
+from . import census_walk, rng
+from .census_walk import MAX_CONTAINER
+from .tensor_bits import no_fill
 from ..contract import TrainSetup
 
 MAX_DEPTH = 6  # attribute hops from a root
@@ -91,20 +91,20 @@ class Census:
         if isinstance(obj, _PLAIN):
             if not isinstance(obj, (str, bytes)) or len(obj) <= MAX_STR:
                 text = repr(obj)
-                self._item(path, "value", type(obj).__name__, reach.digest(text), text if len(text) <= 40 else None)
+                self._item(path, "value", type(obj).__name__, census_walk.digest(text), text if len(text) <= 40 else None)
             return
         if id(obj) in self._held or id(obj) in self._seen:
             return
         self._seen.add(id(obj))
         self._visited += 1
         if rng.is_rng(obj):
-            self._item(path, "rng", rng.kind(obj), reach.digest(repr(reach.rng_state(obj))))
+            self._item(path, "rng", rng.kind(obj), census_walk.digest(repr(census_walk.rng_state(obj))))
             return
         if isinstance(obj, torch.Tensor):
-            self._item(path, "tensor", reach.tensor_type(obj), reach.tensor_digest(obj))
+            self._item(path, "tensor", census_walk.tensor_type(obj), census_walk.tensor_digest(obj))
             return
         if isinstance(obj, np.ndarray):
-            self._item(path, "tensor", f"numpy.ndarray[{obj.dtype}, {obj.shape}]", reach.digest(obj.tobytes()))
+            self._item(path, "tensor", f"numpy.ndarray[{obj.dtype}, {obj.shape}]", census_walk.digest(obj.tobytes()))
             return
         if isinstance(obj, torch.nn.Module):
             self._module(obj, path)
@@ -112,10 +112,10 @@ class Census:
         if isinstance(obj, (list, tuple)) and obj and all(isinstance(v, _PLAIN) for v in obj[:MAX_CONTAINER]) \
                 and isinstance(obj[-1], _PLAIN):  # a list of numbers is one value: data, or a history
             text = repr(obj[:MAX_CONTAINER * 16])
-            self._item(path, "value", f"{type(obj).__name__}[{type(obj[0]).__name__}] of {len(obj)}", reach.digest(text),
+            self._item(path, "value", f"{type(obj).__name__}[{type(obj[0]).__name__}] of {len(obj)}", census_walk.digest(text),
                        text if len(text) <= 40 else None)
             return
-        if depth >= MAX_DEPTH or isinstance(obj, _SKIP_TYPES) or reach.harness_object(obj):
+        if depth >= MAX_DEPTH or isinstance(obj, _SKIP_TYPES) or census_walk.harness_object(obj):
             return
         if isinstance(obj, torch.utils.data.DataLoader):
             self._loader(obj, path, depth)
@@ -125,9 +125,9 @@ class Census:
             self._walk(getattr(obj, "_num_yielded", None), f"{path}._num_yielded", depth + 1)
             self._walk(getattr(obj, "_index_sampler", None), f"{path}._index_sampler", depth + 1)
             return
-        if reach.is_iterator(obj):
+        if census_walk.is_iterator(obj):
             return
-        for name, child in reach.children(obj):
+        for name, child in census_walk.children(obj):
             self._walk(child, f"{path}{name}", depth + 1)
 
     def _loader(self, loader: torch.utils.data.DataLoader, path: str, depth: int) -> None:
@@ -147,7 +147,7 @@ class Census:
             return
         h = hashlib.sha256()
         for n, t in tensors:
-            h.update(f"{n}:{reach.tensor_type(t)}:{reach.tensor_digest(t)};".encode())
+            h.update(f"{n}:{census_walk.tensor_type(t)}:{census_walk.tensor_digest(t)};".encode())
         self._item(path, "module", type(module).__qualname__, h.hexdigest()[:16])
 
     def _model_extras(self) -> None:
@@ -161,7 +161,7 @@ class Census:
                 for name in getattr(module, "_non_persistent_buffers_set", ()):
                     t = module._buffers.get(name)
                     if isinstance(t, torch.Tensor):
-                        self._item(f"{where}.{name}", "tensor", reach.tensor_type(t), reach.tensor_digest(t))
+                        self._item(f"{where}.{name}", "tensor", census_walk.tensor_type(t), census_walk.tensor_digest(t))
                 own, wholly_own = _own_class(type(module))
                 for name, value in vars(module).items():
                     if name in _MODULE_BOOKKEEPING or name.startswith("_") and not wholly_own:
@@ -203,7 +203,7 @@ def _user_class(c: type) -> bool:
     filename = getattr(sys.modules.get(c.__module__), "__file__", None)
     if filename is None:  # a class made where no module file is known: one of its functions'
         filename = next((f.__code__.co_filename for f in vars(c).values() if hasattr(f, "__code__")), "<unknown>")
-    return reach.user_code(filename)
+    return census_walk.user_code(filename)
 
 
 def take(setup: TrainSetup) -> dict[str, dict[str, str]]:
@@ -229,7 +229,7 @@ def _roots(setup: TrainSetup) -> Iterator[tuple[str, Any]]:
             yield name, fn
     schedules = setup.scheduler
     for i, s in enumerate(getattr(schedules, "schedulers", None) or ()):
-        inner = getattr(s, "scheduler", s) if reach.harness_object(s) else s  # through EveryEpoch
+        inner = getattr(s, "scheduler", s) if census_walk.harness_object(s) else s  # through EveryEpoch
         yield f"scheduler[{i}]", inner
 
 

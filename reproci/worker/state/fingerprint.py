@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from .. import kernels
-from .bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
+from .tensor_bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
 from .state import Modules, sort_key, state_tensors
-from .sums import array_sums, grouped_sums, segment_sums
+from .wrapping_sums import array_sums, grouped_sums, segment_sums
 from .watch import StateWatch
 
 __all__ = ["ABSENT", "FINGERPRINT_SCHEME", "StepFingerprints", "bit_checksum", "grouped_sums", "initial_row",
@@ -197,7 +197,7 @@ class _DeviceGroup:
         return segment_sums(views, self._workspace)
 
     def _cpu_sums(self, absent: list[int]) -> np.ndarray:
-        """The same wrapping sums on the CPU in numpy (``sums.array_sums``: one copy and one
+        """The same wrapping sums on the CPU in numpy (``wrapping_sums.array_sums``: one copy and one
         segmented reduction per width instead of a call per tensor; identical values)."""
         arrays = list(self.arrays)
         # The layout, named by what can change from step to step: which gradients are missing

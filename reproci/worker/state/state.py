@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .bits import dense
+from .tensor_bits import dense
 
 # Tensor kinds, in the order they are reported; "state": a tensor of a state module.
 KINDS = ("param", "grad", "buffer", "optim", "state")

@@ -1,4 +1,4 @@
-"""Standing fork servers (backends/standing.py, the ``--stand`` mode of worker/forkserver.py):
+"""Standing fork servers (backends/standing_fork_servers.py, the ``--stand`` mode of worker/forkserver.py):
 shared by reproci invocations through ``REPROCI_FORK_SERVERS``, found again by a key that
 changes with whatever a run would see, killing a launcher's runs when it goes, ending when
 unused. Every process here is real: real servers, real invocations of the CLI, real kills."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from reproci.backends import standing
+from reproci.backends import standing_fork_servers
 from reproci.backends.base import CODE_ROOT
 from reproci.backends.forking import ServerFailed
 from reproci.worker.process.launch import launch_environment
@@ -99,25 +99,25 @@ def test_a_killed_invocations_runs_are_killed_and_the_server_stands(folder, tmp_
 
 
 def test_a_server_unused_for_its_idle_time_ends_and_removes_its_socket(folder):
-    server = standing.standing_server(sys.executable, _env(), CODE_ROOT, folder, idle_s=1.0)
+    server = standing_fork_servers.standing_server(sys.executable, _env(), CODE_ROOT, folder, idle_s=1.0)
     (sock,) = folder.glob("*.sock")
     (proc,) = standing_servers(folder)
     server.close()  # the launcher is done with it
     assert _gone(proc.pid, within=30), "an idle standing server did not end"
     assert not sock.exists()
-    again = standing.standing_server(sys.executable, _env(), CODE_ROOT, folder, idle_s=60.0)  # a new one starts
+    again = standing_fork_servers.standing_server(sys.executable, _env(), CODE_ROOT, folder, idle_s=60.0)  # a new one starts
     assert [p.pid for p in standing_servers(folder)] != [proc.pid]
     again.close()
 
 
 def test_a_dead_servers_socket_is_replaced(folder):
     env = _env()
-    path = standing.socket_path(folder, sys.executable, {k: v for k, v in env.items() if k != "REPROCI_PARENT_PID"},
+    path = standing_fork_servers.socket_path(folder, sys.executable, {k: v for k, v in env.items() if k != "REPROCI_PARENT_PID"},
                                 CODE_ROOT)
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     dead.bind(str(path))  # bound, never listening, then closed: a socket file nothing answers
     dead.close()
-    server = standing.standing_server(sys.executable, env, CODE_ROOT, folder, idle_s=60.0)
+    server = standing_fork_servers.standing_server(sys.executable, env, CODE_ROOT, folder, idle_s=60.0)
     assert len(standing_servers(folder)) == 1
     server.close()
 
@@ -130,17 +130,17 @@ def test_the_key_changes_with_the_environment_the_worker_code_and_the_installed_
     code.write_text("x = 1\n")
     site = tmp_path / "site"
     site.mkdir()
-    monkeypatch.setattr(standing, "PACKAGE", package)
+    monkeypatch.setattr(standing_fork_servers, "PACKAGE", package)
     env = {"PYTHONHASHSEED": "0", "PYTHONPATH": str(site)}
-    base = standing.socket_path(tmp_path, sys.executable, env, CODE_ROOT)
-    assert standing.socket_path(tmp_path, sys.executable, dict(env), CODE_ROOT) == base  # stable
-    assert standing.socket_path(tmp_path, sys.executable, {**env, "PYTHONHASHSEED": "1"}, CODE_ROOT) != base
+    base = standing_fork_servers.socket_path(tmp_path, sys.executable, env, CODE_ROOT)
+    assert standing_fork_servers.socket_path(tmp_path, sys.executable, dict(env), CODE_ROOT) == base  # stable
+    assert standing_fork_servers.socket_path(tmp_path, sys.executable, {**env, "PYTHONHASHSEED": "1"}, CODE_ROOT) != base
     os.utime(code, ns=(1, 1))  # the worker's code changed
-    changed = standing.socket_path(tmp_path, sys.executable, env, CODE_ROOT)
+    changed = standing_fork_servers.socket_path(tmp_path, sys.executable, env, CODE_ROOT)
     assert changed != base
     (site / "newpkg-1.0.dist-info").mkdir()  # a package installed where the server imports from
     os.utime(site, ns=(2, 2))
-    assert standing.socket_path(tmp_path, sys.executable, env, CODE_ROOT) != changed
+    assert standing_fork_servers.socket_path(tmp_path, sys.executable, env, CODE_ROOT) != changed
 
 
 def test_a_server_that_dies_as_it_starts_says_how(folder, tmp_path):
@@ -149,7 +149,7 @@ def test_a_server_that_dies_as_it_starts_says_how(folder, tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGILL)\n")
     env = {**_env(), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     with pytest.raises(ServerFailed, match=r"^the standing fork server was killed \(SIGILL: an illegal instruction"):
-        standing.standing_server(sys.executable, env, CODE_ROOT, folder, idle_s=60.0)
+        standing_fork_servers.standing_server(sys.executable, env, CODE_ROOT, folder, idle_s=60.0)
 
 
 def test_a_folder_others_can_write_is_refused(tmp_path):
@@ -157,9 +157,9 @@ def test_a_folder_others_can_write_is_refused(tmp_path):
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(ServerFailed, match="not this user's alone"):
-        standing.standing_server(sys.executable, _env(), CODE_ROOT, shared)
+        standing_fork_servers.standing_server(sys.executable, _env(), CODE_ROOT, shared)
 
 
 def test_a_folder_too_long_for_a_socket_is_refused_in_one_line(tmp_path):
     with pytest.raises(ServerFailed, match="too long a path for a Unix socket"):
-        standing.standing_server(sys.executable, _env(), CODE_ROOT, tmp_path / ("x" * 120))
+        standing_fork_servers.standing_server(sys.executable, _env(), CODE_ROOT, tmp_path / ("x" * 120))

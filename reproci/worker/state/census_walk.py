@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import torch
 
 from . import rng
-from .bits import flat_int
+from .tensor_bits import flat_int
 
 MAX_CONTAINER = 64  # elements of a list, tuple or dict looked at (a dataset's samples are data, not state)
 _WORKER_PACKAGE = __name__.rsplit(".", 2)[0]  # "reproci.worker"
