@@ -18,7 +18,6 @@ from typing import Any, Callable, Sequence
 
 from .. import errors, results, verdicts
 from ..errors import ReprociError
-from ..golden import combined as golden_combined
 from ..golden import store as golden_store
 from ..golden.advice import update_command
 from ..settings.options import RunOptions
@@ -118,7 +117,7 @@ def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.C
                 section["refused"] = f"golden not updated: cell {r.name} recorded none"
                 return
             parts.append(part)
-        path = golden_combined.write_combined(options.goldens_dir, options.image_name, doc, parts)
+        path = golden_store.write_combined(options.goldens_dir, options.image_name, doc, parts)
     section.update(updated=True, file=str(path))
     summary_keys = {"verdicts", "exit_code"}
     if summary_keys <= set(doc.get("summary") or {}):

@@ -10,7 +10,9 @@ old image) and the final state tensors (for magnitudes) live in a compressed sid
 Writes are atomic and ordered so that an interrupted update leaves the previous golden
 intact: the new sidecar is written under a new name, then the YAML is replaced by rename,
 then the old sidecar is removed. Updates of one image are serialised by a lock file;
-different images never touch each other's files.
+different images never touch each other's files. ``write`` records one run's models;
+``write_combined`` the goldens that the cells of ``--backend ray`` or ``slurm`` recorded
+apart, on their nodes, as one file written by the driver.
 """
 
 from __future__ import annotations
@@ -223,6 +225,29 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
             batch = np.asarray(rec.get("batch_fingerprints") or [], dtype=np.int64)
             _add_arrays(arrays, name, rec.get("tensor_names") or [], fps, batch, _state_arrays(states.get(name) or {}),
                         rec.get("tensor_sha256") or {}, (ops or {}).get(name) or {})
+        _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
+    return path
+
+
+def write_combined(goldens_dir: Path, image_name: str, document: dict[str, Any], parts: list[Golden]) -> Path:
+    """Record the goldens that several cells recorded apart (``reproci run --backend ray``: one
+    model each, on their nodes) as one file, as one run of them all would have: each model's
+    entry and arrays as its cell recorded them, under this document's run id. Models of the old
+    file that no cell re-recorded are kept on the same terms as ``write``."""
+    path = path_for(goldens_dir, image_name)
+    with locked(goldens_dir, image_name):
+        try:
+            old = load(goldens_dir, image_name)
+        except GoldenError:
+            old = None
+        recorded = {name: g for part in parts for name, g in part.models.items()}
+        kept = {} if old is None else _kept_models(old, dict.fromkeys(recorded), document)
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        arrays: dict[str, np.ndarray] = {}
+        models_yaml: dict[str, Any] = {}
+        for name, g in sorted({**kept, **recorded}.items()):
+            models_yaml[name] = {**g.entry, "run_id": document.get("run_id")} if name in recorded else g.entry
+            _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
         _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
     return path
 

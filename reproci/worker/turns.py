@@ -17,8 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .process.spec import WorkerSpec, resolve
-from .process.turnwire import DONE, END_TIMING, GO
+from .process.spec import DONE, END_TIMING, GO, WorkerSpec, resolve
 from .timing import sync
 
 

@@ -24,8 +24,7 @@ from typing import Any, Callable
 
 from ...errors import WorkerFailed
 from ...runner import RunContext, run_worker
-from ...worker.process.spec import WorkerSpec
-from ...worker.process.turnwire import DONE, END_TIMING, GO
+from ...worker.process.spec import DONE, END_TIMING, GO, WorkerSpec
 
 POLL_S = 0.5  # how often a wait for a turn's end checks that the worker is still alive
 

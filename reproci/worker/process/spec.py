@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,13 @@ MODES = ("strict", "default", "bookkeeping")
 # profile_ops: the last PROFILE_STEPS + 1 of a run's steps go to torch.profiler (one warm-up
 # step, then PROFILE_STEPS recorded), after and outside the timed steps.
 PROFILE_STEPS = 4
+
+# The bytes of a paired throughput run's turns over the FIFOs ``lockstep`` names
+# (reproci.worker.turns on the worker's side, reproci.stages.throughput.lockstep on the orchestrator's).
+# A turn's answer: b"d", the step's clocked seconds (-1: not a timed step), and 1 when it was
+# the run's last step. Written in one call (well under PIPE_BUF), so it arrives whole.
+DONE = struct.Struct("<cdB")
+GO, END_TIMING = b"g", b"e"  # a turn: take a step; or stop timing (the profiled steps follow)
 
 
 @dataclass(frozen=True, kw_only=True)
