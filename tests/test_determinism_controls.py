@@ -66,3 +66,45 @@ def test_strict_mode_leaves_the_legacy_tf32_getters_and_cudnn_flags_working():
         assert torch.backends.fp32_precision == "ieee"
         report = attest(seed=0, threads=1, strict=True)
     assert report["checks"]["cudnn_legacy_allow_tf32"] == {"expected": False, "actual": False, "ok": True}
+
+
+def _tf32_reads() -> dict:
+    """What each API says about TF32 (a legacy getter that torch refuses to read: "refused")."""
+    from reproci.worker.determinism import _PRECISION_NODES, _precision_node
+
+    reads: dict = {p or "fp32_precision": _precision_node(p).fp32_precision for p in _PRECISION_NODES}
+    for name, read in (("float32_matmul_precision", torch.get_float32_matmul_precision),
+                       ("matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32),
+                       ("cudnn.allow_tf32", lambda: torch._C._get_cudnn_allow_tf32())):
+        try:
+            reads[name] = read()
+        except RuntimeError:
+            reads[name] = "refused"
+    return reads
+
+
+def test_strict_mode_turns_tf32_off_through_both_apis_and_the_block_puts_every_flag_back():
+    """A process that asked for "high" matmul precision (Lightning's advice), or set TF32 through
+    the legacy API and then the new one: strict mode reads "off" through every getter, the ones
+    libraries call included (Lightning reads ``get_float32_matmul_precision``, transformers' CTC
+    loss ``cudnn.flags``), oneDNN's matmul as well; leaving the block, each API reads what it did."""
+    from reproci.worker.determinism import _PRECISION_NODES, _precision_flags, _restore_precision
+
+    original = _precision_flags()
+    starts = (lambda: torch.set_float32_matmul_precision("high"),
+              lambda: (setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+                       setattr(torch.backends.cuda.matmul, "fp32_precision", "ieee")))
+    try:
+        for start in starts:
+            start()
+            before = _tf32_reads()
+            with deterministic_mode(seed=0, threads=1):
+                inside = _tf32_reads()
+                with torch.backends.cudnn.flags(enabled=False):
+                    pass
+            assert _tf32_reads() == before
+            assert inside["float32_matmul_precision"] == "highest"
+            assert inside["matmul.allow_tf32"] is False and inside["cudnn.allow_tf32"] is False
+            assert {inside[p or "fp32_precision"] for p in _PRECISION_NODES} == {"ieee"}
+    finally:
+        _restore_precision(original)

@@ -18,24 +18,67 @@ import torch
 
 from .process.launch import CPU_ISA_CAPABILITY, CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401
 
-def _set_fp32_precision(value: str) -> None:
-    """TF32 off ("ieee") or the image default ("none"), with the API this torch has.
+# torch's fp32_precision tree (torch >= 2.9), each node above the nodes under it: setting a node
+# sets those under it (and "cudnn" sets "cuda.matmul" too), so a full restore goes in this order.
+_PRECISION_NODES = ("", "cudnn", "cuda.matmul", "cudnn.conv", "cudnn.rnn",
+                    "mkldnn", "mkldnn.matmul", "mkldnn.conv", "mkldnn.rnn")
 
-    The legacy boolean flags are set first on every torch: where the new ``fp32_precision``
-    API exists, a process that set only the new one cannot read the legacy getter any more
-    (``torch._C._get_cudnn_allow_tf32()`` raises "cuDNN conv and cuDNN RNN have different TF32
-    flags"), and with it ``torch.backends.cudnn.flags(...)``, which library code uses (the CTC
-    loss of transformers). Legacy first, then the new API, leaves both readable and in accord.
+
+def _precision_node(path: str) -> Any:
+    node: Any = torch.backends
+    for part in filter(None, path.split(".")):
+        node = getattr(node, part, None)
+    return node if hasattr(node, "fp32_precision") else None
+
+
+def _tf32_off() -> None:
+    """TF32 off everywhere, through both of torch's APIs, so that both read back "off".
+
+    The legacy flags go first: ``set_float32_matmul_precision("highest")`` for the matmuls of
+    cuBLAS and oneDNN both (``cuda.matmul.allow_tf32 = False`` leaves oneDNN's as it was: a process
+    that had asked for "high" kept TF32 in oneDNN's matmul, and ``torch.get_float32_matmul_precision()``,
+    which Lightning reads, raised "mix of the legacy and new APIs"), then ``cudnn.allow_tf32``.
+    Then every node of the new ``fp32_precision`` API: a node left as it was beside one set would
+    make torch refuse the legacy getters (``torch._C._get_cudnn_allow_tf32()`` raises "cuDNN conv
+    and cuDNN RNN have different TF32 flags"), and with it ``torch.backends.cudnn.flags(...)``,
+    which library code uses (the CTC loss of transformers).
     """
-    allow = value != "ieee"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
-    if hasattr(torch.backends, "fp32_precision"):  # torch >= 2.9
-        torch.backends.fp32_precision = value
-        torch.backends.cuda.matmul.fp32_precision = value
-        torch.backends.cudnn.fp32_precision = value
-        torch.backends.cudnn.conv.fp32_precision = value
-        torch.backends.cudnn.rnn.fp32_precision = value
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    for path in _PRECISION_NODES:
+        node = _precision_node(path)
+        if node is not None:  # torch >= 2.9
+            node.fp32_precision = "ieee"
+
+
+def _precision_flags() -> dict[str, Any]:
+    """Every TF32 flag, as both APIs read it; a legacy one that torch refuses to read (the process
+    set the two APIs to disagree) is None."""
+    flags: dict[str, Any] = {}
+    for name, read in (("float32_matmul_precision", torch.get_float32_matmul_precision),
+                       ("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32)):
+        try:
+            flags[name] = read()
+        except RuntimeError:
+            flags[name] = None
+    for path in _PRECISION_NODES:
+        node = _precision_node(path)
+        if node is not None:
+            flags[path] = node.fp32_precision
+    return flags
+
+
+def _restore_precision(flags: dict[str, Any]) -> None:
+    """Set back what ``_precision_flags`` read: the legacy flags first, then the new API's nodes
+    from the root down, so that every node ends as it was and both APIs read as before."""
+    if flags["float32_matmul_precision"] is not None:
+        torch.set_float32_matmul_precision(flags["float32_matmul_precision"])
+    if flags["cudnn.allow_tf32"] is not None:
+        torch.backends.cudnn.allow_tf32 = flags["cudnn.allow_tf32"]
+    for path in _PRECISION_NODES:
+        node = _precision_node(path)
+        if node is not None and path in flags:
+            node.fp32_precision = flags[path]
 
 
 def seed_everything(seed: int) -> None:
@@ -62,7 +105,7 @@ def make_deterministic(*, seed: int, threads: int, strict: bool = True, bookkeep
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True, warn_only=warn_only)
-        _set_fp32_precision("ieee")
+        _tf32_off()
         if hasattr(torch.utils, "deterministic"):
             torch.utils.deterministic.fill_uninitialized_memory = True
     elif bookkeeping:
@@ -143,7 +186,7 @@ def deterministic_mode(*, seed: int = 0, threads: int = 1, strict: bool = True) 
         "warn": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cudnn_det": torch.backends.cudnn.deterministic,
         "cudnn_bench": torch.backends.cudnn.benchmark,
-        "fp32": _fp32_precision(),
+        "precision": _precision_flags(),
         "fill": getattr(getattr(torch.utils, "deterministic", None), "fill_uninitialized_memory", None),
         "rng": torch.get_rng_state(),
     }
@@ -155,7 +198,7 @@ def deterministic_mode(*, seed: int = 0, threads: int = 1, strict: bool = True) 
         torch.use_deterministic_algorithms(saved["det"], warn_only=saved["warn"])
         torch.backends.cudnn.deterministic = saved["cudnn_det"]
         torch.backends.cudnn.benchmark = saved["cudnn_bench"]
-        _set_fp32_precision("ieee" if saved["fp32"] == "ieee" else "none")
+        _restore_precision(saved["precision"])
         if saved["fill"] is not None:
             torch.utils.deterministic.fill_uninitialized_memory = saved["fill"]
         torch.set_rng_state(saved["rng"])
