@@ -15,7 +15,9 @@ from typing import Any, Callable, Sequence
 
 from .backends import Backend
 from .errors import InfrastructureError, WorkerFailed, how_ended
+from .worker import run_record
 from .worker.process.spec import WorkerSpec, rank_path
+from .worker.run_record import FailedRun, Launched, RunRecord
 
 Progress = Callable[[str], None]
 StepProgress = Callable[[str, str, int, int], None]
@@ -54,20 +56,20 @@ def settle(*futures: Future[Any]) -> None:
     wait(futures)
 
 
-def run_many(ctx: RunContext, specs: Sequence[WorkerSpec], jobs: int) -> list[dict[str, Any] | WorkerFailed]:
+def run_many(ctx: RunContext, specs: Sequence[WorkerSpec], jobs: int) -> list[RunRecord | WorkerFailed]:
     """Every spec in its own fresh process, at most ``jobs`` at once (in ``ctx.slots`` when a
     caller shares them across models), in the order given. A run that fails is kept as its
     ``WorkerFailed``, so that one failed run leaves the others' records; anything else (an
     interrupt, the engine gone) is raised once every run in flight has ended."""
     if jobs >= 2 and ctx.slots is None:
         ctx = dataclasses.replace(ctx, slots=threading.BoundedSemaphore(jobs))
-    futures: list[Future[dict[str, Any]]] = []
+    futures: list[Future[RunRecord]] = []
     for spec in specs:
         futures.append(background(run_worker, ctx, spec))
         if jobs < 2:
             settle(futures[-1])  # one at a time
     settle(*futures)
-    outcomes: list[dict[str, Any] | WorkerFailed] = []
+    outcomes: list[RunRecord | WorkerFailed] = []
     for f in futures:
         e = f.exception()
         if e is not None and not isinstance(e, WorkerFailed):
@@ -94,7 +96,7 @@ def _from(spec: WorkerSpec) -> str:
     return f", resuming from {Path(spec.resume_from).name}" if spec.resume_from else ""
 
 
-def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] | None = None) -> dict[str, Any]:
+def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] | None = None) -> RunRecord:
     """Write the spec, launch it in a fresh process, return the record (or raise WorkerFailed).
     ``on_launch`` is called as the process starts (once a job slot is free, and any fork server
     or container it needs is up)."""
@@ -126,51 +128,52 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
                            kind="timeout")
     if result.limit is not None:  # before the record: a run stopped by a limit may still have written one
         raise WorkerFailed(f"run {spec.role} stopped: {result.limit}", kind="limit")
-    record: dict[str, Any] | None = None
-    if out.is_file():
-        try:
-            record = json.loads(out.read_text())
-        except json.JSONDecodeError:
-            record = None
+    record, record_file = _read(out), out
     if record is None and spec.world_size > 1:
-        record = rank_failure(work, spec)
+        record, record_file = rank_failure(work, spec) or (None, out)
     if record is None:
         last = result.log_tail.strip().splitlines()[-1:] or ["(no output)"]
         if _disk_full(result.log_tail):
             raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
                                       f"({last[0][:200]}); free space and run again")
         raise WorkerFailed(f"run {spec.role} {how_ended(result.returncode)} and wrote no record: {last[0][:300]}")
-    if record.get("status") != "ok" and record.get("error_kind") == "no-device":
-        raise InfrastructureError(str(record.get("message")))  # no run of this invocation can work: stop it
-    if record.get("status") != "ok" and _disk_full(str(record.get("message"))):
-        raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
-                                  f"({record.get('message')}); free space and run again")
-    if record.get("status") != "ok":
-        kind = record.get("error_kind", "crash")
-        where = f"; traceback in {_shown(Path(record.get('record_file') or out))}" if kind == "crash" and record.get(
-            "traceback") else ""
-        raise WorkerFailed(f"run {spec.role}: {record.get('message', 'failed')}{where}", kind=kind)
-    record["wall_s"] = ended - launched  # the run's own process, from its start to its end
-    record["start_wait_s"] = launched - called  # a fork server's or container's start, paid before it
-    record["launch"] = result.launch
-    record["launched_at"] = launched  # time.monotonic() as the process started (after any wait for a slot)
-    done = len(record.get("losses") or [])
-    train_s = (record.get("timings") or {}).get("train_s")
-    rate = record.get("steps_per_s") or (done / train_s if done and train_s else None)
+    if isinstance(record, FailedRun):
+        if record.error_kind == "no-device":
+            raise InfrastructureError(record.message)  # no run of this invocation can work: stop it
+        if _disk_full(record.message):
+            raise InfrastructureError(f"disk full while run {spec.role} of {spec.model_name} wrote its files in {work} "
+                                      f"({record.message}); free space and run again")
+        kind = record.error_kind or "crash"
+        where = f"; traceback in {_shown(record_file)}" if kind == "crash" and record.traceback else ""
+        raise WorkerFailed(f"run {spec.role}: {record.message or 'failed'}{where}", kind=kind)
+    record.launched = Launched(wall_s=ended - launched, start_wait_s=launched - called, how=result.launch, at=launched)
+    done = len(record.losses)
+    rate = record.steps_per_s or (done / record.timings.train_s if done and record.timings.train_s else None)
     ctx.progress(f"{spec.model_name}: run {spec.role} done: {done} steps, "
-                 f"{f'{rate:.1f} steps/s, ' if rate else ''}{record['wall_s']:.1f} s")
+                 f"{f'{rate:.1f} steps/s, ' if rate else ''}{record.launched.wall_s:.1f} s")
     return record
 
 
-def rank_failure(work: Path, spec: WorkerSpec) -> dict[str, Any] | None:
-    """The error record of the first rank above 0 that failed, its message naming the rank:
-    when a rank fails, torchrun stops the others, and rank 0 then has no record to write."""
+def _read(path: Path) -> RunRecord | FailedRun | None:
+    """The record file a run wrote, typed; None when there is none, or it is not whole JSON."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return run_record.from_json(data)
+
+
+def rank_failure(work: Path, spec: WorkerSpec) -> tuple[FailedRun, Path] | None:
+    """The error record of the first rank above 0 that failed, its message naming the rank, and
+    its file: when a rank fails, torchrun stops the others, and rank 0 then has no record to write."""
     for rank in range(1, spec.world_size):
         path = work / rank_path(spec.output, rank)
         try:
-            record = json.loads(path.read_text())
+            record = run_record.from_json(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-        if record.get("status") != "ok":
-            return {**record, "message": f"rank {rank}: {record.get('message', 'failed')}", "record_file": str(path)}
+        if isinstance(record, FailedRun):
+            return dataclasses.replace(record, message=f"rank {rank}: {record.message or 'failed'}"), path
     return None

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from reproci import verdicts
+from reproci.worker.run_record import RunRecord, Timings
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "tests" / "plugins"
@@ -103,6 +104,28 @@ def docker_client(*images: str) -> Any:
 def said(stderr: str) -> list[str]:
     """What reproci said on stderr, its progress lines (``[  12.3 s] conv: run A ...``) aside."""
     return [line for line in stderr.strip().splitlines() if not re.match(r"^\[\s*\d+\.\d s\] ", line)]
+
+
+def run_record(**fields: Any) -> RunRecord:
+    """A finished run's record as a test makes one: the fields it names, the rest empty."""
+    timings = fields.pop("timings", None)
+    base: dict[str, Any] = dict(
+        model="m", model_ref="m", role="A", mode="strict", seed=0, start_step=0, end_step=len(fields.get("losses") or []),
+        steps=len(fields.get("losses") or []), fault=None, fault_detail=None, attestation={"ok": True}, attestations={},
+        controls=None, replayed=None, loader=None, environment={}, packages=None, config={}, batch_size=None,
+        accumulate=1, initial_fingerprint=None, batch_checksum=None, fingerprint_scheme=None, tensor_names=[],
+        fingerprints=[], batch_fingerprints=[], batch_contents_scheme=None, batch_contents=[], batch_opaque=[],
+        batch_epochs=[], losses=[], final_sha256=None, tensor_sha256={}, step_times_s=[], data_times_s=[],
+        steps_per_s=None, samples_per_s=None, peak_memory_bytes=None, peak_memory_kind=None, profiled_steps=0,
+        cpus=None, steady_allocator=False, ops=None, execution=None, compile_cache=None, compile_attestation=None,
+        scaler_state=None, perturbed=None, checkpoint_at=None, census=None, extra_state_sha256=None, distributed=None)
+    return RunRecord(**{**base, **fields}, timings=Timings(**(timings or {"setup_s": 0.0, "train_s": 0.0,
+                                                                          "timed_steps": 0, "timed_s": 0.0})))
+
+
+def record_json(**fields: Any) -> dict[str, Any]:
+    """A record file's JSON object (``run_record``), as a test writes one."""
+    return run_record(**fields).to_json()
 
 
 def model_entry(doc: dict, name: str) -> dict:

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from reproci.stages.determinism import beyond_tensors
 from reproci.stages.determinism import _decide
 from reproci import verdicts
+from reproci.worker.run_record import Launched
+
+from .helpers import run_record
 
 
 def _rec(**kw):
-    return {"tensor_names": ["param:w"], "fingerprints": [[1]], "start_step": 0, "batch_fingerprints": [0],
-            "losses": [1.0], "final_sha256": "f", "tensor_sha256": {}, **kw}
+    return run_record(**{"tensor_names": ["param:w"], "fingerprints": [[1]], "start_step": 0, "batch_fingerprints": [0],
+                         "losses": [1.0], "final_sha256": "f", "tensor_sha256": {}, **kw})
 
 
 def test_a_held_out_metric_that_differs_after_the_resume_is_a_resume_bug_naming_the_metric():
@@ -32,12 +37,15 @@ def test_extra_state_that_differs_between_a_and_b_is_nondeterministic():
 
 def test_equal_metrics_and_extra_state_pass():
     r = _rec(eval={"loss": 0.5}, extra_state_sha256={"end": "a" * 64})
-    assert _decide({"A": r, "B": dict(r), "C": dict(r)})[0] == verdicts.PASS
+    assert _decide({"A": r, "B": dataclasses.replace(r), "C": dataclasses.replace(r)})[0] == verdicts.PASS
 
 
 def test_a_models_seconds_start_when_its_first_run_starts():
     """With --jobs, a model's runs may wait for slots other models hold: that wait is not its time."""
     from reproci.stages.determinism import own_start
 
-    assert own_start({"A": {"launched_at": 12.0}, "B": {"launched_at": 10.5}, "C": {}}, 3.0) == 10.5
+    def at(t: float) -> Launched:
+        return Launched(wall_s=1.0, start_wait_s=0.0, how=None, at=t)
+
+    assert own_start({"A": _rec(launched=at(12.0)), "B": _rec(launched=at(10.5)), "C": _rec()}, 3.0) == 10.5
     assert own_start({}, 3.0) == 3.0

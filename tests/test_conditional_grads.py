@@ -114,7 +114,7 @@ def test_a_golden_keeps_absent_gradients_and_compares_them(run, tmp_path):
     doc = {**run["doc"], "models": [entry(run, factory)]}
     store.write(tmp_path, "conditional", doc, {name: recs["A"]}, {name: {}})
     golden = store.load(tmp_path, "conditional").models[name].as_record()
-    assert golden["fingerprint_scheme"] == FINGERPRINT_SCHEME and ABSENT in sum(golden["fingerprints"], [])
+    assert golden.fingerprint_scheme == FINGERPRINT_SCHEME and ABSENT in sum(golden.fingerprints, [])
     assert first_divergence(golden, recs["C"]) is None
     c = json.loads(json.dumps(recs["C"]))
     step, grad = next((s, g) for s in (7, 8) for g in sorted(present_grads(c, s)))

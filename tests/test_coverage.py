@@ -12,6 +12,8 @@ from reproci.worker.contract import TrainSetup
 from reproci.worker.process.spec import WorkerSpec
 from reproci.worker.data.loader import resume_point
 
+from .helpers import run_record
+
 
 def _setup(batches: int) -> TrainSetup:
     model = torch.nn.Linear(1, 1)
@@ -37,17 +39,17 @@ def _options(**kw):
 
 
 def test_coverage_says_when_the_run_never_crossed_an_epoch():
-    record = {"batch_epochs": [0] * 12, "checkpoint_at": 6, "loader": {"batches_per_epoch": 40}}
+    record = run_record(batch_epochs=[0] * 12, checkpoint_at=6, loader={"batches_per_epoch": 40})
     out = coverage.of(record, _options(steps=12))
     assert out["epochs"] == 1 and out["resume_epoch"] == 0
     assert "--steps 80" in out["note"]
 
 
 def test_coverage_says_when_k_falls_in_the_first_epoch_and_which_k_would_not():
-    record = {"batch_epochs": [0, 0, 0, 0, 1, 1, 1, 1, 2, 2], "checkpoint_at": 3, "loader": {"batches_per_epoch": 4}}
+    record = run_record(batch_epochs=[0, 0, 0, 0, 1, 1, 1, 1, 2, 2], checkpoint_at=3, loader={"batches_per_epoch": 4})
     out = coverage.of(record, _options(steps=10, resume_at=3))
     assert out["note"].startswith("k = 3 falls in epoch 0") and "--resume-at 5..9" in out["note"]
-    record["checkpoint_at"] = 6
+    record.checkpoint_at = 6
     assert coverage.of(record, _options(steps=10, resume_at=6))["note"] is None
 
 

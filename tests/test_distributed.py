@@ -4,6 +4,7 @@ size part of a run's identity. The slow tests run gloo on the CPU at world size 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path, PurePosixPath
 
@@ -21,8 +22,9 @@ from reproci.stages.determinism import epochs, replicas
 from reproci.worker.contract import ModelContext
 from reproci.worker.process.launch import worker_command
 from reproci.worker.process.spec import WorkerSpec, for_rank, rank_path
+from reproci.worker.run_record import FailedRun
 
-from .helpers import PLUGINS, Cli, left_behind, model_entry, run_step
+from .helpers import PLUGINS, Cli, left_behind, model_entry, run_record, run_step
 from .test_golden import fake_run
 from .test_options import cli
 from .workflow_helpers import load, step_named, stub_reproci  # noqa: F401 - a fixture
@@ -91,17 +93,17 @@ NAMES = ["param:w", "grad:w", "buffer:bn.running_mean", "optim:w.momentum_buffer
 
 
 def _record(rows, *, broadcast_buffers=True, epochs_=None, batches=None, shuffles=True):
-    return {"tensor_names": NAMES, "fingerprints": rows, "start_step": 0, "final_sha256": "f",
-            "tensor_sha256": {n: "h" for n in NAMES}, "losses": [0.5] * len(rows),
-            "batch_fingerprints": batches or [1] * len(rows), "batch_epochs": epochs_ or [0] * len(rows),
-            "initial_fingerprint": {"step": 0, "names": NAMES, "row": [1, 0, 0, 0]},
-            "distributed": {"ddp": {"broadcast_buffers": broadcast_buffers}}, "loader": {"shuffles": shuffles}}
+    return run_record(tensor_names=NAMES, fingerprints=rows, start_step=0, final_sha256="f",
+                      tensor_sha256={n: "h" for n in NAMES}, losses=[0.5] * len(rows),
+                      batch_fingerprints=batches or [1] * len(rows), batch_epochs=epochs_ or [0] * len(rows),
+                      initial_fingerprint={"step": 0, "names": NAMES, "row": [1, 0, 0, 0]},
+                      distributed={"ddp": {"broadcast_buffers": broadcast_buffers}}, loader={"shuffles": shuffles})
 
 
 def test_a_rank_whose_buffers_leave_rank_0s_is_named_with_run_step_and_tensor():
     rank0 = _record([[1, 2, 3, 4], [5, 6, 7, 8]], broadcast_buffers=False)
     rank1 = _record([[1, 2, 3, 4], [5, 6, 9, 8]], broadcast_buffers=False)
-    rank1["losses"], rank1["batch_fingerprints"] = [0.7, 0.1], [8, 9]  # its own shard: never compared
+    rank1.losses, rank1.batch_fingerprints = [0.7, 0.1], [8, 9]  # its own shard: never compared
     records = {"A": rank0, "B": rank0, "C": rank0}
     verdict, pair, div, rank = replicas.decide(records, {1: {"A": rank1, "B": rank1, "C": rank1}},
                                                lambda recs: (verdicts.PASS, None, None))
@@ -115,7 +117,7 @@ def test_a_rank_whose_buffers_leave_rank_0s_is_named_with_run_step_and_tensor():
 def test_buffers_that_ddp_broadcasts_before_each_forward_may_differ_at_a_steps_end():
     rank0, rank1 = _record([[1, 2, 3, 4]]), _record([[1, 2, 9, 4]])
     assert replicas.replica_divergence(rank0, rank1) is None
-    rank1["fingerprints"] = [[1, 5, 9, 4]]  # a gradient, though, is reduced: it must agree
+    rank1.fingerprints = [[1, 5, 9, 4]]  # a gradient, though, is reduced: it must agree
     assert replicas.replica_divergence(rank0, rank1).tensor == "grad:w"
 
 
@@ -133,7 +135,7 @@ def test_a_shuffling_loader_that_repeats_its_order_each_epoch_is_reported():
     assert epochs.repeated_order(repeated).startswith("epoch 2 visits the samples in the same order as epoch 1")
     reshuffled = _record([[0] * 4] * 6, epochs_=[0, 0, 1, 1, 2, 2], batches=[7, 8, 9, 7, 8, 9])
     assert epochs.repeated_order(reshuffled) is None
-    assert epochs.repeated_order({**repeated, "loader": {"shuffles": False}}) is None  # an ordered loader repeats by design
+    assert epochs.repeated_order(dataclasses.replace(repeated, loader={"shuffles": False})) is None  # an ordered loader repeats by design
 
 
 def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
@@ -265,9 +267,12 @@ def test_a_run_whose_rank_1_failed_says_so(tmp_path):
 
     spec = WorkerSpec(model_ref="m", model_name="m", role="B", steps=4, output="record-B.json", world_size=3)
     assert rank_failure(tmp_path, spec) is None
-    (tmp_path / "record-B.rank2.json").write_text(json.dumps({"status": "error", "error_kind": "crash",
-                                                               "message": "ZeroDivisionError: division by zero"}))
-    assert rank_failure(tmp_path, spec)["message"] == "rank 2: ZeroDivisionError: division by zero"
+    failed = FailedRun(error_kind="crash", message="ZeroDivisionError: division by zero", traceback="", model="m",
+                       role="B")
+    (tmp_path / "record-B.rank2.json").write_text(json.dumps(failed.to_json()))
+    found = rank_failure(tmp_path, spec)
+    assert found is not None and found[0].message == "rank 2: ZeroDivisionError: division by zero"
+    assert found[1] == tmp_path / "record-B.rank2.json"
 
 
 @pytest.mark.slow
@@ -364,12 +369,12 @@ def test_a_plugins_own_ddp_that_rebuilds_its_buckets_is_named_as_the_cause():
 
     ev = Divergence(step=4, tensor="grad:top.2.weight", kind="grad", cause="compute",
                     op={"found": True, "op": "aten::allreduce_"})
-    record = {"distributed": {"world_size": 3, "ddp": {"wrapped_by": "plugin", "bucket_cap_mb": 25}}}
+    record = run_record(distributed={"world_size": 3, "ddp": {"wrapped_by": "plugin", "bucket_cap_mb": 25}})
     hint = causes.known_cause(verdicts.RESUME_BROKEN, ev, record)
     assert hint.startswith("the first resumed step differs in an all-reduce") and "this is torch's DDP, not the model" in hint
-    record["distributed"]["ddp"]["find_unused_parameters"] = True
+    record.distributed["ddp"]["find_unused_parameters"] = True
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
-    record["distributed"].update(world_size=2, ddp={"wrapped_by": "plugin"})
+    record.distributed.update(world_size=2, ddp={"wrapped_by": "plugin"})
     assert causes.known_cause(verdicts.RESUME_BROKEN, ev, record) is None
 
 

@@ -11,7 +11,8 @@ from reproci import verdicts
 from reproci.golden.drift import execution_change
 from reproci.stages.determinism import _decide
 from reproci.stages.determinism.explain import describe
-from tests.helpers import PLUGINS, model_entry
+from reproci.worker.run_record import RunRecord
+from tests.helpers import PLUGINS, model_entry, run_record
 
 CULPRITS = f"{PLUGINS / 'culprits.py'}"
 
@@ -91,9 +92,9 @@ def test_a_plugin_that_compiles_its_own_model_is_recognised(reproci) -> None:
 
 
 def test_a_warm_cache_run_that_differs_from_the_cold_one_is_cache_dependent_compilation() -> None:
-    def rec(fp: int) -> dict:
-        return {"tensor_names": ["param:w"], "fingerprints": [[fp]], "start_step": 0, "batch_fingerprints": [0],
-                "losses": [1.0], "final_sha256": str(fp), "tensor_sha256": {}}
+    def rec(fp: int) -> RunRecord:
+        return run_record(tensor_names=["param:w"], fingerprints=[[fp]], start_step=0, batch_fingerprints=[0],
+                          losses=[1.0], final_sha256=str(fp), tensor_sha256={})
 
     verdict, pair, div = _decide({"A": rec(1), "B": rec(1), "C": rec(2), "W": rec(3)})
     assert verdict == verdicts.NONDETERMINISTIC and pair == ("A", "W")  # before the resume check: C reuses A's cache

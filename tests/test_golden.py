@@ -16,7 +16,7 @@ from reproci import atomic
 from reproci.golden import store as golden
 from reproci.errors import GoldenError
 
-from .helpers import ROOT, file_size_limit
+from .helpers import ROOT, file_size_limit, record_json
 
 
 def fake_run(seed: int = 0, torch_version: str = "2.13.0+cpu"):
@@ -32,9 +32,9 @@ def fake_run(seed: int = 0, torch_version: str = "2.13.0+cpu"):
         "models": [{"model": "m", "ref": "m", "code_sha256": "c" * 64, "config_sha256": "d" * 64, "config": {"w": 1},
                     "steps": 5, "resume_at": 2, "seed": 0}],
     }
-    records = {"m": {"final_sha256": digest, "losses": [1.0, 0.5, 0.25, 0.125, 0.0625], "tensor_names": names,
-                     "fingerprints": fps, "batch_fingerprints": [1, 2, 3, 4, 5],
-                     "tensor_sha256": {"param:w": "1" * 64}}}
+    records = {"m": record_json(final_sha256=digest, losses=[1.0, 0.5, 0.25, 0.125, 0.0625], tensor_names=names,
+                                fingerprints=fps, batch_fingerprints=[1, 2, 3, 4, 5],
+                                tensor_sha256={"param:w": "1" * 64})}
     states = {"m": {"param:w": torch.full((3,), float(seed)), "grad:w": torch.zeros(3)}}
     return document, records, states
 
@@ -52,7 +52,7 @@ def test_round_trip_keeps_everything_needed_to_bisect(tmp_path):
     assert m.names == recs["m"]["tensor_names"] and m.fingerprints.tolist() == recs["m"]["fingerprints"]
     assert m.batch_fingerprints.tolist() == [1, 2, 3, 4, 5]
     assert m.state["param:w"].tolist() == [1.0, 1.0, 1.0] and "grad:w" not in m.state
-    assert m.as_record()["tensor_sha256"] == {"param:w": "1" * 64}
+    assert m.as_record().tensor_sha256 == {"param:w": "1" * 64}
     assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
 
 

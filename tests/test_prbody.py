@@ -16,7 +16,7 @@ from markdown_it import MarkdownIt
 
 from reproci import errors, results
 from reproci.reports import prbody
-from tests.helpers import write_shard
+from tests.helpers import run_record, write_shard
 
 
 def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
@@ -172,7 +172,7 @@ def test_ranks_that_share_their_batches_are_a_warning_the_reviewer_sees() -> Non
     warnings: the body lists them under their own heading, beside a reproducible verdict."""
     from reproci.stages.determinism import replicas
 
-    said = replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
+    said = replicas.shared_batches(run_record(batch_fingerprints=[7, 8]), {1: {"A": run_record(batch_fingerprints=[7, 8])}})
     assert said
     doc = {"run_id": "r1", "image": {"name": "local"}, "options": {"stages": ["determinism"]},
            "golden": {"updated": True, "file": "goldens/local.yaml"},

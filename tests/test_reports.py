@@ -16,7 +16,7 @@ import pytest
 from reproci.reports import build as report_build
 from reproci.reports import html as html_report
 
-from .helpers import Cli, model_entry, unavailable
+from .helpers import Cli, model_entry, run_record, unavailable
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -254,7 +254,7 @@ def _sentence(path: tuple[str, ...]) -> str:
     from reproci.stages.determinism import epochs, replicas
 
     if path == ("shared_batches",):
-        return replicas.shared_batches({"batch_fingerprints": [7, 8]}, {1: {"A": {"batch_fingerprints": [7, 8]}}})
+        return replicas.shared_batches(run_record(batch_fingerprints=[7, 8]), {1: {"A": run_record(batch_fingerprints=[7, 8])}})
     if path == ("epoch_order",):
         return epochs.repeated(1, "first 2 batches compared")
     return f"{'.'.join(path)} says [bold]this[/] & <that>: run `reproci run --steps 16`"

@@ -8,9 +8,10 @@ import json
 import pytest
 
 from reproci.worker import run_record
-from reproci.worker.run_record import FailedRun, RecordVersionError, RunRecord, Timings
+from reproci.worker.run_record import FailedRun, Launched, RecordVersionError, RunRecord, Timings, Trajectory
 
 from .helpers import Cli
+from .helpers import run_record as run_record_of
 
 
 def test_a_real_runs_record_reads_back_typed_and_writes_the_same_json(reproci: Cli) -> None:
@@ -42,3 +43,23 @@ def test_a_record_of_another_version_is_refused_in_one_line(change: dict) -> Non
     with pytest.raises(RecordVersionError) as e:
         run_record.from_json(data)
     assert "\n" not in str(e.value) and "version 1" in str(e.value) and "another version of reproci" in str(e.value)
+
+
+def test_what_the_orchestrator_adds_to_a_record_never_reaches_the_record_file() -> None:
+    """``runner.run_worker`` sets ``launched`` on the record it read; the file's JSON stays the worker's."""
+    record = run_record_of(losses=[1.0, 0.5], final_sha256="f")
+    written = record.to_json()
+    record.launched = Launched(wall_s=2.5, start_wait_s=0.1, how={"kind": "fork"}, at=12.0)
+    assert record.to_json() == written and "launched" not in json.dumps(record.to_json())
+    assert run_record.from_json(written) == record  # read back equal: launched is not part of the record
+
+
+def test_a_records_trajectory_is_the_same_read_typed_or_from_its_json() -> None:
+    """The comparisons read a record (typed) and a golden or a test's mapping through one ``Trajectory``."""
+    record = run_record_of(tensor_names=["param:w"], fingerprints=[[3]], start_step=2, losses=[0.5],
+                           batch_checksum="s", batch_fingerprints=[7], fingerprint_scheme="x",
+                           batch_contents_scheme="c", batch_contents=[4], batch_epochs=[1], final_sha256="f",
+                           tensor_sha256={"param:w": "h"}, loader={"batches_per_epoch": 3},
+                           initial_fingerprint={"step": 2, "names": ["param:w"], "row": [3], "transient": []})
+    assert Trajectory.of(record) == Trajectory.of(record.to_json())
+    assert Trajectory.of(record).batches_per_epoch == 3 and Trajectory.of({}) == Trajectory()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .. import verdicts
 from ..settings.options import RunOptions
+from ..errors import ResultsError
+from ..worker import run_record
+from ..worker.run_record import RunRecord
 from .advice import rerun_command, update_command
 from . import drift, store
 from .store import Golden
@@ -15,8 +17,12 @@ from .store import Golden
 OWN_FAILURES = verdicts.FAILING
 
 
-def _record(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
-    return json.loads((run_dir / entry["records"]["A"]).read_text())
+def _record(run_dir: Path, entry: dict[str, Any]) -> RunRecord:
+    path = run_dir / entry["records"]["A"]
+    try:
+        return run_record.read_ok(path)
+    except run_record.RecordVersionError as e:
+        raise ResultsError(f"{path}: {e}") from e
 
 
 def _final_state(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:

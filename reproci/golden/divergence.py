@@ -1,7 +1,8 @@
 """Comparing runs: first differing step, first differing tensor, and by how much.
 
-Inputs are run records (``reproci/worker/train.py``): per-step rows of exact tensor
-checksums, batch checksums, losses, and the final sha256. Magnitudes come from state
+Inputs are runs' trajectories (``Trajectory``: what a run record, ``reproci.worker.run_record``,
+or a golden holds of a run): per-step rows of exact tensor checksums, batch checksums, losses,
+and the final sha256. Magnitudes come from state
 dumps of probe runs (``magnitude``), since a checksum says only *whether* a tensor
 differs.
 """
@@ -9,9 +10,11 @@ differs.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
+
+from ..worker.run_record import Run, Trajectory
 
 # The order in which a training step produces tensors: forward updates buffers
 # (BatchNorm statistics), backward produces gradients, the optimizer updates its state
@@ -67,31 +70,30 @@ def _causal_key(name: str, index: int, n: int, one_sided: bool = False) -> tuple
     return (order, 0 if one_sided else 1, n - index if kind == "grad" else index)
 
 
-def step_rows(record: Mapping[str, Any]) -> dict[int, dict[str, int]]:
+def step_rows(run: Run) -> dict[int, dict[str, int]]:
     """Step -> tensor name -> checksum, as the record holds them (``ABSENT`` where the run
     had no such tensor at that step, in records of ``FINGERPRINT_SCHEME``)."""
-    names = record.get("tensor_names") or []
-    start = int(record.get("start_step", 0))
-    return {start + i + 1: dict(zip(names, row)) for i, row in enumerate(record.get("fingerprints") or [])}
+    t = Trajectory.of(run)
+    return {t.start_step + i + 1: dict(zip(t.tensor_names, row)) for i, row in enumerate(t.fingerprints)}
 
 
-def tracks_absence(record: Mapping[str, Any]) -> bool:
+def tracks_absence(run: Run) -> bool:
     """Whether a record's rows have a column for every gradient and say where a tensor is
     absent. Older records took their gradient columns from their first step, and a tensor
     missing at a step read 0 there, as an all-zero one does."""
-    return record.get("fingerprint_scheme") == FINGERPRINT_SCHEME
+    return Trajectory.of(run).fingerprint_scheme == FINGERPRINT_SCHEME
 
 
-def comparable_rows(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[dict[int, dict[str, int]],
-                                                                      dict[int, dict[str, int]]]:
+def comparable_rows(run_a: Run, run_b: Run) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
     """Both records' rows over one set of names, each value meaning the same on both sides.
 
     Records that track absence carry every gradient from their first row: a name one of them
     lacks is a tensor that run never had, absent at every step. With an older record on
     either side, only the names both carry are compared, and absent reads 0 as it did then
     (a gradient missing on one side and all zero on the other cannot be told apart there)."""
+    a, b = Trajectory.of(run_a), Trajectory.of(run_b)
     rows_a, rows_b = step_rows(a), step_rows(b)
-    names_a, names_b = list(a.get("tensor_names") or []), list(b.get("tensor_names") or [])
+    names_a, names_b = list(a.tensor_names), list(b.tensor_names)
     if tracks_absence(a) and tracks_absence(b):
         known_a, known_b = set(names_a), set(names_b)
         extra_a = [n for n in names_b if n not in known_a]
@@ -114,14 +116,14 @@ def presence_text(tensor: str, step: int | None, present: str, absent: str) -> s
     return f"{tensor} exists in {present} at step {step}, not in {absent}"
 
 
-def _initial(record: Mapping[str, Any]) -> tuple[int, list[str], dict[str, int]] | None:
-    init = record.get("initial_fingerprint")
+def _initial(t: Trajectory) -> tuple[int, list[str], dict[str, int]] | None:
+    init = t.initial_fingerprint
     if not init:
         return None
     return int(init["step"]), list(init["names"]), dict(zip(init["names"], init["row"]))
 
 
-def _start_divergence(a: Mapping[str, Any], b: Mapping[str, Any], rows_a: dict[int, dict[str, int]],
+def _start_divergence(a: Trajectory, b: Trajectory, rows_a: dict[int, dict[str, int]],
                       rows_b: dict[int, dict[str, int]]) -> Divergence | None:
     """A difference before either run's first common step: at step 0 (both from scratch),
     or where the later run resumed (its loaded state against the other run's row there)."""
@@ -144,33 +146,34 @@ def _start_divergence(a: Mapping[str, Any], b: Mapping[str, Any], rows_a: dict[i
                       differing_tensors=len(differing), tensors=differing[:10])
 
 
-def _recomputed(name: str, step: int, records: tuple[Mapping[str, Any], ...], rows_a: dict[int, dict[str, int]],
+def _recomputed(name: str, step: int, records: tuple[Trajectory, ...], rows_a: dict[int, dict[str, int]],
                 rows_b: dict[int, dict[str, int]]) -> bool:
     """A non-persistent buffer that differs where a run resumed and agrees after the next step: no
     checkpoint holds it (a rotary embedding's ``inv_freq``), and the first forward rewrote it from
     its inputs. The rule of the state census: only a difference that persists counts."""
-    if not any(name in ((r.get("initial_fingerprint") or {}).get("transient") or ()) for r in records):
+    if not any(name in ((r.initial_fingerprint or {}).get("transient") or ()) for r in records):
         return False
     na, nb = rows_a.get(step + 1), rows_b.get(step + 1)
     return na is not None and nb is not None and name in na and na.get(name) == nb.get(name)
 
 
-def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence | None:
+def first_divergence(run_a: Run, run_b: Run) -> Divergence | None:
     """Where two runs first disagree over the steps both recorded, or None if they agree.
 
     Step 0 is the state before the first step (runs from scratch); a resumed run's state
     as loaded is compared with the other run's row at the resume step.
     """
+    a, b = Trajectory.of(run_a), Trajectory.of(run_b)
     rows_a, rows_b = comparable_rows(a, b)
     common = sorted(set(rows_a) & set(rows_b))
-    start_a, start_b = int(a.get("start_step", 0)), int(b.get("start_step", 0))
-    names = list(a.get("tensor_names") or [])
+    start_a, start_b = a.start_step, b.start_step
+    names = list(a.tensor_names)
     known = set(names)
-    names += [n for n in b.get("tensor_names") or [] if n not in known]
+    names += [n for n in b.tensor_names if n not in known]
     index = {n: i for i, n in enumerate(names)}
-    losses_a, losses_b = a.get("losses") or [], b.get("losses") or []
-    batch_a, batch_b = a.get("batch_fingerprints") or [], b.get("batch_fingerprints") or []
-    same_scheme = a.get("batch_checksum") == b.get("batch_checksum")
+    losses_a, losses_b = a.losses, b.losses
+    batch_a, batch_b = a.batch_fingerprints, b.batch_fingerprints
+    same_scheme = a.batch_checksum == b.batch_checksum
 
     def at(seq: list[Any], start: int, step: int) -> Any:
         i = step - start - 1
@@ -200,29 +203,28 @@ def first_divergence(a: Mapping[str, Any], b: Mapping[str, Any]) -> Divergence |
             tensors=differing[:10],
             only_in=("b" if ra.get(first) == ABSENT else "a") if first in one_sided else None,
         )
-    if a.get("final_sha256") == b.get("final_sha256"):
+    if a.final_sha256 == b.final_sha256:
         return None
     # Checksums agree at every common step but the final states differ (no per-step
     # fingerprints, or a change outside the recorded steps): name tensors by final hash.
-    ta, tb = a.get("tensor_sha256") or {}, b.get("tensor_sha256") or {}
+    ta, tb = a.tensor_sha256, b.tensor_sha256
     differing = sorted(n for n in set(ta) | set(tb) if ta.get(n) != tb.get(n))
     named = differing[0] if differing else None
     return Divergence(step=None, tensor=named, kind=named.partition(":")[0] if named else None, cause="compute",
                       differing_tensors=len(differing), losses_equal=losses_equal, tensors=differing[:10])
 
 
-def data_difference(a: Mapping[str, Any], b: Mapping[str, Any], step: int) -> str | None:
+def data_difference(run_a: Run, run_b: Run, step: int) -> str | None:
     """How two runs' batches at ``step`` differ, from their order-free content checksums:
     "reordered" (the same samples in another order within the batch), "order" (the whole
     epoch holds the same samples in both runs, in another order), "contents" (it does not),
     or None (not recorded, or the epoch is not whole in both runs)."""
-    if a.get("batch_contents_scheme") is None or a.get("batch_contents_scheme") != b.get("batch_contents_scheme"):
+    a, b = Trajectory.of(run_a), Trajectory.of(run_b)
+    if a.batch_contents_scheme is None or a.batch_contents_scheme != b.batch_contents_scheme:
         return None
 
-    def by_step(rec: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
-        start = int(rec.get("start_step", 0))
-        return {start + i + 1: (e, c) for i, (e, c) in enumerate(zip(rec.get("batch_epochs") or [],
-                                                                       rec.get("batch_contents") or []))}
+    def by_step(t: Trajectory) -> dict[int, tuple[int, int]]:
+        return {t.start_step + i + 1: (e, c) for i, (e, c) in enumerate(zip(t.batch_epochs, t.batch_contents))}
 
     sa, sb = by_step(a), by_step(b)
     if step not in sa or step not in sb:
@@ -241,16 +243,16 @@ def data_difference(a: Mapping[str, Any], b: Mapping[str, Any], step: int) -> st
     return None
 
 
-def _whole_epoch(rec: Mapping[str, Any], rows: dict[int, tuple[int, int]], epoch: int) -> bool:
+def _whole_epoch(t: Trajectory, rows: dict[int, tuple[int, int]], epoch: int) -> bool:
     """Whether a run recorded every batch of ``epoch``: as many as the loader has in an epoch,
     or, its length unknown, it went on into the next epoch and started before this one."""
     epochs = [e for e, _ in rows.values()]
-    per_epoch = (rec.get("loader") or {}).get("batches_per_epoch")
+    per_epoch = t.batches_per_epoch
     if per_epoch:
         return epochs.count(epoch) == per_epoch
     if epoch + 1 not in epochs:
         return False
-    return int(rec.get("start_step", 0)) == 0 or min(epochs) < epoch
+    return t.start_step == 0 or min(epochs) < epoch
 
 
 _ORDERED_INT = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.dtype(np.float16): np.int16}
@@ -302,5 +304,5 @@ def _to_numpy(t: Any) -> np.ndarray:
     return np.asarray(t)
 
 
-def records_agree(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def records_agree(a: Run, b: Run) -> bool:
     return first_divergence(a, b) is None

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from .. import verdicts
 from .advice import SETTINGS
 from .divergence import first_divergence, tensor_magnitude
+from ..worker.run_record import Run, Trajectory
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
 
@@ -43,12 +44,13 @@ def agreeing_digits(a: Any, b: Any) -> int | None:
     return max(0, int(math.floor(-math.log10(abs(a - b) / scale))))
 
 
-def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[str, Any] | None,
+def compare(entry: dict[str, Any], run_a: Run, final_state: dict[str, Any] | None,
             document: dict[str, Any], golden: Golden | None, *, ci: bool, image_name: str,
             fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
     """The golden section of one model's entry: its verdict against the golden, the
     evidence, and the message that says it; ``fix`` is the command that re-records it, and
     ``rerun(golden entry)`` the one that runs with the settings the golden was recorded with."""
+    record_a = Trajectory.of(run_a)
     fix = fix or f"`reproci golden update --image {image_name}`"
     fails = " (CI mode: this fails)" if ci else ""
     g = golden.models.get(entry["model"]) if golden else None
@@ -73,7 +75,7 @@ def compare(entry: dict[str, Any], record_a: dict[str, Any], final_state: dict[s
                        f"not compared with the golden: re-record with {fix}")
         return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity, "message": message + fails}
     changes = _changes(golden, document)
-    if g.entry.get("final_sha256") == record_a.get("final_sha256"):
+    if g.entry.get("final_sha256") == record_a.final_sha256:
         upgrade = upgrade_text(changes)
         return {**out, "verdict": verdicts.PASS, "package_diff": changes["packages"], "env_diff": changes["env"],
                 "message": f"unchanged by the upgrade {upgrade}: matches the golden" if upgrade else "matches the golden",
@@ -168,7 +170,7 @@ def _why(changes: dict[str, Any]) -> tuple[str, str]:
     return verdicts.GOLDEN_MISMATCH, f"{rebuilt}; {nothing}" if rebuilt else f"same image, packages and host: {nothing}"
 
 
-def _evidence(g: Any, record_a: dict[str, Any], final_state: dict[str, Any] | None) -> dict[str, Any]:
+def _evidence(g: Any, record_a: Trajectory, final_state: dict[str, Any] | None) -> dict[str, Any]:
     """Where the run first leaves the golden's trajectory, and by how much at the end (from
     the golden's sidecar, which keeps the final parameters and buffers)."""
     div = first_divergence(g.as_record(), record_a)
@@ -181,7 +183,7 @@ def _evidence(g: Any, record_a: dict[str, Any], final_state: dict[str, Any] | No
             m = tensor_magnitude(g.state[name_t], final_state[name_t])
             evidence.update(max_abs=m["max_abs"], max_ulp=m["max_ulp"], elements_differing=m["elements_differing"],
                             magnitude_source=f"final state of {name_t}")
-    losses_old, losses_new = g.entry.get("losses") or [], record_a.get("losses") or []
+    losses_old, losses_new = g.entry.get("losses") or [], record_a.losses
     evidence["losses_agree_digits"] = agreeing_digits(losses_old[-1] if losses_old else None,
                                                       losses_new[-1] if losses_new else None)
     return evidence

@@ -24,13 +24,14 @@ import io
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator, Mapping
 
 import numpy as np
 import yaml
 
 from .. import __version__, atomic
 from ..errors import GoldenError
+from ..worker.run_record import Run, Trajectory
 from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
 
 FORMAT_VERSION = 1
@@ -51,19 +52,18 @@ class ModelGolden:
     # per-op hashes of the first steps: step -> (op overloads, short output hashes) (stages/determinism/golden_ops.py)
     ops: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
-    def as_record(self) -> dict[str, Any]:
-        """The golden in the shape of a run record, for ``reproci compare`` (``seed_noise``)."""
-        return {
-            "tensor_names": self.names,
-            "fingerprints": self.fingerprints.tolist() if self.fingerprints is not None else [],
-            "batch_fingerprints": self.batch_fingerprints.tolist() if self.batch_fingerprints is not None else [],
-            "batch_checksum": self.entry.get("batch_checksum"),  # the scheme: same scheme, comparable batches
-            "fingerprint_scheme": self.entry.get("fingerprint_scheme"),  # what the rows hold for an absent tensor
-            "losses": self.entry.get("losses") or [],
-            "final_sha256": self.entry.get("final_sha256"),
-            "tensor_sha256": self.tensor_sha256,
-            "start_step": 0,
-        }
+    def as_record(self) -> Trajectory:
+        """The golden's run as the comparisons read a run record (``golden.divergence``)."""
+        return Trajectory(
+            tensor_names=list(self.names),
+            fingerprints=self.fingerprints.tolist() if self.fingerprints is not None else [],
+            batch_fingerprints=self.batch_fingerprints.tolist() if self.batch_fingerprints is not None else [],
+            batch_checksum=self.entry.get("batch_checksum"),  # the scheme: same scheme, comparable batches
+            fingerprint_scheme=self.entry.get("fingerprint_scheme"),  # what the rows hold for an absent tensor
+            losses=self.entry.get("losses") or [],
+            final_sha256=self.entry.get("final_sha256"),
+            tensor_sha256=self.tensor_sha256,  # from step 0
+        )
 
 
 @dataclass
@@ -197,7 +197,7 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records: dict[str, dict[str, Any]],
+def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records: Mapping[str, Run],
           states: dict[str, dict[str, Any]], *, replace_models: bool = False,
           ops: dict[str, dict[int, tuple[list[str], list[str]]]] | None = None) -> Path:
     """Record goldens for the models in ``records`` (run A of each) from a results document.
@@ -219,12 +219,13 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
             models_yaml[name] = g.entry
             _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
         by_name = {m["model"]: m for m in document["models"]}
-        for name, rec in sorted(records.items()):
+        for name, run in sorted(records.items()):
+            rec = Trajectory.of(run)
             models_yaml[name] = _model_entry(by_name[name], rec, document, now)
-            fps = np.asarray(rec.get("fingerprints") or [], dtype=np.int64)
-            batch = np.asarray(rec.get("batch_fingerprints") or [], dtype=np.int64)
-            _add_arrays(arrays, name, rec.get("tensor_names") or [], fps, batch, _state_arrays(states.get(name) or {}),
-                        rec.get("tensor_sha256") or {}, (ops or {}).get(name) or {})
+            fps = np.asarray(rec.fingerprints, dtype=np.int64)
+            batch = np.asarray(rec.batch_fingerprints, dtype=np.int64)
+            _add_arrays(arrays, name, rec.tensor_names, fps, batch, _state_arrays(states.get(name) or {}),
+                        rec.tensor_sha256, (ops or {}).get(name) or {})
         _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
     return path
 
@@ -252,7 +253,7 @@ def write_combined(goldens_dir: Path, image_name: str, document: dict[str, Any],
     return path
 
 
-def _kept_models(old: Golden, records: dict[str, Any], document: dict[str, Any]) -> dict[str, ModelGolden]:
+def _kept_models(old: Golden, records: Collection[str], document: dict[str, Any]) -> dict[str, ModelGolden]:
     """The models of the old file that this update keeps: those not re-recorded, which may
     only stay beside the new ones when image, packages and environment are the same."""
     same_env = (old.data.get("packages") == document.get("packages")
@@ -266,7 +267,7 @@ def _kept_models(old: Golden, records: dict[str, Any], document: dict[str, Any])
     return others
 
 
-def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any], now: str) -> dict[str, Any]:
+def _model_entry(m: dict[str, Any], rec: Trajectory, document: dict[str, Any], now: str) -> dict[str, Any]:
     """One model's YAML mapping: its identity, settings, final hash and loss trajectory."""
     opts = document["options"]
     entry = {
@@ -274,9 +275,9 @@ def _model_entry(m: dict[str, Any], rec: dict[str, Any], document: dict[str, Any
         "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
         "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
         "world_size": opts.get("world_size", 1), "execution": m.get("execution"),
-        "final_sha256": rec["final_sha256"], "batch_checksum": rec.get("batch_checksum"),
-        "fingerprint_scheme": rec.get("fingerprint_scheme"),
-        "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.get("losses", [])],
+        "final_sha256": rec.final_sha256, "batch_checksum": rec.batch_checksum,
+        "fingerprint_scheme": rec.fingerprint_scheme,
+        "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.losses],
         "run_id": document.get("run_id"), "recorded_at": now,
     }
     if m.get("throughput"):

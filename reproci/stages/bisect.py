@@ -30,6 +30,8 @@ from ..worker.process.spec import WorkerSpec
 from .base import StageRun
 from .determinism import beyond_tensors, golden_cause
 from .determinism import STAGGER_S, plan, warm_spec
+from ..worker import run_record
+from ..worker.run_record import RunRecord
 
 Records = dict[str, dict[str, Any]]
 
@@ -39,20 +41,20 @@ class Factor:
     name: str
     label: str  # for "none of compile, AMP, ..."
     cause: str
-    on: Callable[[WorkerSpec, dict[str, Any]], str | None]  # the factor as the check ran it; None: already off
+    on: Callable[[WorkerSpec, RunRecord], str | None]  # the factor as the check ran it; None: already off
     off: Callable[[WorkerSpec], WorkerSpec]
     off_text: str
 
 
-def _compiled(spec: WorkerSpec, record: dict[str, Any]) -> str | None:
-    c = (record.get("execution") or {}).get("compile")
+def _compiled(spec: WorkerSpec, record: RunRecord) -> str | None:
+    c = (record.execution or {}).get("compile")
     if not c:
         return None
     return "compiled by the plugin" if c.get("source") == "plugin" else f"torch.compile ({c.get('backend')})"
 
 
-def _workers(spec: WorkerSpec, record: dict[str, Any]) -> str | None:
-    n = (record.get("loader") or {}).get("num_workers") or 0
+def _workers(spec: WorkerSpec, record: RunRecord) -> str | None:
+    n = (record.loader or {}).get("num_workers") or 0
     return f"num_workers={n}" if n > 0 else None
 
 
@@ -111,12 +113,12 @@ def _specs(specs: dict[str, WorkerSpec], pair: tuple[str, str], stage: int, step
 def _check(ctx: RunContext, specs: list[WorkerSpec]) -> tuple[Any, int]:
     """Run the pair in turn, the second ``STAGGER_S`` after the first started; their first difference."""
     first = run_worker(ctx, specs[0])
-    time.sleep(max(0.0, STAGGER_S - (time.monotonic() - first.get("launched_at", 0.0))))
+    time.sleep(max(0.0, STAGGER_S - (time.monotonic() - first.launched_at())))
     second = run_worker(ctx, specs[1])
     return first_divergence(first, second) or beyond_tensors.divergence(first, second), 2
 
 
-def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a: dict[str, Any]) -> dict[str, Any]:
+def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a: RunRecord) -> dict[str, Any]:
     """Turn the factors off one after another until the failing pair agrees; what each stage showed."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
@@ -249,8 +251,6 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: dict[str, Any]) -> dict[
 def conclude(run: StageRun, document: dict[str, Any]) -> None:
     """Bisect every model whose check failed or whose results left the golden; the result
     lands on its entry as ``bisect``."""
-    import json
-
     options, ctx, golden = run.options, run.ctx, run.old_golden
     refs = {m.name: m for m in options.models}
     for entry in document["models"]:
@@ -258,7 +258,7 @@ def conclude(run: StageRun, document: dict[str, Any]) -> None:
         if model is None:
             continue
         if entry.get("verdict") in BISECTED:
-            record_a = json.loads((ctx.run_dir / entry["records"]["A"]).read_text())
+            record_a = run_record.read_ok(ctx.run_dir / entry["records"]["A"])
             entry["bisect"] = bisect_model(run, model, entry, record_a)
         elif entry.get("verdict") in DRIFT and golden is not None and model.name in golden.models:
             entry["bisect"] = bisect_drift(run, model, entry)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import sys
 import time
 from typing import Any
@@ -31,6 +30,8 @@ from ..golden.drift import move
 from ..golden.environment import affects_results, package_diff
 from ..runner import run_worker
 from .base import StageRun
+from ..worker import run_record
+from ..worker.run_record import RunRecord
 from .determinism import base_spec
 from .determinism.golden_cause import matches
 
@@ -123,7 +124,7 @@ class Blame:
         section = entry.get("golden") or {}
         step = (section.get("evidence") or {}).get("step")
         steps = self.options.steps if step is None else min(self.options.steps, step + 1)
-        new_record = json.loads((self.ctx.run_dir / entry["records"]["A"]).read_text())
+        new_record = run_record.read_ok(self.ctx.run_dir / entry["records"]["A"])
         tried = [self._try(model, g, steps, new_record) for g in groups]
         alone = [t for t in tried if t["outcome"] == "reproduces"]
         pairs: list[dict[str, Any]] = []
@@ -137,7 +138,7 @@ class Blame:
         return {"steps": steps, "tried": tried, "pairs": pairs, "culprit": found["group"] if found else None,
                 "message": self._message(model.name, tried, pairs, found, steps, len(groups))}
 
-    def _try(self, model: Any, group: tuple[str, ...], steps: int, new_record: dict[str, Any],
+    def _try(self, model: Any, group: tuple[str, ...], steps: int, new_record: RunRecord,
              pair: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"group": list(group), "moves": [move(n, self.diff[n]) for n in group],
                                **({"pair": True} if pair else {})}
@@ -189,7 +190,7 @@ class Blame:
         self.ctx.progress(f"{said}: built in {time.monotonic() - t0:.1f} s")
         return tag
 
-    def _run_in(self, tag: str, spec: Any) -> dict[str, Any]:
+    def _run_in(self, tag: str, spec: Any) -> RunRecord:
         opts = dataclasses.replace(self.options, image=tag, image_reference=tag, image_entry=None, fork_server=False)
         with backends.create(opts) as backend:
             ctx = dataclasses.replace(self.ctx, backend=backend, slots=None)
@@ -212,7 +213,7 @@ class Blame:
                 f"and {searched} searched did either{tail}")
 
 
-def _same_rows(record: dict[str, Any], other: dict[str, Any], steps: int) -> bool:
+def _same_rows(record: RunRecord, other: RunRecord, steps: int) -> bool:
     ours, theirs = step_rows(record), step_rows(other)
     return bool(ours) and all(theirs.get(s) == row for s, row in ours.items() if s <= steps)
 

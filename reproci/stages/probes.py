@@ -26,6 +26,7 @@ from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec, other_worker_count
 from .base import StageRun
 from .determinism import epochs
+from ..worker.run_record import RunRecord
 from .determinism import base_spec, measure
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
@@ -64,9 +65,9 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
 
 
 def _run_all(options: RunOptions, ctx: RunContext,
-             specs: dict[str, WorkerSpec]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+             specs: dict[str, WorkerSpec]) -> tuple[dict[str, RunRecord], dict[str, str]]:
     """Every run of the plan (at most ``--jobs`` at once): records by role, and the error of each failed run."""
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, RunRecord] = {}
     errors: dict[str, str] = {}
     for role, outcome in zip(specs, run_many(ctx, list(specs.values()), options.jobs)):
         if isinstance(outcome, WorkerFailed):
@@ -76,18 +77,18 @@ def _run_all(options: RunOptions, ctx: RunContext,
     return records, errors
 
 
-def _change(name: str, base: dict[str, Any], base_spec: WorkerSpec, spec: WorkerSpec) -> str:
+def _change(name: str, base: RunRecord, base_spec: WorkerSpec, spec: WorkerSpec) -> str:
     if name == "hash-seed":
         return f"{base_spec.seed} → {spec.hash_seed}"
     if name == "threads":
         return f"{base_spec.threads} → {spec.threads}"
     if name == "num-workers":
-        before = (base.get("loader") or {}).get("num_workers", 0)
+        before = (base.loader or {}).get("num_workers", 0)
         return f"{before} → {other_worker_count(before)}"
     return "filesystem order → reversed"
 
 
-def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], records: dict[str, dict[str, Any]],
+def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], records: dict[str, RunRecord],
                    errors: dict[str, str]) -> dict[str, Any]:
     factor = PERTURBED[name][0]
     row: dict[str, Any] = {"probe": name, "factor": factor, "change": None, "evidence": None}
@@ -96,7 +97,7 @@ def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], rec
         return {**row, "status": FAILED, "message": f"could not run: {failed}"}
     base, probe = records["base"], records[name]
     row["change"] = _change(name, base, specs["base"], specs[name])
-    perturbed = probe.get("perturbed") or {}
+    perturbed = probe.perturbed or {}
     if name == "num-workers" and not (perturbed.get("workers") or {}).get("applicable"):
         why = (perturbed.get("workers") or {}).get("why", "the loader cannot be rebuilt")
         return {**row, "status": NOT_APPLICABLE, "change": None, "message": f"not applicable: {why}"}

@@ -21,6 +21,8 @@ from ..settings.options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec
 from .base import StageRun
+from ..worker import run_record
+from ..worker.run_record import Launched, RunRecord
 from .determinism import base_spec
 from .model_entry import add_result
 
@@ -37,12 +39,12 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
             for s in range(options.seed, options.seed + options.seeds)]
 
 
-def summarize(specs: list[WorkerSpec], records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, dict[str, Any]]:
     """Metric -> per-seed values, mean, std and direction: the final loss, then eval_fn's metrics."""
-    per_metric: dict[str, list[float]] = {FINAL_LOSS: [float(r["losses"][-1]) if r.get("losses") else float("nan")
+    per_metric: dict[str, list[float]] = {FINAL_LOSS: [float(r.losses[-1]) if r.losses else float("nan")
                                                        for r in records]}
     for rec in records:
-        for name, value in (rec.get("eval") or {}).items():
+        for name, value in (rec.eval or {}).items():
             per_metric.setdefault(name, []).append(float(value))
     return {name: {**stats.describe(values), "lower_is_better": stats.lower_is_better(name)}
             for name, values in per_metric.items() if len(values) == len(specs)}
@@ -70,24 +72,27 @@ def run_all(run: StageRun, entries: list[dict[str, Any]]) -> None:
         attach(entry, result, options.stages)
 
 
-def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) -> dict[str, Any] | None:
+def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) -> RunRecord | None:
     """The determinism stage's run A of this model (the first seed, evaluated at its end: see
     ``determinism.plan``) when it ran without a test fault."""
     path = (entry.get("records") or {}).get("A")
     if "determinism" not in options.stages or options.fault or not path:
         return None
     try:
-        record = json.loads((ctx.run_dir / path).read_text())
+        record = run_record.read(ctx.run_dir / path)
     except (OSError, json.JSONDecodeError):
         return None
-    if record.get("status") != "ok" or "eval" not in record:
+    if not isinstance(record, RunRecord) or record.eval is None:
         return None
-    return {**record, "wall_s": ((entry.get("runs") or {}).get("A") or {}).get("wall_s", 0.0)}
+    summary = (entry.get("runs") or {}).get("A") or {}
+    return dataclasses.replace(record, launched=Launched(wall_s=summary.get("wall_s", 0.0), start_wait_s=0.0,
+                                                         how=summary.get("launch"), at=0.0))
 
 
-def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec], results: list[Any]) -> dict[str, Any]:
+def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec],
+                  results: list[RunRecord | WorkerFailed]) -> dict[str, Any]:
     """The stage's result for one model; ``seconds`` adds up its runs' wall times (they may overlap)."""
-    seconds = round(sum(r.get("wall_s", 0.0) for r in results if isinstance(r, dict)), 3)
+    seconds = round(sum(r.launched.wall_s for r in results if isinstance(r, RunRecord) and r.launched), 3)
     failed = next((r for r in results if isinstance(r, WorkerFailed)), None)
     out: dict[str, Any] = {"version": SUMMARY_VERSION, "k": len(specs), "seeds": [s.seed for s in specs],
                            "steps": options.steps, "metrics": {}, "error": None, "seconds": seconds,
@@ -95,8 +100,9 @@ def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec],
     if failed is not None:
         out["error"] = {"kind": failed.kind, "message": str(failed)}
         return out
-    out["metrics"] = summarize(specs, results)
-    out["final_sha256"] = [r.get("final_sha256") for r in results]
+    records = [r for r in results if isinstance(r, RunRecord)]  # every one: none failed
+    out["metrics"] = summarize(specs, records)
+    out["final_sha256"] = [r.final_sha256 for r in records]
     return out
 
 

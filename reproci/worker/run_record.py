@@ -6,14 +6,19 @@ a run that could not, made by the worker's entry point from the exception. Both 
 the record files have always held (``to_json``); ``from_json`` reads either back, and refuses
 a record of another schema version in one line that names both versions.
 
+The orchestrator reads every record through ``from_json`` (``runner.run_worker``) and adds what
+only it knows of the run's process (``Launched``), which is never written to the record file.
+
 Standard library only: the entry point writes a ``FailedRun`` even where torch cannot be imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping, Union
 
 SCHEMA = "reproci.run"
 RECORD_VERSION = 1
@@ -35,6 +40,16 @@ class Timings:
     checkpoint_s: float = 0.0  # of training: writing checkpoints
     eval_s: float = 0.0  # the plugin's eval_fn, after the final hash
     finish_s: float = 0.0  # the checks, final hash and record after the last step
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What the orchestrator saw of a run's process (``runner.run_worker``): not in the record file."""
+
+    wall_s: float  # the run's own process, from its start to its end
+    start_wait_s: float  # a fork server's or container's start, paid before it
+    how: Any  # forked from a server, fresh (and why), or a container (the backend's ``LaunchResult.launch``)
+    at: float  # time.monotonic() as the process started (after any wait for a slot)
 
 
 @dataclass
@@ -95,13 +110,18 @@ class RunRecord:
     extra_state_sha256: dict[str, str | None] | None  # what get_extra_state returns, hashed
     distributed: dict[str, Any] | None  # ranks and how the model was wrapped
     eval: dict[str, Any] | None = field(default=None)  # the plugin's held-out evaluation, when asked for
+    launched: Launched | None = field(default=None, compare=False)  # set by the orchestrator, never written
+
+    def launched_at(self) -> float:
+        """time.monotonic() as the run's process started (0.0 where the orchestrator did not launch it)."""
+        return self.launched.at if self.launched is not None else 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The record file's JSON object (``eval`` only when the run evaluated)."""
         out: dict[str, Any] = {"schema": SCHEMA, "version": RECORD_VERSION, "status": "ok"}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "eval" and value is None:
+            if f.name == "launched" or (f.name == "eval" and value is None):
                 continue
             out[f.name] = dataclasses.asdict(value) if isinstance(value, Timings) else value
         return out
@@ -122,6 +142,52 @@ class FailedRun:
                 "message": self.message, "traceback": self.traceback, "model": self.model, "role": self.role}
 
 
+@dataclass(frozen=True)
+class Trajectory:
+    """What comparing two runs reads of each: a run record's steps (``RunRecord``), or a golden's
+    (``reproci.golden.store.ModelGolden.as_record``). Fields absent from a source read as empty."""
+
+    tensor_names: list[str] = field(default_factory=list)  # the columns of ``fingerprints``
+    fingerprints: list[Any] = field(default_factory=list)  # per step, a row of per-tensor checksums
+    start_step: int = 0  # 0, or the resume point
+    fingerprint_scheme: str | None = None  # what a row holds for a tensor absent at a step
+    initial_fingerprint: dict[str, Any] | None = None  # the state before the first step
+    losses: list[Any] = field(default_factory=list)
+    batch_checksum: str | None = None  # the scheme of ``batch_fingerprints``
+    batch_fingerprints: list[Any] = field(default_factory=list)
+    batch_contents_scheme: str | None = None
+    batch_contents: list[Any] = field(default_factory=list)  # per step, the batch's order-free checksum
+    batch_epochs: list[int] = field(default_factory=list)
+    batches_per_epoch: int | None = None  # the loader's, when known
+    final_sha256: str | None = None
+    tensor_sha256: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, run: Run) -> Trajectory:
+        """The trajectory of a run record, or of a mapping with a record's keys (a golden's, a test's)."""
+        if isinstance(run, Trajectory):
+            return run
+        if isinstance(run, RunRecord):
+            return cls(tensor_names=run.tensor_names, fingerprints=run.fingerprints, start_step=run.start_step,
+                       fingerprint_scheme=run.fingerprint_scheme, initial_fingerprint=run.initial_fingerprint,
+                       losses=run.losses, batch_checksum=run.batch_checksum, batch_fingerprints=run.batch_fingerprints,
+                       batch_contents_scheme=run.batch_contents_scheme, batch_contents=run.batch_contents,
+                       batch_epochs=run.batch_epochs, batches_per_epoch=(run.loader or {}).get("batches_per_epoch"),
+                       final_sha256=run.final_sha256, tensor_sha256=run.tensor_sha256)
+        return cls(tensor_names=list(run.get("tensor_names") or []), fingerprints=list(run.get("fingerprints") or []),
+                   start_step=int(run.get("start_step", 0)), fingerprint_scheme=run.get("fingerprint_scheme"),
+                   initial_fingerprint=run.get("initial_fingerprint"), losses=list(run.get("losses") or []),
+                   batch_checksum=run.get("batch_checksum"), batch_fingerprints=list(run.get("batch_fingerprints") or []),
+                   batch_contents_scheme=run.get("batch_contents_scheme"),
+                   batch_contents=list(run.get("batch_contents") or []), batch_epochs=list(run.get("batch_epochs") or []),
+                   batches_per_epoch=(run.get("loader") or {}).get("batches_per_epoch"),
+                   final_sha256=run.get("final_sha256"), tensor_sha256=dict(run.get("tensor_sha256") or {}))
+
+
+# A run as the comparisons take it: its record, its trajectory, or a mapping with a record's keys.
+Run = Union[RunRecord, Trajectory, Mapping[str, Any]]
+
+
 def from_json(data: dict[str, Any]) -> RunRecord | FailedRun:
     """A record file's object, typed; a record of another version is refused in one line."""
     if data.get("schema") != SCHEMA or data.get("version") != RECORD_VERSION:
@@ -132,5 +198,19 @@ def from_json(data: dict[str, Any]) -> RunRecord | FailedRun:
         return FailedRun(**{f.name: data.get(f.name, "") for f in dataclasses.fields(FailedRun)})
     names = {f.name for f in dataclasses.fields(RunRecord)}
     values = {k: v for k, v in data.items() if k in names}
+    values.pop("launched", None)
     values["timings"] = Timings(**values["timings"])
     return RunRecord(**values)
+
+
+def read(path: Path) -> RunRecord | FailedRun:
+    """The record file at ``path``, typed (``from_json``)."""
+    return from_json(json.loads(path.read_text()))
+
+
+def read_ok(path: Path) -> RunRecord:
+    """The record of a run that finished its steps, at ``path``; a failed run's record raises ValueError."""
+    record = read(path)
+    if not isinstance(record, RunRecord):
+        raise ValueError(f"{path}: run {record.role} of {record.model} failed: {record.message}")
+    return record

@@ -35,6 +35,7 @@ from ..base import StageRun
 from .. import model_entry
 from . import causes, census, coverage, epochs, replicas, beyond_tensors
 from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
+from ...worker.run_record import RunRecord
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
@@ -94,28 +95,28 @@ def warm_spec(specs: dict[str, WorkerSpec]) -> WorkerSpec:
                                fault=None)
 
 
-def compiled(record: dict[str, Any]) -> bool:
+def compiled(record: RunRecord) -> bool:
     """Whether a run was compiled (by ``--compile`` or by the plugin)."""
-    return bool((record.get("execution") or {}).get("compile"))
+    return bool((record.execution or {}).get("compile"))
 
 
-def _run_summary(record: dict[str, Any]) -> dict[str, Any]:
-    t = record.get("timings", {})
+def _run_summary(record: RunRecord) -> dict[str, Any]:
+    t, launched = record.timings, record.launched
     return {
-        "final_sha256": record.get("final_sha256"),
-        "start_step": record.get("start_step"),
-        "end_step": record.get("end_step"),
-        "wall_s": round(record.get("wall_s", 0.0), 3),  # the run's process, start to end
-        "start_wait_s": round(record.get("start_wait_s", 0.0), 3),  # its server's or container's start before it
-        "setup_s": round(t.get("setup_s", 0.0), 3),
-        "train_s": round(t.get("train_s", 0.0), 3),
-        "attested": bool(record.get("attestation", {}).get("ok")),
-        "launch": record.get("launch"),  # forked from a server, fresh (and why), or a container
-        "losses_last": record.get("losses", [None])[-1] if record.get("losses") else None,
+        "final_sha256": record.final_sha256,
+        "start_step": record.start_step,
+        "end_step": record.end_step,
+        "wall_s": round(launched.wall_s if launched else 0.0, 3),  # the run's process, start to end
+        "start_wait_s": round(launched.start_wait_s if launched else 0.0, 3),  # its server's or container's start
+        "setup_s": round(t.setup_s, 3),
+        "train_s": round(t.train_s, 3),
+        "attested": bool(record.attestation.get("ok")),
+        "launch": launched.how if launched else None,  # forked from a server, fresh (and why), or a container
+        "losses_last": record.losses[-1] if record.losses else None,
     }
 
 
-def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, Path, dict[str, Any]]:
+def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, Path, RunRecord]:
     """Re-run up to ``step``, recording that step's ops and dumping the state after it."""
     probe = dataclasses.replace(spec, role=f"probe-{spec.role}", output=f"record-probe-{spec.role}.json",
                                 checkpoint_at=None, checkpoint_path=None, final_dump_path=None, dump_at=step,
@@ -126,7 +127,7 @@ def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, Path, di
 
 
 def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: str, y: str,
-            records: dict[str, dict[str, Any]]) -> None:
+            records: dict[str, RunRecord]) -> None:
     """Fill in the divergence's magnitude from probe re-runs of X and Y up to its step."""
     if div.step is None or div.tensor is None:
         return
@@ -161,7 +162,7 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
     specs = plan(options, model, project_commit=run.project_commit, image=run.image)
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, RunRecord] = {}
     result = model_entry.new(options, model)
     try:
         _run_all(options, ctx, specs, records)
@@ -169,7 +170,7 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     except WorkerFailed as e:
         result.update(verdict=verdicts.ERROR, message=str(e), error={"kind": e.kind, "message": str(e)},
                       runs={r: _run_summary(rec) for r, rec in records.items()}, seconds=time.monotonic() - t0,
-                      final_sha256=records.get("A", {}).get("final_sha256"), evidence=None,
+                      final_sha256=records["A"].final_sha256 if "A" in records else None, evidence=None,
                       records={r: f"{model.name}/record-{r}.json" for r in records})
         return result
 
@@ -204,12 +205,12 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
         shared_batches=shared,
         coverage=covered,
         resume_at=covered.get("resume_at", options.resume_at),
-        final_sha256=a["final_sha256"],
-        config=a.get("config", {}),
-        config_sha256=config_sha256(a.get("config", {})),
-        execution=a.get("execution"),  # compiled, autocast: part of the identity a golden is compared by
-        batch_size=a.get("batch_size"),
-        attestation=a.get("attestation"),
+        final_sha256=a.final_sha256,
+        config=a.config,
+        config_sha256=config_sha256(a.config),
+        execution=a.execution,  # compiled, autocast: part of the identity a golden is compared by
+        batch_size=a.batch_size,
+        attestation=a.attestation,
         runs={r: _run_summary(rec) for r, rec in records.items()},
         evidence=comparison_evidence(evidence, pair, switched, hint, rank),
         error=None,
@@ -229,7 +230,7 @@ def _clean(options: RunOptions, work: Path) -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _notes(hint: str | None, warnings: list[str], covered: dict[str, Any], records: dict[str, dict[str, Any]],
+def _notes(hint: str | None, warnings: list[str], covered: dict[str, Any], records: dict[str, RunRecord],
            pair: tuple[str, str] | None, notice: str | None = None) -> str:
     """What the verdict's sentence is followed by: a known cause, warnings (which never change the
     verdict), what the run did not cover, and that warm caches were checked (compiled runs)."""
@@ -246,7 +247,7 @@ STAGGER_S = 1.5
 
 
 def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
-             records: dict[str, dict[str, Any]]) -> None:
+             records: dict[str, RunRecord]) -> None:
     """Runs A, B and C into ``records``: in turn at one job; with ``--jobs`` ≥ 2, A first, B
     beside it ``STAGGER_S`` after A started, and C once A is done (a failure waits for the runs
     in flight). A compiled A is followed by W, A again on A's warm caches (``warm_spec``).
@@ -255,7 +256,7 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
     the path to the last record (A, then C), where B's turn ahead of A would have put it."""
     if options.jobs < 2:
         records["A"] = run_worker(ctx, specs["A"])
-        time.sleep(max(0.0, STAGGER_S - (time.monotonic() - records["A"].get("launched_at", 0.0))))
+        time.sleep(max(0.0, STAGGER_S - (time.monotonic() - records["A"].launched_at())))
         for role in ("B", "C"):
             records[role] = run_worker(ctx, specs[role])
         if compiled(records["A"]):
@@ -270,7 +271,7 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
     try:
         if not launched:  # A ended without saying it started: its failure, or its own start time
             records["A"] = fa.result()
-            launched.append(records["A"].get("launched_at", 0.0))
+            launched.append(records["A"].launched_at())
         time.sleep(max(0.0, STAGGER_S - (time.monotonic() - launched[0])))
         fb = background(run_worker, ctx, specs["B"])
         records["A"] = fa.result()
@@ -294,13 +295,13 @@ def _run_all(options: RunOptions, ctx: RunContext, specs: dict[str, WorkerSpec],
             raise
 
 
-def own_start(records: dict[str, dict[str, Any]], t0: float) -> float:
+def own_start(records: dict[str, RunRecord], t0: float) -> float:
     """When the model's first run started: its seconds are its own, not the wait for a job
     slot that other models' runs held (``--jobs``)."""
-    return min((r["launched_at"] for r in records.values() if isinstance(r.get("launched_at"), float)), default=t0)
+    return min((r.launched.at for r in records.values() if r.launched is not None), default=t0)
 
 
-def _decide(records: dict[str, dict[str, Any]]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
+def _decide(records: dict[str, RunRecord]) -> tuple[str, tuple[str, str] | None, Divergence | None]:
     """A ≠ B is NONDETERMINISTIC, and so is A ≠ W (compiled: warm caches ≠ cold); A = B (= W) ≠ C
     is RESUME_BROKEN; else PASS."""
     ab = first_divergence(records["A"], records["B"]) or beyond_tensors.divergence(records["A"], records["B"])

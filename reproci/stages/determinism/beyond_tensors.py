@@ -11,21 +11,21 @@ the checkpoint misses.
 
 from __future__ import annotations
 
-from typing import Any
 
 from ...golden.divergence import Divergence
+from ...worker.run_record import RunRecord
 
 
-def divergence(x: dict[str, Any], y: dict[str, Any]) -> Divergence | None:
+def divergence(x: RunRecord, y: RunRecord) -> Divergence | None:
     """The first difference in extra state or held-out metrics between two runs, or None."""
-    ex, ey = (x.get("extra_state_sha256") or {}).get("end"), (y.get("extra_state_sha256") or {}).get("end")
+    ex, ey = (x.extra_state_sha256 or {}).get("end"), (y.extra_state_sha256 or {}).get("end")
     if ex is not None and ey is not None and ex != ey:
         return Divergence(step=None, tensor="extra_state", kind="extra", cause="extra",
                           detail={"x": ex[:12], "y": ey[:12]})
-    sx, sy = x.get("scaler_state"), y.get("scaler_state")
+    sx, sy = x.scaler_state, y.scaler_state
     if sx is not None and sy is not None and sx != sy:
         return Divergence(step=None, tensor="scaler", kind="extra", cause="scaler", detail={"x": sx, "y": sy})
-    mx, my = x.get("eval") or {}, y.get("eval") or {}
+    mx, my = x.eval or {}, y.eval or {}
     for name in mx:
         if name in my and mx[name] != my[name]:
             return Divergence(step=None, tensor=f"eval:{name}", kind="eval", cause="eval",

@@ -4,15 +4,15 @@ bucket rebuild at three ranks or more."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from ... import verdicts
 from ...golden.divergence import Divergence
+from ...worker.run_record import RunRecord
 
 
-def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -> str | None:
+def known_cause(verdict: str, ev: Divergence | None, record_a: RunRecord) -> str | None:
     """A cause the harness can name from what the run recorded, beyond where it differs."""
-    loader = record_a.get("loader") or {}
+    loader = record_a.loader or {}
     if verdict == verdicts.RESUME_BROKEN and ev is not None and ev.cause == "compute":
         return ddp_rebuild(ev, record_a)
     if verdict != verdicts.RESUME_BROKEN or ev is None or ev.cause != "data":
@@ -23,7 +23,7 @@ def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -
     unsaved = [f"{path} ({info['type']})" for path, info in (loader.get("rngs") or {}).items()
                if not info.get("snapshotted")]
     if unsaved:
-        held = "unless get_extra_state holds it" if record_a.get("extra_state_sha256") else "which the checkpoint does not hold"
+        held = "unless get_extra_state holds it" if record_a.extra_state_sha256 else "which the checkpoint does not hold"
         return (f"the data pipeline draws from {', '.join(unsaved)}, {held} (a checkpoint holds the loader's "
                 "generator and a torch sampler's generator=, not an RNG of the plugin's own sampler, dataset or "
                 "collate function): return its state "
@@ -31,10 +31,10 @@ def known_cause(verdict: str, ev: Divergence | None, record_a: dict[str, Any]) -
     return None
 
 
-def ddp_rebuild(ev: Divergence, record_a: dict[str, Any]) -> str | None:
+def ddp_rebuild(ev: Divergence, record_a: RunRecord) -> str | None:
     """The resumed run's first step differs in an all-reduce, at 3 ranks or more, under a DDP
     that rebuilds its buckets: torch's DDP, not the model (``worker.distributed.wrap``)."""
-    dist = record_a.get("distributed") or {}
+    dist = record_a.distributed or {}
     ddp = dist.get("ddp") or {}
     op = (ev.op or {}).get("op") or ""
     if (dist.get("world_size") or 1) < 3 or "allreduce" not in op or ddp.get("find_unused_parameters"):

@@ -24,6 +24,7 @@ from typing import Any
 
 from ... import verdicts
 from ...golden.divergence import Divergence
+from ...worker.run_record import RunRecord
 
 STRONG = ("rng", "module", "tensor")  # kinds that fail a resume by themselves
 
@@ -59,7 +60,7 @@ class Difference:
         return f"{self.path} ({self.type}) differs between A and C at step {self.step}" + (f" ({sides})" if sides else "")
 
 
-def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
+def differences(a: RunRecord, c: RunRecord) -> list[Difference]:
     """Each path whose census item differs between A and C after step k+1, dated from where it
     first differs (k or k+1); strong kinds first, in path order.
 
@@ -69,7 +70,7 @@ def differences(a: dict[str, Any], c: dict[str, Any]) -> list[Difference]:
     an entry of a cache that A filled and C has not filled yet, beside entries both hold and
     agree on (``_filled_lazily``).
     """
-    ca, cc = a.get("census") or {}, c.get("census") or {}
+    ca, cc = a.census or {}, c.census or {}
     k = ca.get("at")
     if k is None or k != cc.get("at"):
         return []
@@ -135,11 +136,11 @@ def _same(x: dict[str, Any] | None, y: dict[str, Any] | None) -> bool:
     return x.get("kind") == y.get("kind") and x.get("type") == y.get("type") and x.get("sha") == y.get("sha")
 
 
-def errors(a: dict[str, Any], c: dict[str, Any]) -> list[str]:
+def errors(a: RunRecord, c: RunRecord) -> list[str]:
     """Why a census could not be taken in A or C, if it could not."""
     out = []
     for role, rec in (("A", a), ("C", c)):
-        for point, taken in ((rec.get("census") or {}).items()):
+        for point, taken in ((rec.census or {}).items()):
             if isinstance(taken, dict) and taken.get("error"):
                 out.append(f"run {role} at the {point} point: {taken['error']}")
     return out
@@ -243,11 +244,11 @@ def hint(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None, diff
     return likely_cause(diffs)
 
 
-def summary(records: dict[str, dict[str, Any]], diffs: list[Difference], said: str | None,
+def summary(records: dict[str, RunRecord], diffs: list[Difference], said: str | None,
             warned: str | None = None) -> dict[str, Any] | None:
     """The result's ``state_census`` section: what differed, the notice, the metrics' warning,
     why a census failed."""
-    if not (records.get("A") or {}).get("census"):
+    if "A" not in records or not records["A"].census:
         return None
     return {"differences": [_row(d) for d in diffs], "notice": said, "metrics": warned,
             "errors": errors(records["A"], records["C"])}

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...worker.run_record import RunRecord
+
 COMPARED = 2  # first batches of each epoch compared: enough to tell two permutations apart
 
 
@@ -29,20 +31,20 @@ def repeated(epoch: int, compared: str) -> str:
             "it wraps)")
 
 
-def first_batches(record: dict[str, Any]) -> dict[int, list[Any]]:
+def first_batches(record: RunRecord) -> dict[int, list[Any]]:
     """Epoch -> the checksums of its first batches, in the order the run took them."""
     out: dict[int, list[Any]] = {}
-    for epoch, checksum in zip(record.get("batch_epochs") or [], record.get("batch_fingerprints") or []):
+    for epoch, checksum in zip(record.batch_epochs, record.batch_fingerprints):
         batches = out.setdefault(epoch, [])
         if len(batches) < COMPARED:
             batches.append(checksum)
     return out
 
 
-def repeated_order(record: dict[str, Any]) -> str | None:
+def repeated_order(record: RunRecord) -> str | None:
     """'epoch 2 visits the samples in the same order as epoch 1: ...' for a shuffling loader
     whose consecutive epochs start alike, else None."""
-    if not (record.get("loader") or {}).get("shuffles"):
+    if not (record.loader or {}).get("shuffles"):
         return None
     epochs = first_batches(record)
     for e in sorted(epochs):

@@ -8,17 +8,18 @@ from typing import Any
 from ... import verdicts
 from ...golden.divergence import Divergence, presence_text
 from . import beyond_tensors
+from ...worker.run_record import RunRecord
 
 
-def controls_switched_off(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def controls_switched_off(records: dict[str, RunRecord]) -> list[dict[str, Any]]:
     """Determinism controls switched off during any run: by the model's own calls (with
     file:line), or found off by a re-attestation (at the checkpoint, at the end)."""
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for role, rec in records.items():
-        for e in (rec.get("controls") or {}).get("switched_off", []):
+        for e in (rec.controls or {}).get("switched_off", []):
             key = (e["control"], e["file"], e["line"])
             found.setdefault(key, {**e, "runs": []})["runs"].append(role)
-        for when, att in (rec.get("attestations") or {}).items():
+        for when, att in rec.attestations.items():
             if when == "start" or att.get("ok", True):
                 continue
             for control, c in att["checks"].items():

@@ -26,6 +26,7 @@ from ...runner import run_worker
 from ...worker.process.launch import CPU_ISA_CAPABILITY
 from ..base import StageRun
 from . import base_spec
+from ...worker.run_record import RunRecord, Trajectory
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
 _RANK = ("DEFAULT", "AVX2", "AVX512")
@@ -122,10 +123,10 @@ def confirm(run: StageRun, document: dict[str, Any]) -> None:
                                                                  if unsettable else ""))
 
 
-def matches(golden_record: dict[str, Any], record: dict[str, Any], steps: int, full: int) -> bool:
+def matches(golden_record: Trajectory, record: RunRecord, steps: int, full: int) -> bool:
     """Whether a run to ``steps`` reproduces the golden's checksums at every one of its steps
     (and its final hash, when it ran the full length)."""
     ours, theirs = step_rows(record), step_rows(golden_record)
     if steps == full:
-        return record.get("final_sha256") == golden_record.get("final_sha256")
+        return record.final_sha256 == golden_record.final_sha256
     return bool(ours) and bool(theirs) and all(theirs.get(s) == row for s, row in ours.items())

@@ -13,16 +13,19 @@ of the data by design.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ... import verdicts
 from ...errors import WorkerFailed
 from ...golden.divergence import Divergence, first_divergence
 from ...worker.process.spec import rank_path
+from ...worker import run_record
+from ...worker.run_record import FailedRun, RunRecord, Trajectory
 
-Records = dict[str, dict[str, Any]]
+Records = dict[str, RunRecord]
 Decide = Callable[[Records], tuple[str, tuple[str, str] | None, Divergence | None]]  # determinism._decide
 
 
@@ -33,40 +36,41 @@ def load(work: Path, roles: tuple[str, ...], world_size: int) -> dict[int, Recor
         for role in roles:
             path = work / rank_path(f"record-{role}.json", rank)
             try:
-                record = json.loads(path.read_text())
+                record = run_record.read(path)
             except (OSError, json.JSONDecodeError):
                 raise WorkerFailed(f"run {role}: rank {rank} wrote no record ({path.name})") from None
-            if record.get("status") != "ok":
-                raise WorkerFailed(f"run {role}, rank {rank}: {record.get('message', 'failed')}",
-                                   kind=record.get("error_kind", "crash"))
+            if isinstance(record, FailedRun):
+                raise WorkerFailed(f"run {role}, rank {rank}: {record.message or 'failed'}",
+                                   kind=record.error_kind or "crash")
             out.setdefault(rank, {})[role] = record
     return out
 
 
-def _compared(record: dict[str, Any], *, buffers: bool) -> dict[str, Any]:
+def _compared(record: RunRecord, *, buffers: bool) -> Trajectory:
     """The record's state rows, without batches and losses (each rank has its own shard) and,
     unless ``buffers``, without buffers."""
-    names = list(record.get("tensor_names") or [])
+    names = list(record.tensor_names)
     keep = [i for i, n in enumerate(names) if buffers or not n.startswith("buffer:")]
-    out = {**record, "batch_fingerprints": [], "losses": [], "tensor_names": [names[i] for i in keep],
-           "fingerprints": [[row[i] for i in keep] for row in record.get("fingerprints") or []]}
-    final = {n: h for n, h in (record.get("tensor_sha256") or {}).items() if buffers or not n.startswith("buffer:")}
-    out.update(tensor_sha256=final, final_sha256=json.dumps(sorted(final.items())))
-    init = record.get("initial_fingerprint")
+    final = {n: h for n, h in record.tensor_sha256.items() if buffers or not n.startswith("buffer:")}
+    init = record.initial_fingerprint
     if init:
         pairs = [(n, v) for n, v in zip(init["names"], init["row"]) if buffers or not n.startswith("buffer:")]
-        out["initial_fingerprint"] = {**init, "names": [n for n, _ in pairs], "row": [v for _, v in pairs]}
-    return out
+        init = {**init, "names": [n for n, _ in pairs], "row": [v for _, v in pairs]}
+    return dataclasses.replace(Trajectory.of(record), batch_fingerprints=[], losses=[],
+                               tensor_names=[names[i] for i in keep],
+                               fingerprints=[[row[i] for i in keep] for row in record.fingerprints],
+                               tensor_sha256=final, final_sha256=json.dumps(sorted(final.items())),
+                               initial_fingerprint=init)
 
 
-def replica_divergence(rank0: dict[str, Any], other: dict[str, Any]) -> Divergence | None:
+def replica_divergence(rank0: RunRecord, other: RunRecord) -> Divergence | None:
     """Where another rank's replica first leaves rank 0's within one run, or None.
 
     With DDP's default ``broadcast_buffers=True`` each forward starts from rank 0's buffers
     and then updates them from the rank's own batch: at a step's end the ranks' BatchNorm
     statistics differ by design, and only rank 0's are carried on. Buffers are compared only
     where the ranks keep their own (``broadcast_buffers=False``)."""
-    ddp = (rank0.get("distributed") or {}).get("ddp") or {}
+    ddp = (rank0.distributed or {}).get("ddp") or {}
     buffers = ddp.get("broadcast_buffers") is False
     div = first_divergence(_compared(rank0, buffers=buffers), _compared(other, buffers=buffers))
     if div is not None:
@@ -91,7 +95,7 @@ def decide(records: Records, ranks: dict[int, Records],
 
 
 def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None, rank: int,
-             record: dict[str, Any]) -> str:
+             record: RunRecord) -> str:
     """The message of a failure found on a rank other than 0 (``decide`` gave its divergence)."""
     assert div is not None and pair is not None
     d = div.to_dict()
@@ -99,7 +103,7 @@ def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None,
         return f"{pair[0]} ≠ {pair[1]} on rank {rank} {verdicts.where_text(d)}"
     text = (f"rank {rank}'s replica ≠ rank 0's in run {pair[0]} {verdicts.where_text(d)} "
             f"({div.differing_tensors} tensors differ): DDP replicas must hold identical state")
-    ddp = (record.get("distributed") or {}).get("ddp") or {}
+    ddp = (record.distributed or {}).get("ddp") or {}
     if div.kind == "buffer" and ddp.get("broadcast_buffers") is False:
         text += ("; DDP was built with broadcast_buffers=False, so each rank keeps its own buffers (BatchNorm "
                  "statistics of its shard): drop it, or convert BatchNorm with SyncBatchNorm.convert_sync_batchnorm")
@@ -108,13 +112,13 @@ def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None,
     return text
 
 
-def shared_batches(record_a: dict[str, Any], ranks: dict[int, Records]) -> str | None:
+def shared_batches(record_a: RunRecord, ranks: dict[int, Records]) -> str | None:
     """'ranks 0 and 1 train on the same batches ...' when another rank's batch checksums equal
     rank 0's at every step of run A: each rank sees all the data, not its shard."""
-    mine = record_a.get("batch_fingerprints") or []
+    mine = record_a.batch_fingerprints
     if not mine or not any(mine):
         return None
-    same = [r for r, own in sorted(ranks.items()) if (own.get("A") or {}).get("batch_fingerprints") == mine]
+    same = [r for r, own in sorted(ranks.items()) if "A" in own and own["A"].batch_fingerprints == mine]
     if not same:
         return None
     who = ", ".join(str(r) for r in same)

@@ -35,6 +35,7 @@ from ...errors import WorkerFailed
 from ...runner import RunContext, run_worker
 from ...worker.process.spec import PROFILE_STEPS, WorkerSpec
 from ..base import StageRun
+from ...worker.run_record import RunRecord
 from . import lockstep, sampling
 from ..model_entry import add_result
 
@@ -147,28 +148,28 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mo
     return rows
 
 
-def _mode_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    sps = [r["steps_per_s"] for r in records]
-    samples = [r["samples_per_s"] for r in records if r.get("samples_per_s")]
-    peaks = [r["peak_memory_bytes"] for r in records if r.get("peak_memory_bytes")]
-    data = [statistics.median(r["data_times_s"]) for r in records if r.get("data_times_s")]
+def _mode_summary(records: list[RunRecord]) -> dict[str, Any]:
+    sps = [r.steps_per_s or 0.0 for r in records]
+    samples = [r.samples_per_s for r in records if r.samples_per_s]
+    peaks = [r.peak_memory_bytes for r in records if r.peak_memory_bytes]
+    data = [statistics.median(r.data_times_s) for r in records if r.data_times_s]
     return {
         "steps_per_s": statistics.median(sps),
         "samples_per_s": statistics.median(samples) if samples else None,
         "step_ms_median": 1000.0 / statistics.median(sps),
         "data_wait_ms_median": 1000.0 * statistics.median(data) if data else None,  # part of a step
         "peak_memory_bytes": max(peaks) if peaks else None,
-        "peak_memory_kind": records[0].get("peak_memory_kind"),
+        "peak_memory_kind": records[0].peak_memory_kind,
         "steps_per_s_reps": [round(v, 4) for v in sps],
     }
 
 
 def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], sampler: sampling.Sampler | None,
-             modes: tuple[str, ...], budget: sampling.Budget) -> tuple[dict[str, dict[int, dict[str, Any]]], bool]:
+             modes: tuple[str, ...], budget: sampling.Budget) -> tuple[dict[str, dict[int, RunRecord]], bool]:
     """Run the repetitions (paired: as many as the sampler wants; else while the budget holds
     one more as long as the longest so far); each mode's record per repetition, and whether
     the budget left repetitions out."""
-    by_mode: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in modes}
+    by_mode: dict[str, dict[int, RunRecord]] = {m: {} for m in modes}
     longest = 0.0
     for rep, group in enumerate(groups, start=1):
         if sampler is not None and not sampler.more_reps():
@@ -185,7 +186,7 @@ def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], s
         else:
             records = [run_worker(ctx, spec) for spec in group]
         for spec, record in zip(group, records):
-            if not record.get("steps_per_s"):
+            if not record.steps_per_s:
                 raise WorkerFailed(f"run {spec.role} timed no step; raise --steps")
             by_mode[spec.mode][rep] = record
         longest = max(longest, budget.elapsed() - began)
@@ -226,15 +227,15 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
         result["slowdowns"] = {m: sampler.summary(m) for m in modes if m != BASELINE}
     else:  # slowdown of a repetition: baseline steps/s over the mode's (> 1: the mode is slower)
         result["slowdowns"] = {
-            m: slowdown([by_mode[BASELINE][r]["steps_per_s"] / by_mode[m][r]["steps_per_s"] for r in reps],
+            m: slowdown([(by_mode[BASELINE][r].steps_per_s or 0.0) / (by_mode[m][r].steps_per_s or 1.0) for r in reps],
                         budget_spent=budget_spent)
             for m in modes if m != BASELINE
         }
     result["slowdown"] = result["slowdowns"].get("strict", {})
-    ops = {m: [by_mode[m][r]["ops"] for r in reps if by_mode[m][r].get("ops")] for m in modes}
+    ops = {m: [by_mode[m][r].ops for r in reps if by_mode[m][r].ops] for m in modes}
     result["top_ops"] = attribute_ops(ops, device=options.device)
-    result["profiled_steps"] = next((by_mode[m][1].get("profiled_steps") for m in modes), 0)
-    result["cpus"] = by_mode[BASELINE][1].get("cpus")  # where a CPU pair took its turns
+    result["profiled_steps"] = next((by_mode[m][1].profiled_steps for m in modes), 0)
+    result["cpus"] = by_mode[BASELINE][1].cpus  # where a CPU pair took its turns
     result["seconds"] = round(time.monotonic() - t0, 3)
     return result
 

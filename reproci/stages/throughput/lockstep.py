@@ -25,6 +25,7 @@ from typing import Any, Callable
 from ...errors import WorkerFailed
 from ...runner import RunContext, run_worker
 from ...worker.process.spec import DONE, END_TIMING, GO, WorkerSpec
+from ...worker.run_record import RunRecord
 
 POLL_S = 0.5  # how often a wait for a turn's end checks that the worker is still alive
 
@@ -86,7 +87,7 @@ RoundTimes = list["float | None"]  # one round's clocked step time per spec, in 
 OnRound = Callable[[RoundTimes], bool]  # True: enough is timed, end the timing
 
 
-def run_together(ctx: RunContext, specs: list[WorkerSpec], on_round: OnRound | None = None) -> list[dict[str, Any]]:
+def run_together(ctx: RunContext, specs: list[WorkerSpec], on_round: OnRound | None = None) -> list[RunRecord]:
     """Launch every spec at once and hand out turns, one step each per round (the order
     flipped every round), until every run has taken its last step; return their records.
 
@@ -99,7 +100,7 @@ def run_together(ctx: RunContext, specs: list[WorkerSpec], on_round: OnRound | N
     work.mkdir(parents=True, exist_ok=True)
     turns = [Turn(work, str(s.lockstep)) for s in specs]
     failure: WorkerFailed | None = None
-    records: list[dict[str, Any]] = []
+    records: list[RunRecord] = []
     errors: list[WorkerFailed] = []
     try:
         with ThreadPoolExecutor(max_workers=len(specs)) as pool:
