@@ -229,3 +229,27 @@ def test_a_persistent_torchmetrics_metric_keeps_its_device_after_a_resume(tmp_pa
     resumed.model.acc.to("meta")
     checkpoint.load(str(tmp_path / "ckpt.pt"), resumed, CPU)
     assert {getattr(resumed.model.acc, s).device.type for s in ("tp", "fp", "tn", "fn")} == {"meta"}
+
+
+def test_a_metrics_list_state_empty_before_the_resume_goes_to_the_metrics_device(tmp_path: Path):
+    """A plain plugin (no Lightning) holding a persistent torchmetrics ``CatMetric``: its list
+    state, empty in the resumed process, is given the checkpoint's CPU tensors; the metric puts
+    them on its own device (on a GPU the next update raised "Encountered different devices").
+    No GPU here: the meta device stands in for one."""
+    from .helpers import installed
+
+    (torchmetrics,) = installed("torchmetrics")
+    original = _setup(seed=0)
+    original.model.add_module("seen", torchmetrics.CatMetric())
+    original.model.seen.persistent(True)
+    original.model.seen.update(torch.tensor([1.0, 2.0]))
+    checkpoint.save(str(tmp_path / "ckpt.pt"), original, LoopPosition(step=1))
+
+    resumed = _setup(seed=1)
+    resumed.model.add_module("seen", torchmetrics.CatMetric().to("meta"))
+    resumed.model.seen.persistent(True)
+    assert resumed.model.seen.value == []  # nothing in it tells where it lives
+    checkpoint.load(str(tmp_path / "ckpt.pt"), resumed, CPU)
+    assert [t.device.type for t in resumed.model.seen.value] == ["meta"]
+    assert resumed.model.seen.device.type == "meta"
+    assert all(p.device.type == "cpu" for p in resumed.model.parameters())  # the rest where it was

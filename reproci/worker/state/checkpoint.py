@@ -18,6 +18,7 @@ import torch
 from . import rng
 from ..contract import TrainSetup
 from ..data.loader import EpochStart, extra_state
+from .census import is_metric
 from .state import object_sha256
 
 CHECKPOINT_VERSION = 2
@@ -89,11 +90,18 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
     return pos, Resume(rng=rng.to_cpu(state["rng"]), extra=state["extra"])
 
 
+WHOLE_METRIC = ""  # the name under which a torchmetrics Metric's own device is kept
+
+
 def _attribute_devices(roots: tuple[torch.nn.Module, ...]) -> dict[tuple[torch.nn.Module, str], torch.device]:
-    """Where each tensor a module keeps as a plain attribute (or a list of them) lives now."""
+    """Where each tensor a module keeps as a plain attribute (or a list of them) lives now, and
+    where each torchmetrics ``Metric`` is (``m.device``): a list state empty now holds no tensor
+    to tell, yet a persistent one is given the checkpoint's CPU tensors."""
     placed = {}
     for root in roots:
         for module in root.modules():
+            if is_metric(module):
+                placed[(module, WHOLE_METRIC)] = module.device
             for name, value in vars(module).items():
                 first = value[0] if isinstance(value, list) and value else value
                 if isinstance(first, torch.Tensor) and not isinstance(first, torch.nn.Parameter) \
@@ -108,6 +116,9 @@ def _put_back(placed: dict[tuple[torch.nn.Module, str], torch.device]) -> None:
     on a device run: each goes back to the device it was on before the load, as a buffer's
     copy would (else the next update mixes devices: "Encountered different devices")."""
     for (module, name), device in placed.items():
+        if name == WHOLE_METRIC:
+            module.to(device)  # every state, list states included, and the metric's own record of its device
+            continue
         value = getattr(module, name, None)
         if isinstance(value, torch.Tensor) and value.device != device:
             setattr(module, name, value.to(device))
