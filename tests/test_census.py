@@ -18,8 +18,9 @@ from reproci.stages.determinism import census as compare
 from reproci.worker.state import census
 from reproci.worker.state.state import transient_buffers
 from reproci.worker.contract import ModelContext, TrainSetup
+from reproci.worker.record import RunRecord
 
-from .helpers import PLUGINS, Cli, installed
+from .helpers import PLUGINS, Cli, installed, run_record
 
 
 def _setup(**kw) -> TrainSetup:
@@ -172,8 +173,9 @@ def test_a_second_loader_drawn_by_hand_is_named_by_its_generator_and_position():
     assert not [p for p in census.take(own) if p.startswith("loss_fn") or "generator" in p]
 
 
-def _record(k: int, resume: dict, next_: dict | None = None) -> dict:
-    return {"census": {"at": k, "resume": {"items": resume}, "next": {"items": next_ if next_ is not None else resume}}}
+def _record(k: int, resume: dict, next_: dict | None = None) -> RunRecord:
+    return run_record(census={"at": k, "resume": {"items": resume},
+                              "next": {"items": next_ if next_ is not None else resume}})
 
 
 def test_strong_differences_fail_and_plain_values_are_notices():
