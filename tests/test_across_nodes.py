@@ -87,7 +87,7 @@ def test_a_failure_on_either_node_is_the_models_verdict(tmp_path):
 
 
 def test_a_twin_goes_to_the_next_node_and_records_no_golden():
-    spec = cell.CellSpec(name="conv@local", model="conv", args=(), goldens_dir="goldens", update_golden=True)
+    spec = cell.CellSpec(name="conv@local", model="conv", options={}, goldens_dir="goldens", update_golden=True)
     assert across.placements(["n1", "n2", "n3"], 2, spec, False) == [("n3", spec)]
     (here, mine), (there, twin) = across.placements(["n1", "n2", "n3"], 2, spec, True)
     assert (here, there) == ("n3", "n1")
@@ -96,7 +96,7 @@ def test_a_twin_goes_to_the_next_node_and_records_no_golden():
 
 
 def test_fewer_than_two_nodes_cannot_hold_a_twin():
-    spec = cell.CellSpec(name="conv@local", model="conv", args=(), goldens_dir="goldens")
+    spec = cell.CellSpec(name="conv@local", model="conv", options={}, goldens_dir="goldens")
     with pytest.raises(errors.UsageError, match=r"two nodes, and 1 node of the cluster can take these cells") as e:
         across.placements(["n1"], 0, spec, True)
     assert e.value.return_code == errors.EXIT_USAGE
