@@ -142,3 +142,43 @@ def test_the_op_named_is_the_first_the_loss_or_gradients_read():
     assert "neither the loss nor the gradients read it" in verdicts.op_text(op)
     only_log = first_op_difference(a, _step_with_a_logged_value(1.0, 0.0))
     assert only_log["found"] and only_log["source"].startswith(f"test_ops.py:{line + 9} ") and "aside" not in only_log
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_the_training_step_records_the_ops_of_the_users_step_and_no_more(parts):
+    """A golden's per-op hashes are the ops of the user's step: reproci's step (``train_step``)
+    adds none of its own inside the recording (a view of the scalar loss before the backward, the
+    loss detached before the optimizer's step), so goldens recorded before it still line up op
+    for op; with gradient accumulation, the micro-batches' losses are taken after the step too."""
+    from reproci.worker.contract import TrainSetup
+    from reproci.worker.data.batches import Accumulated
+    from reproci.worker.train import train_step
+
+    def by_hand() -> list[str]:
+        torch.manual_seed(0)
+        model, x = torch.nn.Linear(3, 2), torch.arange(6.0).reshape(2, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with OpRecorder(model, opt) as rec:
+            opt.zero_grad(set_to_none=True)
+            losses = []
+            for _ in range(parts):
+                loss = model(x).square().mean()
+                (loss / parts if parts > 1 else loss).backward()
+                losses.append(loss)
+            opt.step()
+            total = losses[0].detach()
+            for more in losses[1:]:
+                total = total + more.detach()
+            _ = total / parts if parts > 1 else total
+        return [r["op"] for r in rec.rows]
+
+    def by_reproci() -> list[str]:
+        torch.manual_seed(0)
+        model, x = torch.nn.Linear(3, 2), torch.arange(6.0).reshape(2, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        setup = TrainSetup(model=model, optimizer=opt, loss_fn=lambda m, b: m(b).square().mean(), loader=[])
+        with OpRecorder(model, opt) as rec:
+            train_step(setup, model, Accumulated([x] * parts) if parts > 1 else x, step=1)
+        return [r["op"] for r in rec.rows]
+
+    assert by_reproci() == by_hand()

@@ -263,13 +263,13 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
     compiled under ``--compile``); each forward and loss runs in ``autocast()`` (``--amp``)."""
     parts = list(batch) if isinstance(batch, Accumulated) else [batch]
     setup.optimizer.zero_grad(set_to_none=True)
-    total = None
+    losses = []
     for part in parts:
         with autocast():
             loss = loss_of(setup.loss_fn(net, part))
         scaled = loss / len(parts) if len(parts) > 1 else loss
         (setup.scaler.scale(scaled) if setup.scaler is not None else scaled).backward()
-        total = loss.detach() if total is None else total + loss.detach()
+        losses.append(loss)
     if setup.scaler is not None:
         if setup.grad_clip is not None:
             setup.scaler.unscale_(setup.optimizer)
@@ -280,7 +280,10 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
         if setup.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(setup.model.parameters(), setup.grad_clip)
         setup.optimizer.step()
-    assert total is not None
+    # detached after the optimizer's step, where the recorded ops of a step have always had it
+    total = losses[0].detach()
+    for more in losses[1:]:
+        total = total + more.detach()
     loss = total / len(parts) if len(parts) > 1 else total
     if setup.scheduler is not None:
         setup.scheduler.stepped(step, loss)
