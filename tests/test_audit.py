@@ -1,4 +1,4 @@
-"""The op audit (``reproci/worker/audit/audit.py``, ``reproci/stages/audit.py``): the table
+"""The op audit (``reproci/worker/audit/audit.py``, ``reproci/stages/audit/``): the table
 against the installed torch, the matching rules, and real audits of a model with an op
 that strict mode refuses on CUDA beside its fixed twin, and of the reference models."""
 

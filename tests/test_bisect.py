@@ -1,4 +1,4 @@
-"""The bisection (``reproci/stages/bisect.py``): on four models each nondeterministic for one
+"""The bisection (``reproci/stages/bisect/``): on four models each nondeterministic for one
 reason (``tests/plugins/culprits.py``), ``reproci bisect`` names that reason; a drifting
 golden is bisected over the factors the golden's run set; the text of each outcome."""
 

@@ -1,4 +1,4 @@
-"""Upgrade blame (``reproci/stages/blame.py``, ``reproci/blame/images.py``) against a real
+"""Upgrade blame (``reproci/stages/blame/``, ``reproci/blame/images.py``) against a real
 Docker engine: two images built here from the CPU test image plus tiny wheels built here, the
 "upgrade" moving four packages: ``knob`` 1.0 → 2.0 (a constant the model trains with; its new
 version pins ``knob-extra`` exactly, so the two move as a group), ``noop`` 1.0 → 1.1 (no number

@@ -1,4 +1,4 @@
-"""The portability probes (``reproci/stages/probes.py`` and the worker's ``perturb`` and
+"""The portability probes (``reproci/stages/probes/`` and the worker's ``perturb`` and
 ``inspection``): each dependency found in a model as users write it, none in its fixed
 twin, and ``--probes-fail``."""
 

@@ -60,6 +60,14 @@ def per_model(run_model: Callable[[StageRun, ModelRef], dict[str, Any]], run: St
     return [f.result() for f in futures]
 
 
+def attach_results(name: str, run_model: Callable[[StageRun, ModelRef], dict[str, Any]], run: StageRun,
+                   entries: list[dict[str, Any]]) -> None:
+    """``per_model(run_model, run)``, each model's result on its entry under the stage's name,
+    claiming nothing about the verdict (the audit's and the probes' way)."""
+    for entry, result in zip(entries, per_model(run_model, run)):
+        entry[name] = result
+
+
 class Stage:
     """The one interface of a stage (see the module's docstring for each part)."""
 

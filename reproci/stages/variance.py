@@ -14,13 +14,16 @@ import dataclasses
 import json
 from typing import Any
 
+from rich.console import Console
+
 from .. import stats, verdicts
 from ..errors import WorkerFailed
 from ..settings.models import ModelRef
 from ..settings.options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec
-from .base import StageRun
+from ..reports import variance as variance_report
+from .base import Stage, StageRun
 from ..worker import run_record
 from ..worker.run_record import Launched, RunRecord
 from .determinism import base_spec
@@ -138,3 +141,28 @@ def variance_summary(entry: dict[str, Any]) -> dict[str, Any]:
     return {"version": SUMMARY_VERSION, "k": v["k"], "seeds": v["seeds"], "steps": v.get("steps"),
             "metrics": {name: {k: m.get(k) for k in ("values", "mean", "std", "lower_is_better")}
                         for name, m in v["metrics"].items()}}
+
+
+class Variance(Stage):
+    """K seeds per model, judged against the golden's seed noise."""
+
+    name = "variance"
+    records = ("variance",)
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        run_all(run, entries)
+
+    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+        for line in variance_report.terminal_lines(document):
+            out.print(line, highlight=False, markup=False)
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return variance_report.markdown(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ..reports import html  # matplotlib, imported when a report is made
+
+        return html.variance(document)
+
+
+STAGE = Variance()

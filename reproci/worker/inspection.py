@@ -1,4 +1,4 @@
-"""Two portability probes that need no second run (``reproci/stages/probes.py``): does
+"""Two portability probes that need no second run (``reproci/stages/probes/``): does
 each epoch visit the samples in a new order, and is a sample's output the same alone as
 inside a batch? Both look at the plugin's own loader and model, fresh from its factory,
 before any training step. (Worker side: stdlib and torch only.)"""

@@ -1,4 +1,4 @@
-"""Perturbations of a run for the portability probes (``reproci/stages/probes.py``):
+"""Perturbations of a run for the portability probes (``reproci/stages/probes/``):
 one factor of the environment changed, everything else as in the baseline run. The
 hash seed and the thread count are set by the launcher; the directory listing order and
 the DataLoader's worker count are changed here, before the plugin's factory runs or

@@ -68,7 +68,7 @@ class WorkerSpec:
     # With ops_path: these steps instead (ops_path.format(step=...)), digests only (goldens' per-op hashes)
     ops_steps: tuple[int, ...] = ()
     audit_path: str | None = None  # the op audit of the first step (worker.audit); strict mode warns, not raises
-    # Portability probes (stages/probes.py): a perturbed copy of a run, one factor changed
+    # Portability probes (stages/probes/): a perturbed copy of a run, one factor changed
     hash_seed: int | None = None  # PYTHONHASHSEED, when not the seed
     reverse_listing: bool = False  # os.listdir, os.scandir, glob and Path.iterdir give reversed orders
     num_workers: int | None = None  # rebuild a DataLoader with this many worker processes

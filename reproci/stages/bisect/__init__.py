@@ -21,17 +21,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .. import verdicts
-from ..errors import WorkerFailed
-from ..golden.divergence import first_divergence
-from ..settings.models import ModelRef
-from ..runner import RunContext, run_worker
-from ..worker.process.spec import WorkerSpec
-from .base import StageRun
-from .determinism import beyond_tensors, golden_cause
-from .determinism import STAGGER_S, plan, warm_spec
-from ..worker import run_record
-from ..worker.run_record import RunRecord
+from ... import verdicts
+from ...errors import WorkerFailed
+from ...golden.divergence import first_divergence
+from ...settings.models import ModelRef
+from ...runner import RunContext, run_worker
+from ...worker.process.spec import WorkerSpec
+from ..base import StageRun
+from ..determinism import beyond_tensors, golden_cause
+from ..determinism import STAGGER_S, plan, warm_spec
+from ...worker import run_record
+from ...worker.run_record import RunRecord
 
 Records = dict[str, dict[str, Any]]
 

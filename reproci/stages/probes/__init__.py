@@ -17,17 +17,17 @@ import json
 import time
 from typing import Any, Callable
 
-from .. import verdicts
-from ..errors import WorkerFailed
-from ..golden.divergence import first_divergence
-from ..settings.models import ModelRef
-from ..settings.options import RunOptions
-from ..runner import RunContext, run_many
-from ..worker.process.spec import WorkerSpec, other_worker_count
-from .base import StageRun
-from .determinism import epochs
-from ..worker.run_record import RunRecord
-from .determinism import base_spec, measure
+from ... import verdicts
+from ...errors import WorkerFailed
+from ...golden.divergence import first_divergence
+from ...settings.models import ModelRef
+from ...settings.options import RunOptions
+from ...runner import RunContext, run_many
+from ...worker.process.spec import WorkerSpec, other_worker_count
+from ..base import StageRun
+from ..determinism import epochs
+from ...worker.run_record import RunRecord
+from ..determinism import base_spec, measure
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
 # probe -> (the factor, how a spec is perturbed)

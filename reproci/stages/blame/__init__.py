@@ -22,18 +22,18 @@ import sys
 import time
 from typing import Any
 
-from .. import backends, verdicts
-from ..blame import images as blame_images
-from ..errors import InfrastructureError, WorkerFailed
-from ..golden.divergence import step_rows
-from ..golden.drift import move
-from ..golden.environment import affects_results, package_diff
-from ..runner import run_worker
-from .base import StageRun
-from ..worker import run_record
-from ..worker.run_record import RunRecord
-from .determinism import base_spec
-from .determinism.golden_cause import matches
+from ... import backends, verdicts
+from ...blame import images as blame_images
+from ...errors import InfrastructureError, WorkerFailed
+from ...golden.divergence import step_rows
+from ...golden.drift import move
+from ...golden.environment import affects_results, package_diff
+from ...runner import run_worker
+from ..base import StageRun
+from ...worker import run_record
+from ...worker.run_record import RunRecord
+from ..determinism import base_spec
+from ..determinism.golden_cause import matches
 
 MAX_PAIRS = 10
 
@@ -49,7 +49,7 @@ def conclude(run: StageRun, document: dict[str, Any]) -> None:
         for entry in targets:
             _attach(entry, {"culprit": None, "message": f"not blamed: {why}"})
         return
-    from ..backends.docker_engine import Engine
+    from ...backends.docker_engine import Engine
 
     engine = Engine.connect()
     try:

@@ -11,11 +11,11 @@ import json
 import time
 from typing import Any
 
-from ..errors import WorkerFailed
-from ..settings.models import ModelRef
-from ..runner import run_worker
-from .base import StageRun
-from .determinism import base_spec
+from ...errors import WorkerFailed
+from ...settings.models import ModelRef
+from ...runner import run_worker
+from ..base import StageRun
+from ..determinism import base_spec
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}

@@ -1,0 +1,37 @@
+"""The bisection as ``reproci run`` sees it (``stages.base.Stage``): each failing model's check
+again, one factor after another turned off, at conclude, once the golden comparison has said
+which models drifted. In a module of its own because the reports read the package (``rows``,
+``nothing``) and this module reads the reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from ...reports import findings, markdown
+from ..base import Stage, StageRun
+from . import conclude
+
+
+class Bisect(Stage):
+    """Each failing model's check again, one factor after another turned off."""
+
+    name = "bisect"
+
+    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+        conclude(run, document)
+
+    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+        findings.print_bisect(document, out)
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return markdown.bisect_section(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ...reports import html  # matplotlib, imported when a report is made
+
+        return html.bisect_section(document)
+
+
+STAGE = Bisect()

@@ -1,0 +1,36 @@
+"""The portability probes as ``reproci run`` sees them (``stages.base.Stage``): what each model's
+results depend on, one setting changed at a time, and their rows in every report. In a module of
+its own because the reports read the package (``rows``, the outcomes) and this module reads the reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from ...reports import findings, markdown
+from ..base import Stage, StageRun, attach_results
+from . import run_model
+
+
+class Probes(Stage):
+    """What each model's results depend on, one setting changed at a time."""
+
+    name = "probes"
+
+    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+        attach_results(self.name, run_model, run, entries)
+
+    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+        findings.print_probes(document, out)
+
+    def markdown(self, document: dict[str, Any]) -> list[str]:
+        return markdown.probes_section(document)
+
+    def html(self, document: dict[str, Any]) -> str:
+        from ...reports import html  # matplotlib, imported when a report is made
+
+        return html.probes_section(document)
+
+
+STAGE = Probes()
