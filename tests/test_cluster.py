@@ -32,7 +32,7 @@ def test_a_cells_options_give_back_every_option_the_user_gave(argv):
     given = parsed(*argv, "-m", "conv", "--results-dir", "out", "--update-golden", "--backend", "ray")
     sent = declared.for_cell(given)
     back = declared.from_cell(json.loads(json.dumps(sent)))  # as a Ray task or a Slurm spool carries it
-    driver_only = {o.key for o in declared.OPTIONS if not o.cell or o.group == declared.CLUSTER}
+    driver_only = {o.key for o in declared.options() if not o.cell or o.group == declared.CLUSTER}
     assert back == {k: v for k, v in given.items() if k not in driver_only and v not in (None, ())}
     assert not {"models", "results_dir", "update_golden", "backend"} & set(sent)  # the cell sets its own
 

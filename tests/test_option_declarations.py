@@ -22,7 +22,7 @@ RECORDED = ["stages", "profile", "steps", "resume_at", "seed", "threads", "world
 @pytest.fixture
 def knob(monkeypatch):
     """A stage's knob, declared while the test runs and nowhere else."""
-    o = Option(name="warm_steps", group=declared.THROUGHPUT, type=int, yaml=INTEGER, default=2, convert=int,
+    o = Option(name="warm_steps", group="throughput", type=int, yaml=INTEGER, default=2, convert=int,
                refuse=lambda v: None if v >= 1 else f"must be at least 1 (got {v})", record=True,
                help="Throughput stage: steps each process takes before its timed ones (default 2).")
     monkeypatch.setattr(declared, "OPTIONS", [*declared.OPTIONS, o])
@@ -64,8 +64,8 @@ def test_the_results_record_the_options_they_always_recorded_in_their_order():
 
 def test_every_option_of_the_command_line_is_one_declaration():
     run = cli_module.cli.commands["run"]
-    assert [p.name for p in run.params] == [o.key for o in declared.OPTIONS]
-    assert set(config_file.config_keys()) == {k for o in declared.OPTIONS if o.yaml for k in (o.name, *o.aliases)}
+    assert [p.name for p in run.params] == [o.key for o in declared.options()]
+    assert set(config_file.config_keys()) == {k for o in declared.options() if o.yaml for k in (o.name, *o.aliases)}
 
 
 def test_bisect_reads_reproci_yaml_once(tmp_path, monkeypatch):

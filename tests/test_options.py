@@ -45,10 +45,10 @@ def test_bad_values_are_usage_errors(kw, fragment):
 
 def test_the_time_budget_comes_from_the_command_line_over_the_config_file_over_its_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert build(cli(), env={}).time_budget == 15.0  # the quick profile's three models within 60 s on a GPU
+    assert build(cli(), env={}).knob("time_budget") == 15.0  # the quick profile's three models within 60 s on a GPU
     (tmp_path / "reproci.yaml").write_text("time_budget: 40\n")
-    assert build(cli(), env={}).time_budget == 40.0
-    assert build(cli(time_budget=5.5), env={}).time_budget == 5.5
+    assert build(cli(), env={}).knob("time_budget") == 40.0
+    assert build(cli(time_budget=5.5), env={}).knob("time_budget") == 5.5
     (tmp_path / "reproci.yaml").write_text("time_budget: -1\n")
     with pytest.raises(errors.UsageError, match=r"^reproci.yaml: time_budget must be a positive number of seconds"):
         build(cli(), env={})

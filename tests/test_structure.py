@@ -188,12 +188,26 @@ def test_each_cli_verb_lives_in_its_own_command_module() -> None:
 
 def test_every_stage_the_options_accept_is_one_entry_of_the_registry() -> None:
     """The orchestrator loops over the registry: a stage --stage accepts and nothing runs is a bug."""
-    from reproci.settings.options import STAGES
+    from reproci.settings.declared import stage_names
     from reproci.stages import registry
 
+    STAGES = stage_names()
     assert tuple(s.name for s in registry.STAGES) == STAGES
     assert [s.name for s in registry.selected(("probes", "determinism"))] == ["determinism", "probes"]
     for path in (PACKAGE / "orchestrate.py", PACKAGE / "commands" / "run.py", *sorted((PACKAGE / "reports").glob("*.py"))):
         source = path.read_text()
         for name in STAGES:  # no stage special-cased: each says its own part
             assert not re.search(rf'"{name}"\s+(not\s+)?in\s+[^\n]*stages', source), (path.name, name)
+
+
+def test_the_options_hold_no_rule_about_a_named_stage() -> None:
+    """What an option or a stage needs of the others is data the stage declares (``needs``,
+    ``needs_image``, an option's ``adds_stage`` and ``needs_stage``): settings/options.py names a
+    stage only as a field's default."""
+    from reproci.settings.declared import stage_names
+
+    tree = ast.parse((PACKAGE / "settings" / "options.py").read_text())
+    defaults = {id(n) for a in ast.walk(tree) if isinstance(a, ast.AnnAssign) for n in ast.walk(a)}
+    named = [n.value for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and n.value in stage_names() and id(n) not in defaults]
+    assert named == []

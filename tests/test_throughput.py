@@ -76,7 +76,8 @@ def test_regression_beyond_the_factor_warns_in_one_line():
 
 
 def test_plan_runs_each_mode_in_its_own_process_interleaved_abba():
-    opts = RunOptions(models=resolve_all(("embedding",)), stages=("throughput",), steps=12, repetitions=4)
+    opts = RunOptions(models=resolve_all(("embedding",)), stages=("throughput",), steps=12,
+                      knobs={"repetitions": 4})
     groups = throughput.plan(opts, opts.models[0], project_commit=None, image={},
                              modes=("strict", "default", "bookkeeping"))
     assert [[s.role for s in g] for g in groups[:2]] == [

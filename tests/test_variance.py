@@ -198,8 +198,8 @@ def test_seeds_come_from_the_flag_or_reproci_yaml_and_one_is_refused(tmp_path: P
     config = tmp_path / "reproci.yaml"
     config.write_text("stages: [variance]\nseeds: 4\n")
     built = options.build({"config": config})
-    assert built.seeds == 4 and built.stages == ("variance",)
-    assert options.build({"config": config, "seeds": 7}).seeds == 7
+    assert built.knob("seeds") == 4 and built.stages == ("variance",)
+    assert options.build({"config": config, "seeds": 7}).knob("seeds") == 7
     code, _, err = cli("run", "--stage", "variance", "--seeds", "1")
     assert code == 2 and err == ("error: --seeds must be at least 2 for a spread (got 1); `reproci compare` needs "
                                  "at least 3 on each side")

@@ -10,10 +10,10 @@ import click
 from ..settings.config_file import Settings
 from ..errors import UsageError
 from .bisect import with_stage
-from .run import run_options
+from .run import RunCommand, run_options
 
 
-@click.command("blame")
+@click.command("blame", cls=RunCommand)
 @run_options(helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
                              "reference): the golden names the old one."})
 def blame_cmd(**kwargs: Any) -> None:

@@ -3,6 +3,7 @@ code; ``orchestrate.run_all`` does the work."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import replace
@@ -18,8 +19,8 @@ from ..settings import declared
 from ..settings.declared import Option
 from ..stages import registry
 
-def click_option(o: Option) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The click option of a declaration (``settings.declared``)."""
+def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
+    """The parameter declarations and settings of a declaration's click option."""
     flags = o.flags or ("--" + o.name.replace("_", "-"),)
     if o.negatable:
         flags = (f"{flags[0]}/--no-{flags[0].removeprefix('--')}",)
@@ -37,7 +38,22 @@ def click_option(o: Option) -> Callable[[Callable[..., Any]], Callable[..., Any]
         more["hidden"] = True
     if o.metavar:
         more["metavar"] = o.metavar
-    return click.option(*flags, o.key, type=kind, default=None, help=o.help, **more)
+    return [*flags, o.key], {"type": kind, "default": None, "help": o.help, **more}
+
+
+def click_option(o: Option) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The click option of a declaration (``settings.declared``)."""
+    decls, attrs = _click_args(o)
+    return click.option(*decls, **attrs)
+
+
+@functools.cache
+def _late_option(o: Option) -> click.Option:
+    decls, attrs = _click_args(o)
+    return click.Option(decls, **attrs)
+
+
+_GIVEN: dict[Callable[..., Any], frozenset[str]] = {}  # a command's function -> the options @run_options gave it
 
 
 def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...] = (),
@@ -46,15 +62,29 @@ def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...
     or ``@run_options(without=(names...), helps={name: help})`` for a command that has no use
     for some of them or says one differently (bisect's -m is required)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for option in reversed(declared.OPTIONS):
+        table = declared.options()
+        for option in reversed(table):
             fn = click_option(option)(fn)
         params = fn.__click_params__  # type: ignore[attr-defined]
         params[:] = [p for p in params if p.name not in without]
         for p in params:
             if p.name in (helps or {}):
                 p.help = (helps or {})[p.name]
+        _GIVEN[fn] = frozenset(o.key for o in table)
         return fn
     return decorate(fn) if fn is not None else decorate
+
+
+class RunCommand(click.Command):
+    """A command with the options of ``reproci run`` (``@click.command(NAME, cls=RunCommand)`` over
+    ``@run_options``): the knobs of a stage registered after it was made (``registry.register``)
+    are options of it too, after the others."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        given = _GIVEN.get(self.callback) if self.callback is not None else None
+        late = [_late_option(o) for o in declared.options() if given is not None and o.key not in given]
+        help_option = self.get_help_option(ctx)
+        return [*self.params, *late, *([help_option] if help_option is not None else [])]
 
 
 SLURM_ONLY = ("partition", "account", "qos", "slurm_time", "gres", "gpus_per_task", "sbatch_args", "launcher",
@@ -131,7 +161,7 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
         raise SystemExit(code)
 
 
-@click.command("run")
+@click.command("run", cls=RunCommand)
 @run_options
 def run_cmd(**kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage (and any other --stage)."""

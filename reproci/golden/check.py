@@ -100,7 +100,7 @@ def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: 
         current = throughput_summary(entry)
         if g is None or not current or not g.entry.get("throughput"):
             continue
-        msg = check_regression(current, g.entry["throughput"], options.slowdown_factor)
+        msg = check_regression(current, g.entry["throughput"], options.knob("slowdown_factor"))
         if msg:
             entry["throughput_regression"] = msg
             entry["throughput"]["regression"] = msg

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import yaml
 
 from ..errors import ConfigError
-from .declared import OPTIONS, config_keys
+from .declared import config_keys, options
 
 CONFIG_FILE = "reproci.yaml"
 
@@ -59,7 +59,7 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         expected, ok = keys[key]
         if value is not None and not ok(value):
             raise ConfigError(f"{path}: {key}: expected {expected}, got {value!r}; fix the file")
-    for o in OPTIONS:
+    for o in options():
         for alias in o.aliases:
             if alias in data and o.name not in data:
                 data[o.name] = data.pop(alias)
@@ -68,7 +68,7 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
 
 def _param(name: str) -> str:
     """The click parameter that holds the command line's value of the option ``name``."""
-    return next((o.key for o in OPTIONS if o.name == name), name)
+    return next((o.key for o in options() if o.name == name), name)
 
 
 class Settings:
@@ -121,4 +121,4 @@ class Settings:
         not set at all), 'reproci.yaml: compile_mode' from the config file."""
         if self.from_file(name):
             return f"{self.from_file(name)}{name}"
-        return next((o.shown for o in OPTIONS if o.name == name), "--" + name.replace("_", "-"))
+        return next((o.shown for o in options() if o.name == name), "--" + name.replace("_", "-"))

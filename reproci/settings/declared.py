@@ -2,25 +2,24 @@
 ``reproci.yaml`` key and the check of its value there, its default, the check of its value,
 its group (what it is about) and whether the results record it.
 
-``commands/run.py`` makes the click options from this table, ``settings.file`` the keys
-``reproci.yaml`` accepts, ``settings.options.build`` the frozen ``RunOptions`` and
-``recorded`` the ``options`` of results.json. An option with no field of ``RunOptions`` of
-its own (a stage's knob) is read as ``options.knob(name)``: adding an option is its
-declaration here and its use.
+This module holds the core options (``OPTIONS``: the image, the run's shape, its resources and
+output); each stage declares its own knobs beside its code (``stages.base.Stage.options``), and
+``stages.registry`` hands every stage to ``add_stage`` as it registers it. ``options()`` is the
+whole table: ``commands/run.py`` makes the click options from it, ``settings.config_file`` the
+keys ``reproci.yaml`` accepts, ``settings.options.build`` the frozen ``RunOptions`` and
+``recorded`` the ``options`` of results.json. An option with no field of ``RunOptions`` of its
+own (a stage's knob) is read as ``options.knob(name)``: adding an option is its declaration
+and its use. This module imports nothing of reproci, so that a stage's module can declare its
+options with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
-STAGES = ("determinism", "throughput", "variance", "audit", "probes", "bisect", "blame")
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
-# throughput stage, seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed
-# up, 30 steps timed) took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s
-# a model, plus the last repetition's profiled steps and exit, keeps the three reference models within 60 s there
-DEFAULT_TIME_BUDGET = 15.0
 AMP = ("bf16", "fp16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CPU_ISAS = ("avx2", "avx512", "native")
@@ -32,7 +31,7 @@ SHAPE = "run shape"  # which models, stages, steps: what the runs do
 RESOURCES = "resources"  # what each run gets
 OUTPUT = "output"  # where results, goldens and alerts go
 EXECUTION = "execution"  # compile and autocast: part of a run's identity
-THROUGHPUT, VARIANCE, PROBES, BISECT, BLAME = "throughput", "variance", "probes", "bisect", "blame"  # a stage's knobs
+# a stage's knobs: the group is the stage's name
 
 
 def _is_int(v: Any) -> bool:
@@ -59,6 +58,7 @@ Check = Callable[[Any], bool]
 INTEGER: tuple[str, Check] = ("an integer", _is_int)
 BOOLEAN: tuple[str, Check] = ("true or false", _is_bool)
 SECONDS: tuple[str, Check] = ("a number of seconds", _is_number)
+NUMBER: tuple[str, Check] = ("a number", _is_number)
 NAMES = "a model name or a list of them"
 
 
@@ -87,6 +87,9 @@ class Option:
     refuse: Callable[[Any], str | None] | None = None  # why a value is refused (after the flag's name), else None
     record: bool = False  # recorded in the options of results.json
     cell: bool = True  # a cell of --backend ray or slurm receives it (False: the driver's own, or the cell sets it)
+    # What it has to do with a stage (checked by ``settings.options.build``; no other code names a stage there):
+    adds_stage: str | None = None  # a switch that adds this stage to the run (--bisect)
+    needs_stage: tuple[str, str] | None = None  # (a stage, what the option does): refused unless that stage runs
 
     @property
     def key(self) -> str:
@@ -141,7 +144,7 @@ OPTIONS: list[Option] = [
                 "Default: all reference models."),
     Option(name="stages", flags=("--stage", "-s"), group=SHAPE, multiple=True, record=True,
            yaml=("a stage name or a list of them", _is_names),  # every stage of the registry
-           help=f"Stage: {STAGES[0]} (default), {', '.join(STAGES[1:-1])} or {STAGES[-1]}. Repeatable."),
+           help="Stage: {stages}. Repeatable."),  # the stages, as options() lists them
     Option(name="profile", group=SHAPE, choices=tuple(PROFILES), record=True, yaml=("quick or full", _is_str),
            help="quick: CPU-sized (default); full: GPU-sized."),
     Option(name="steps", group=SHAPE, type=int, yaml=INTEGER, record=True,
@@ -175,7 +178,9 @@ OPTIONS: list[Option] = [
            help="Where results go (default ./results)."),
     Option(name="goldens_dir", cell=False, group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
            help="Where golden files live (default ./goldens)."),
-    Option(name="update_golden", cell=False, group=OUTPUT, flag=True, help="Record goldens from this run if it passed its own checks."),
+    Option(name="update_golden", cell=False, group=OUTPUT, flag=True,
+           needs_stage=("determinism", "records the determinism stage's hashes (the variance stage rides along)"),
+           help="Record goldens from this run if it passed its own checks."),
     Option(name="webhook", cell=False, group=OUTPUT, yaml=("a URL (a string)", _is_str),
            help="Slack-compatible webhook URL for alerts (or REPROCI_WEBHOOK)."),
     Option(name="keep_checkpoints", cell=False, group=OUTPUT, flag=True, yaml=BOOLEAN, help="Keep run A's checkpoint files."),
@@ -191,28 +196,9 @@ OPTIONS: list[Option] = [
            help="With --compile: torch.compile's mode (default: default)."),
     Option(name="amp", group=EXECUTION, choices=AMP, yaml=("bf16 or fp16", lambda v: v in AMP), record=True,
            help="Each forward and loss under torch.autocast to this dtype (fp16 with a GradScaler); part of the identity."),
-    Option(name="bisect", group=BISECT, flag=True, yaml=BOOLEAN,
-           help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
-                "threads turned off one at a time, and name the first change that restores equality."),
-    Option(name="blame", group=BLAME, flag=True, yaml=BOOLEAN,
-           help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
-                "(group) of the new image at a time, and name the one that alone reproduces the change."),
     Option(name="config", group=OUTPUT, type=Path, help="Config file (default ./reproci.yaml if present)."),
     Option(name="ci", cell=False, group=OUTPUT, flag=True, negatable=True, record=True,
            help="CI mode: a golden that is missing or cannot be compared fails (default: from $CI)."),
-    Option(name="repetitions", group=THROUGHPUT, type=int, minimum=1, yaml=INTEGER,
-           help="Throughput stage: interleaved repetitions per mode (at most; default 5)."),
-    Option(name="time_budget", group=THROUGHPUT, type=float, metavar="SECONDS", yaml=SECONDS,
-           help="Throughput stage: seconds a model's measurement may take; it stops when the slowdown's interval "
-                f"reaches its target or this is spent, and says which (default {DEFAULT_TIME_BUDGET:g})."),
-    Option(name="seeds", group=VARIANCE, type=int, yaml=INTEGER,
-           help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
-    Option(name="slowdown_factor", group=THROUGHPUT, type=float, yaml=("a number", _is_number),
-           help="Throughput regression threshold against the golden (default 1.25)."),
-    Option(name="slowdown_fails", group=THROUGHPUT, flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
-           help="A throughput regression fails the run (exit 3) instead of warning."),
-    Option(name="probes_fail", group=PROBES, flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
-           help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
     Option(name="fault", group=SHAPE, hidden=True, record=True, help="TEST ONLY: inject a fault to prove a verdict fires."),
     Option(name="cell_options", group=CLUSTER, type=Path, hidden=True,
            help="A cell of --backend ray or slurm: the run's options, as the driver sends them (JSON)."),
@@ -223,27 +209,67 @@ RECORDED_ORDER = ("stages", "profile", "steps", "resume_at", "seed", "threads", 
                   "fault", "ci", "slowdown_fails", "probes_fail", "fork_server", "compile", "compile_mode", "amp")
 
 
+
+
+class StageOptions(Protocol):
+    """What the options know of a stage (``stages.base.Stage`` has each of these)."""
+
+    name: str  # what --stage says
+    options: tuple[Option, ...]  # its knobs: options of ``reproci run`` like the core ones
+    needs: tuple[str, ...]  # the stages it starts from: added before it when not asked for
+    needs_image: str | None  # why it needs --image (said after the flag that asked for it); None: it does not
+
+
+STAGES: tuple[StageOptions, ...] = ()  # every stage, in the order they run, as stages.registry adds them
+
+
+def add_stage(stage: StageOptions) -> None:
+    """Make a stage's name a value of --stage and its knobs options (``stages.registry`` calls it)."""
+    global STAGES
+    taken = {o.name for o in options()} if STAGES else {o.name for o in OPTIONS}
+    clash = sorted(taken & {o.name for o in stage.options})
+    if clash:
+        raise ValueError(f"stage {stage.name!r} declares options that exist already: {', '.join(clash)}")
+    STAGES = (*STAGES, stage)
+
+
+def stage_names() -> tuple[str, ...]:
+    """The names --stage and reproci.yaml's ``stages`` accept, in the order the stages run."""
+    if not STAGES:  # a programming error: the table would lack every stage's knobs
+        raise RuntimeError("no stage is registered: import reproci.stages.registry before reading the options")
+    return tuple(s.name for s in STAGES)
+
+
+def options() -> list[Option]:
+    """Every option of ``reproci run``: the core ones, then each stage's knobs in the order the
+    stages run, then the test-only ones (hidden from --help)."""
+    names = stage_names()
+    listed = f"{names[0]} (default), {', '.join(names[1:-1])} or {names[-1]}" if len(names) > 2 else " or ".join(names)
+    core = [replace(o, help=o.help.format(stages=listed)) if o.name == "stages" else o for o in OPTIONS]
+    return [*(o for o in core if not o.hidden), *(o for s in STAGES for o in s.options), *(o for o in core if o.hidden)]
+
+
 def declared(name: str) -> Option:
     """The declaration of the option ``name`` (its reproci.yaml key)."""
-    return next(o for o in OPTIONS if o.name == name)
+    return next(o for o in options() if o.name == name)
 
 
 def config_keys() -> dict[str, tuple[str, Check]]:
     """The keys reproci.yaml takes, each with what it takes and the check of its value."""
-    return {key: o.yaml for o in OPTIONS if o.yaml is not None for key in (o.name, *o.aliases)}
+    return {key: o.yaml for o in options() if o.yaml is not None for key in (o.name, *o.aliases)}
 
 
 def for_cell(given: Mapping[str, Any]) -> dict[str, Any]:
     """The options a user gave (click parameter -> value) that a cell of --backend ray or slurm
     receives, as JSON: not the driver's own (``cell=False``, the cluster's), not those left unset."""
-    return {o.key: _json(given[o.key]) for o in OPTIONS
+    return {o.key: _json(given[o.key]) for o in options()
             if o.cell and o.group != CLUSTER and given.get(o.key) not in (None, ())}
 
 
 def from_cell(values: Mapping[str, Any]) -> dict[str, Any]:
     """A cell's options as ``settings.options.build`` takes them (``for_cell``'s JSON, read back):
     click parameter -> value, each of the type the command line gives it."""
-    by_key = {o.key: o for o in OPTIONS}
+    by_key = {o.key: o for o in options()}
     unknown = sorted(set(values) - set(by_key))
     if unknown:  # the driver checks that the nodes run its reproci: a different one here is a bug
         raise ValueError(f"a cell's options name no option of this reproci: {', '.join(unknown)}")

@@ -22,7 +22,7 @@ from ..golden.folder import golden_file_name, require_folder
 from ..worker.process.spec import FAULTS
 from . import declared
 from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
-from .declared import DEFAULT_TIME_BUDGET, PROFILES, STAGES  # noqa: F401 (re-exported)
+from .declared import PROFILES  # noqa: F401 (re-exported)
 from .models import ModelRef, resolve_all
 
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
@@ -65,11 +65,7 @@ class RunOptions:
     compile_mode: str | None = None  # torch.compile's mode; None: its default
     amp: str | None = None  # "bf16" or "fp16": the step under torch.autocast
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
-    repetitions: int = 5  # throughput stage: interleaved repetitions per mode (at most)
-    time_budget: float = DEFAULT_TIME_BUDGET  # throughput stage: seconds a model's measurement may take
-    seeds: int = 5  # variance stage: strict runs per model, seeds seed .. seed + seeds - 1
-    slowdown_factor: float = 1.25  # strict-mode slowdown beyond golden x factor is a regression
-    # the options declared without a field of their own (settings.declared: a stage's knobs), by name
+    # the options declared without a field of their own (a stage's knobs, stages.base.Stage.options), by name
     knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     github_actions: bool = False  # print ::error/::warning annotations
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY, appended to when set
@@ -87,7 +83,7 @@ class RunOptions:
     def recorded(self) -> dict[str, Any]:
         """The options a run's results record (``options`` of results.json): every declaration marked
         ``record``, in the order results have always had, then any recorded later."""
-        names = [o.name for o in declared.OPTIONS if o.record]
+        names = [o.name for o in declared.options() if o.record]
         order = [n for n in declared.RECORDED_ORDER if n in names] + [n for n in names if n not in declared.RECORDED_ORDER]
         return {name: self._recorded(name) for name in order}
 
@@ -105,8 +101,12 @@ class RunOptions:
 
 
 _FIELDS = {f.name for f in fields(RunOptions)} | {"compile"}  # declared options RunOptions holds (compile: compiled)
-# declared options that are not a run's: the cluster's (the driver's own), and those folded into another field
-_NOT_KNOBS = {o.name for o in declared.OPTIONS if o.group == declared.CLUSTER} | {"bisect", "blame", "config"}
+
+
+def _not_knob(o: declared.Option) -> bool:
+    """A declared option that is not a run's: the cluster's (the driver's own), a switch that adds
+    its stage (folded into ``stages``), the config file's path."""
+    return o.group == declared.CLUSTER or o.adds_stage is not None or o.name == "config"
 
 
 def default_jobs(threads: int) -> int:
@@ -125,19 +125,15 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
     shape = _run_shape(pick, config)
     resources = _resources(pick)
     image = _image(pick, env)
-    if "blame" in shape["stages"] and image["image"] is None:  # the blame builds images: Docker only
-        how = pick.said("blame") if pick("blame", False) else f"{pick.said('stages')} blame"
-        raise UsageError(f"{how} compares images: name the new one with --image (the golden names the old one); "
-                         "the local backend has one environment only")
+    for stage in declared.STAGES:
+        if stage.name in shape["stages"] and stage.needs_image and image["image"] is None:
+            raise UsageError(f"{_asked(pick, stage.name)} {stage.needs_image}")
     model_texts = pick("models", tuple(REGISTRY))
     model_texts = (model_texts,) if isinstance(model_texts, str) else tuple(model_texts)
     models = resolve_all(model_texts if pick.given("models") else tuple(map(pick.beside, model_texts)))
-    update_golden = bool(pick("update_golden", False))
-    if update_golden and "determinism" not in shape["stages"]:
-        raise UsageError("--update-golden records the determinism stage's hashes (the variance stage rides along): "
-                         "add --stage determinism")
-    if pick("probes_fail", False) and "probes" not in shape["stages"]:
-        raise UsageError(f"{pick.said('probes_fail')} fails a run on what the portability probes find: add --stage probes")
+    for o in declared.options():
+        if o.needs_stage is not None and pick(o.name, None) and o.needs_stage[0] not in shape["stages"]:
+            raise UsageError(f"{pick.said(o.name)} {o.needs_stage[1]}: add --stage {o.needs_stage[0]}")
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
         models=models,
@@ -150,14 +146,12 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
         **_limits(pick, image["image"]),
         results_dir=pick.folder("results_dir", "results"),
         goldens_dir=_goldens_dir(pick),
-        update_golden=update_golden,
+        update_golden=bool(pick("update_golden", False)),
         ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         fork_server=pick("fork_server", None),
         fork_servers=Path(env["REPROCI_FORK_SERVERS"]).absolute() if env.get("REPROCI_FORK_SERVERS") else None,
-        **_throughput(pick),
-        seeds=_seeds(pick),
         knobs=MappingProxyType(_knobs(pick)),
         config_file=config_path,
         github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
@@ -165,12 +159,18 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
     )
 
 
+def _asked(pick: Settings, stage: str) -> str:
+    """How the user asked for ``stage``: the switch that adds it (--blame), else --stage NAME."""
+    switch = next((o for o in declared.options() if o.adds_stage == stage and pick(o.name, False)), None)
+    return pick.said(switch.name) if switch is not None else f"{pick.said('stages')} {stage}"
+
+
 def _knobs(pick: Settings) -> dict[str, Any]:
     """The declared options without a field of their own, each given or its default, made its
     type and checked by its declaration."""
     out = {}
-    for o in declared.OPTIONS:
-        if o.name in _FIELDS or o.name in _NOT_KNOBS:
+    for o in declared.options():
+        if o.name in _FIELDS or _not_knob(o):
             continue
         value = pick(o.name, o.default)
         if value is not None and o.convert is not None:
@@ -199,17 +199,19 @@ def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
     if not 1 <= resume_at < steps:
         raise UsageError(f"{said('resume_at')} must be between 1 and steps-1 = {steps - 1} (got {resume_at}); "
                          "N must exceed k")
-    stages = tuple(pick("stages", ("determinism",)))
+    stages = tuple(pick("stages", declared.stage_names()[:1]))  # the first stage by default
     if isinstance(config.get("stages"), str) and not pick.given("stages"):
         stages = (config["stages"],)
+    names = declared.stage_names()
     for s in stages:
-        if s not in STAGES:
-            raise UsageError(f"{pick.from_file('stages')}unknown stage {s!r}; use one of {', '.join(STAGES)}")
-    for flag in ("bisect", "blame"):
-        if pick(flag, False) and flag not in stages:
-            stages = (*stages, flag)
-    if {"bisect", "blame"} & set(stages) and "determinism" not in stages:
-        stages = ("determinism", *stages)  # both start from the determinism stage's verdicts
+        if s not in names:
+            raise UsageError(f"{pick.from_file('stages')}unknown stage {s!r}; use one of {', '.join(names)}")
+    for o in declared.options():  # a switch that adds its stage (--bisect)
+        if o.adds_stage is not None and pick(o.name, False) and o.adds_stage not in stages:
+            stages = (*stages, o.adds_stage)
+    for stage in declared.STAGES:  # the stages a stage starts from, before it (bisect: determinism)
+        if stage.name in stages:
+            stages = (*(n for n in stage.needs if n not in stages), *stages)
     fault = pick("fault", None)
     if fault is not None and fault not in FAULTS:
         raise UsageError(f"unknown fault {fault!r}; known (test-only): {', '.join(FAULTS)}")
@@ -251,29 +253,6 @@ def _seed(pick: Settings) -> int:
         raise UsageError(f"{pick.said('seed')} {seed} is out of range: use 0 .. {SEED_RANGE - 1} (it also sets "
                          "PYTHONHASHSEED, which takes that range)")
     return seed
-
-
-def _seeds(pick: Settings) -> int:
-    seeds = int(pick("seeds", 5))
-    if seeds < 2:
-        raise UsageError(f"{pick.said('seeds')} must be at least 2 for a spread (got {seeds}); "
-                         "`reproci compare` needs at least 3 on each side")
-    return seeds
-
-
-def _throughput(pick: Settings) -> dict[str, Any]:
-    """The throughput stage's repetitions, time budget and regression threshold."""
-    repetitions = int(pick("repetitions", 5))
-    if repetitions < 1:
-        raise UsageError(f"{pick.said('repetitions')} must be at least 1 (got {repetitions})")
-    budget = float(pick("time_budget", DEFAULT_TIME_BUDGET))
-    if not (math.isfinite(budget) and budget > 0):
-        raise UsageError(f"{pick.said('time_budget')} must be a positive number of seconds, as {DEFAULT_TIME_BUDGET:g} "
-                         f"(got {budget:g})")
-    factor = float(pick("slowdown_factor", 1.25))
-    if not (math.isfinite(factor) and factor > 0):
-        raise UsageError(f"{pick.said('slowdown_factor')} must be a positive number, as 1.25 (got {factor})")
-    return {"repetitions": repetitions, "time_budget": budget, "slowdown_factor": factor}
 
 
 def _resources(pick: Settings) -> dict[str, Any]:

@@ -13,7 +13,11 @@ nothing, so a stage writes only the ones it has:
   summary shows them too) and of the HTML report, empty where the document holds nothing of it;
 - ``markdown_verdicts(document)``: a table of the models' verdicts beside this stage's figures,
   shown in the Markdown report in place of the plain verdict table;
-- ``records``: the roles of its runs whose records say what the environment was.
+- ``records``: the roles of its runs whose records say what the environment was;
+- ``options``: its knobs, each a ``settings.declared.Option`` (group: the stage's name): a flag
+  of ``reproci run``, a ``reproci.yaml`` key, read as ``options.knob(name)``, recorded in the
+  results when it says so; ``needs``: the stages it starts from (added before it when not
+  asked for); ``needs_image``: why it needs ``--image``, when it does.
 
 ``stages.registry`` lists the stages in the order they run; the orchestrator, ``reproci run``
 and the reports loop over it and never name a stage.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..runner import RunContext, background, settle
+from ..settings.declared import Option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,6 +79,9 @@ class Stage:
     name = ""
     checks_reproducibility = False  # whether its verdicts say that the runs reproduce (the determinism stage)
     records: tuple[str, ...] = ()  # the roles of its runs' records that say what the environment was
+    options: tuple[Option, ...] = ()  # its knobs (settings.declared.Option)
+    needs: tuple[str, ...] = ()  # the stages it starts from, run before it when not asked for
+    needs_image: str | None = None  # why it needs --image (said after the flag that asked for it)
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
         """Nothing before the golden comparison."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..settings import options as options_mod
+from ..settings import declared
 from ..reports.terminal import print_warnings
 from .base import Stage
 from . import variance
@@ -28,17 +28,18 @@ from .throughput import stage as throughput
 
 STAGES: tuple[Stage, ...] = (
     determinism.STAGE, throughput.STAGE, variance.STAGE, audit.STAGE, probes.STAGE, bisect.STAGE, blame.STAGE)
+for _stage in STAGES:  # --stage accepts their names; their knobs are options of reproci run
+    declared.add_stage(_stage)
 
 
 def register(stage: Stage) -> None:
-    """Add a stage defined outside this package: it runs after the stages before it, and
-    ``--stage`` and ``reproci.yaml`` accept its name (``options.STAGES`` grows by it)."""
+    """Add a stage defined outside this package: it runs after the stages before it, ``--stage``
+    and ``reproci.yaml`` accept its name, and its knobs are options (``settings.declared.add_stage``)."""
     global STAGES
     if any(s.name == stage.name for s in STAGES):
         raise ValueError(f"a stage named {stage.name!r} is registered already")
+    declared.add_stage(stage)
     STAGES = (*STAGES, stage)
-    accepted: tuple[str, ...] = options_mod.STAGES  # the names options.py checks --stage against
-    vars(options_mod)["STAGES"] = (*accepted, stage.name)
 
 
 def selected(names: tuple[str, ...]) -> list[Stage]:

@@ -23,6 +23,7 @@ from ..settings.options import RunOptions
 from ..runner import RunContext, run_many
 from ..worker.process.spec import WorkerSpec
 from ..reports import variance as variance_report
+from ..settings.declared import INTEGER, Option
 from .base import Stage, StageRun
 from ..worker import run_record
 from ..worker.run_record import Launched, RunRecord
@@ -39,7 +40,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     base = base_spec(options, model, "variance", project_commit=project_commit, image=image)
     return [dataclasses.replace(base, role=f"variance-seed{s}", output=f"record-variance-seed{s}.json", seed=s,
                                 fingerprints=False, evaluate=True)
-            for s in range(options.seed, options.seed + options.seeds)]
+            for s in range(options.seed, options.seed + options.knob("seeds"))]
 
 
 def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, dict[str, Any]]:
@@ -148,6 +149,12 @@ class Variance(Stage):
 
     name = "variance"
     records = ("variance",)
+    options = (
+        Option(name="seeds", group="variance", type=int, yaml=INTEGER, default=5, convert=int,
+               refuse=lambda v: None if v >= 2 else (f"must be at least 2 for a spread (got {v}); "
+                                                     "`reproci compare` needs at least 3 on each side"),
+               help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
+    )
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
         run_all(run, entries)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from ...reports import findings, markdown
+from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
 from . import conclude
 
@@ -18,6 +19,12 @@ class Bisect(Stage):
     """Each failing model's check again, one factor after another turned off."""
 
     name = "bisect"
+    needs = ("determinism",)  # it bisects what that stage's verdicts and the golden comparison found
+    options = (
+        Option(name="bisect", group="bisect", flag=True, yaml=BOOLEAN, adds_stage="bisect",
+               help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
+                    "threads turned off one at a time, and name the first change that restores equality."),
+    )
 
     def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
         conclude(run, document)

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from ...reports import findings
+from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
 from . import conclude
 
@@ -18,6 +19,14 @@ class Blame(Stage):
     """Each UPGRADE_CHANGED model with one changed package group of the new image at a time."""
 
     name = "blame"
+    needs = ("determinism",)  # it explains the UPGRADE_CHANGED verdicts of the golden comparison
+    needs_image = ("compares images: name the new one with --image (the golden names the old one); "
+                   "the local backend has one environment only")  # it builds images: Docker only
+    options = (
+        Option(name="blame", group="blame", flag=True, yaml=BOOLEAN, adds_stage="blame",
+               help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
+                    "(group) of the new image at a time, and name the one that alone reproduces the change."),
+    )
 
     def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
         conclude(run, document)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from ...reports import findings, markdown
+from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun, attach_results
 from . import run_model
 
@@ -17,6 +18,11 @@ class Probes(Stage):
     """What each model's results depend on, one setting changed at a time."""
 
     name = "probes"
+    options = (
+        Option(name="probes_fail", group="probes", flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
+               needs_stage=("probes", "fails a run on what the portability probes find"),
+               help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
+    )
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
         attach_results(self.name, run_model, run, entries)

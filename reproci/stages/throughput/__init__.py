@@ -63,7 +63,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     warm = warmup_steps(options.steps)
     timed = timed_cap(options, paired)
     groups = []
-    for rep in range(1, options.repetitions + 1):
+    for rep in range(1, options.knob("repetitions") + 1):
         order = modes if rep % 2 else tuple(reversed(modes))
         group = []
         for mode in order:
@@ -199,21 +199,22 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
     if BASELINE not in modes or len(modes) < 2:
         raise ValueError(f"throughput modes {modes} must include {BASELINE!r} and another mode")
     t0 = time.monotonic()
-    budget = sampling.Budget(options.time_budget)
+    repetitions, time_budget = options.knob("repetitions"), options.knob("time_budget")
+    budget = sampling.Budget(time_budget)
     paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
     groups = plan(options, model, project_commit=run.project_commit, image=run.image, modes=modes, paired=paired)
     cap = timed_cap(options, paired)
     result: dict[str, Any] = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
         "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": cap,
-        "run_length": "time" if paired and not options.steps_given else "steps", "time_budget_s": options.time_budget,
-        "repetitions": options.repetitions, "max_repetitions": options.repetitions,
+        "run_length": "time" if paired and not options.steps_given else "steps", "time_budget_s": time_budget,
+        "repetitions": repetitions, "max_repetitions": repetitions,
         "order": "step-by-step turns" if paired else "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {},
         "slowdowns": {}, "top_ops": [], "records": [f"{model.name}/{s.output}" for g in groups for s in g],
         "error": None,
     }
     sampler = sampling.Sampler(modes, BASELINE, target=sampling.TARGETS.get(options.profile, sampling.TARGETS["quick"]),
-                               max_rounds=cap, max_reps=options.repetitions, budget=budget) if paired else None
+                               max_rounds=cap, max_reps=repetitions, budget=budget) if paired else None
     try:
         by_mode, budget_spent = _measure(ctx, model, groups, sampler, modes, budget)
     except WorkerFailed as e:

@@ -4,14 +4,43 @@ the package (``NOISY_WIDTH``) and this module reads the reports."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.console import Console
 
 from ...reports import markdown
+from ...settings.declared import BOOLEAN, INTEGER, NUMBER, SECONDS, Option
 from ...reports.terminal import print_throughput
 from ..base import Stage, StageRun
 from . import attach, run_model
+
+# Seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed up, 30 steps timed)
+# took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s a model, plus the last
+# repetition's profiled steps and exit, keeps the three reference models within 60 s there
+DEFAULT_TIME_BUDGET = 15.0
+
+
+def _positive(v: float) -> bool:
+    return math.isfinite(v) and v > 0
+
+
+OPTIONS = (
+    Option(name="repetitions", group="throughput", type=int, minimum=1, yaml=INTEGER, default=5, convert=int,
+           refuse=lambda v: None if v >= 1 else f"must be at least 1 (got {v})",
+           help="Throughput stage: interleaved repetitions per mode (at most; default 5)."),
+    Option(name="time_budget", group="throughput", type=float, metavar="SECONDS", yaml=SECONDS,
+           default=DEFAULT_TIME_BUDGET, convert=float,
+           refuse=lambda v: None if _positive(v) else
+           f"must be a positive number of seconds, as {DEFAULT_TIME_BUDGET:g} (got {v:g})",
+           help="Throughput stage: seconds a model's measurement may take; it stops when the slowdown's interval "
+                f"reaches its target or this is spent, and says which (default {DEFAULT_TIME_BUDGET:g})."),
+    Option(name="slowdown_factor", group="throughput", type=float, yaml=NUMBER, default=1.25, convert=float,
+           refuse=lambda v: None if _positive(v) else f"must be a positive number, as 1.25 (got {v})",
+           help="Throughput regression threshold against the golden (default 1.25)."),
+    Option(name="slowdown_fails", group="throughput", flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
+           help="A throughput regression fails the run (exit 3) instead of warning."),
+)
 
 
 class Throughput(Stage):
@@ -19,6 +48,7 @@ class Throughput(Stage):
 
     name = "throughput"
     records = ("throughput",)
+    options = OPTIONS
 
     def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
         for model, entry in zip(run.options.models, entries):
