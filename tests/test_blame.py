@@ -1,4 +1,4 @@
-"""Upgrade blame (``reproci/stages/blame/``, ``reproci/blame/images.py``) against a real
+"""Upgrade blame (``reproci/stages/blame/``, ``reproci/stages/blame/images.py``) against a real
 Docker engine: two images built here from the CPU test image plus tiny wheels built here, the
 "upgrade" moving four packages: ``knob`` 1.0 → 2.0 (a constant the model trains with; its new
 version pins ``knob-extra`` exactly, so the two move as a group), ``noop`` 1.0 → 1.1 (no number
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from reproci import errors, verdicts
-from reproci.blame import images as blame_images
+from reproci.stages.blame import images as blame_images
 
 from .helpers import PLUGINS, Cli, model_entry, said
 from .test_docker_integration import IMAGE, engine, start  # noqa: F401 - the fixture

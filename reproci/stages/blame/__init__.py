@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from ... import backends, verdicts
-from ...blame import images as blame_images
+from . import images as blame_images
 from ...errors import InfrastructureError, WorkerFailed
 from ...golden.divergence import step_rows
 from ...golden.drift import move
