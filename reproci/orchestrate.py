@@ -12,7 +12,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from . import __version__, backends, results, verdicts
 from .errors import GoldenError, UsageError
@@ -24,6 +24,7 @@ from .reports import github, history, webhook
 from .runner import RunContext
 from .stages import model_entry, registry
 from .stages.base import StageRun
+from .results import Alerts, Image, ModelEntry, ResultsDocument
 
 
 def project_commit(root: Path) -> str | None:
@@ -36,7 +37,7 @@ def project_commit(root: Path) -> str | None:
 
 
 def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: None,
-            on_step: Callable[[str, str, int, int], None] | None = None) -> tuple[dict[str, Any], Path]:
+            on_step: Callable[[str, str, int, int], None] | None = None) -> tuple[ResultsDocument, Path]:
     """Run every stage for every model; return the results document and its path.
 
     The run directory is removed if this is interrupted, so no partial results stay.
@@ -86,7 +87,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
         raise
 
 
-def publish(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> Path:
+def publish(options: RunOptions, run_dir: Path, document: ResultsDocument) -> Path:
     """A finished run's alerts (annotations, step summary, webhook), its results file and its
     history entry (results/history/: trends for `reproci report`); the results file's path."""
     alerts_out = _alert(options, document)
@@ -140,7 +141,14 @@ def _old_golden(options: RunOptions) -> golden_store.Golden | None:
         return None
 
 
-def _environment(run_dir: Path, models: list[dict[str, Any]]) -> dict[str, Any] | None:
+class _Environment(TypedDict, total=False):
+    """What a run's record says of its environment (the results' environment and packages)."""
+
+    fingerprint: dict[str, Any] | None
+    packages: dict[str, str] | None
+
+
+def _environment(run_dir: Path, models: list[ModelEntry]) -> _Environment | None:
     """What the results record of the environment: from the first model whose runs succeeded,
     else from any record there is."""
     ok = (e for e in models if e.get("verdict") != verdicts.ERROR)
@@ -148,7 +156,7 @@ def _environment(run_dir: Path, models: list[dict[str, Any]]) -> dict[str, Any] 
         next((env for e in models if (env := _environment_of(run_dir, e))), None)
 
 
-def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
+def _environment_of(run_dir: Path, entry: ModelEntry) -> _Environment | None:
     import json
 
     records = entry.get("records", {})
@@ -159,8 +167,8 @@ def _environment_of(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | No
     return {"fingerprint": data.get("environment"), "packages": data.get("packages")}
 
 
-def _document(options: RunOptions, run_id: str, image: dict[str, Any], environment: dict[str, Any] | None,
-              models: list[dict[str, Any]], commit: str | None, seconds: float) -> dict[str, Any]:
+def _document(options: RunOptions, run_id: str, image: Image, environment: _Environment | None,
+              models: list[ModelEntry], commit: str | None, seconds: float) -> ResultsDocument:
     return results.new_document(
         run_id=run_id,
         reproci_version=__version__,
@@ -175,9 +183,9 @@ def _document(options: RunOptions, run_id: str, image: dict[str, Any], environme
     )
 
 
-def _alert(options: RunOptions, document: dict[str, Any]) -> dict[str, Any]:
+def _alert(options: RunOptions, document: ResultsDocument) -> Alerts:
     """Annotations, the step summary and the webhook; failures here never change the verdict."""
-    out: dict[str, Any] = {}
+    out: Alerts = {}
     if options.github_actions:
         for line in github.run_annotations(document):
             print(line, flush=True)

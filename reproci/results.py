@@ -1,4 +1,6 @@
-"""The results file: the versioned contract that goldens and reports build on.
+"""The results file: the versioned contract that goldens and reports build on. Its document and a
+model's entry are declared here (``ResultsDocument``, ``ModelEntry``), each section of an entry in
+``entry_sections``; the merged document of a CI matrix in ``cluster.merged``.
 
 Layout of one invocation's output, under ``results/`` (see docs/results-format.md):
 
@@ -15,10 +17,15 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, TypedDict, Union, get_args, get_origin, get_type_hints, is_typeddict
+from typing import TYPE_CHECKING, Annotated, Any, Mapping, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 from . import atomic
+from .entry_sections import (AcrossNodes, Audit, Bisect, Blame, ErrorInfo, Evidence, GoldenComparison, Probes, RunSummary,
+                       Throughput, Variance)
 from .errors import ResultsError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 SCHEMA = "reproci.results"
 VERSION = 1  # the one place the results format version is set; ``load`` refuses others
@@ -37,10 +44,62 @@ class Summary(TypedDict, total=False):
 
 
 class GoldenOutcome(TypedDict, total=False):
+    """The document's ``golden``: the image's golden file, and whether this run recorded it."""
+
     file: str  # the image's golden file
     existed: bool
     updated: bool  # this run recorded it (--update-golden)
     refused: str  # why it was not recorded
+    update_command: str  # the command that records it
+
+
+class Image(TypedDict, total=False):
+    """The image the runs ran in (a backend's ``image_info``)."""
+
+    name: str
+    reference: str | None
+    digest: str | None
+    backend: str
+    id: str  # the docker backend's image ID
+    torch: str | None
+    gpus: Any  # what the container was given: "all", a count or device ids
+
+
+class Webhook(TypedDict, total=False):
+    ok: bool
+    attempts: int
+    status: int | None
+    error: str | None
+
+
+class Alerts(TypedDict, total=False):
+    """Where a finished run's alerts went (orchestrate._alert); never part of the verdict."""
+
+    step_summary: str  # the step summary file appended to
+    webhook: Webhook
+
+
+class RecordedOptions(TypedDict, total=False):
+    """The options that shape results, as results.json records them (``RunOptions.recorded``)."""
+
+    stages: list[str]
+    profile: str
+    steps: int
+    resume_at: int
+    seed: int
+    threads: int
+    world_size: int
+    device: str
+    cpu_isa: str | None
+    fault: str | None
+    ci: bool
+    slowdown_fails: bool
+    probes_fail: bool
+    fork_server: bool
+    compile: list[str]
+    compile_mode: str | None
+    amp: str | None
+    across_nodes: bool  # cluster/across.py: runs compared across nodes
 
 
 class Coverage(TypedDict, total=False):
@@ -63,39 +122,53 @@ class StateCensus(TypedDict, total=False):
 
 
 class ModelEntry(TypedDict, total=False):
-    """One model's result: written by the stages, completed by the golden check."""
+    """One model's result: made by ``stages.model_entry.new``, filled in by the stages, completed by
+    the golden check. A stage registered from outside adds its result under its own name, which
+    no declaration here names (``stages.model_entry.add_result``)."""
 
     model: str
     ref: str
     plugin: bool
+    description: str | None
+    source: str
+    code_sha256: str | None
+    steps: int
+    resume_at: int
+    seed: int
+    fault: str | None
     verdict: str  # one of verdicts.ALL
     message: str
     final_sha256: str | None
-    evidence: dict[str, Any] | None  # where runs differ (reproci.golden.divergence.Divergence, plus probes)
-    golden: dict[str, Any]  # the comparison with the image's golden (reproci.golden.drift.compare)
-    throughput: dict[str, Any]  # the throughput stage's result
+    config: Any  # the plugin's config: whatever its factory returned
+    config_sha256: str
+    batch_size: int | None
+    attestation: dict[str, Any]  # the determinism controls proven in effect (worker.controls): one check a control
+    evidence: Evidence | None  # where runs differ (reproci.golden.divergence.Divergence, plus probes)
+    golden: GoldenComparison  # the comparison with the image's golden (reproci.golden.drift.compare)
+    throughput: Throughput  # the throughput stage's result
     throughput_regression: WarningText  # strict mode slower than the golden's run
-    variance: dict[str, Any]  # the variance stage's K seeds (reproci.stages.variance)
-    audit: dict[str, Any]  # the op audit (reproci.stages.audit)
-    probes: dict[str, Any]  # the portability probes (reproci.stages.probes)
+    variance: Variance  # the variance stage's K seeds (reproci.stages.variance)
+    audit: Audit  # the op audit (reproci.stages.audit)
+    probes: Probes  # the portability probes (reproci.stages.probes)
     execution: dict[str, Any] | None  # compiled, autocast: part of the identity (reproci.worker.execution)
-    bisect: dict[str, Any]  # the bisection by configuration (reproci.stages.bisect)
-    blame: dict[str, Any]  # the upgrade blame by package (reproci.stages.blame)
+    bisect: Bisect  # the bisection by configuration (reproci.stages.bisect)
+    blame: Blame  # the upgrade blame by package (reproci.stages.blame)
     world_size: int  # ranks per run (--world-size)
     epoch_order: WarningText  # a shuffling loader that repeated its order (reproci.stages.determinism.epochs)
     shared_batches: WarningText  # ranks that train on the same batches (reproci.stages.determinism.replicas)
     coverage: Coverage  # epochs seen, where k fell
     state_census: StateCensus | None  # private state outside the checkpoint
-    runs: dict[str, Any]  # role -> summary of that run
+    runs: dict[str, RunSummary]  # role -> summary of that run
     records: dict[str, str]  # role -> record file, relative to the run directory
-    across_nodes: dict[str, Any]  # --across-nodes: run A of the cell and of its twin on another node (cluster/across.py)
-    error: dict[str, Any] | None
+    across_nodes: AcrossNodes  # --across-nodes: run A of the cell and of its twin on another node (cluster/across.py)
+    error: ErrorInfo | None
     seconds: float
 
 
 class ResultsDocument(TypedDict, total=False):
-    """``results.json``: what every later command (goldens, reports, merge) reads. The keys a document
-    may hold (a run's is checked against them); it is built and read as a plain dict."""
+    """``results.json``: what every later command (goldens, reports, merge) reads. Made by
+    ``new_document``, written by ``write`` (its to_json) and read back by ``load`` (its from_json);
+    a plain dict at run time, so that the file is exactly the JSON it has always been."""
 
     schema: str
     version: int
@@ -104,13 +177,13 @@ class ResultsDocument(TypedDict, total=False):
     reproci_version: str
     created: str
     project_commit: str | None
-    image: dict[str, Any]  # name, reference, digest, backend
-    options: dict[str, Any]  # the options that shape results (stages, steps, seed, device, ci, ...)
-    environment: dict[str, Any] | None  # the worker's environment fingerprint
-    packages: dict[str, str] | None
+    image: Image
+    options: RecordedOptions  # the options that shape results (stages, steps, seed, device, ci, ...)
+    environment: dict[str, Any] | None  # the worker's environment fingerprint: what the image's torch reports
+    packages: dict[str, str] | None  # installed distribution -> version
     models: list[ModelEntry]
     golden: GoldenOutcome
-    alerts: dict[str, Any]
+    alerts: Alerts
     summary: Summary
     lost_cells: list[str]  # --backend ray: the cells that never came back, one line each (docs/distributed.md)
 
@@ -120,24 +193,34 @@ def sections(hint: Any) -> list[Any]:
     return [t for t in (get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)) if is_typeddict(t)]
 
 
-def warning_fields(kind: Any = None, prefix: tuple[str, ...] = ()) -> tuple[tuple[str, ...], ...]:
+def warning_fields(kind: Any = None, prefix: tuple[str, ...] = (), within: tuple[Any, ...] = ()
+                   ) -> tuple[tuple[str, ...], ...]:
     """The path of every ``WarningText`` field of a model entry, at any depth, in declaration
-    order: ('throughput_regression',), ..., ('coverage', 'note')."""
+    order: ('throughput_regression',), ..., ('coverage', 'note'). A section that holds its own
+    kind (a first differing op's ``aside``) is read once: ``within`` are the kinds above it."""
+    kind = kind or ModelEntry
     out: list[tuple[str, ...]] = []
-    for name, hint in get_type_hints(kind or ModelEntry, include_extras=True).items():
+    for name, hint in get_type_hints(kind, include_extras=True).items():
         if WARNING in getattr(hint, "__metadata__", ()):
             out.append((*prefix, name))
         for section in sections(hint):
-            out += warning_fields(section, (*prefix, name))
+            if section not in (kind, *within):
+                out += warning_fields(section, (*prefix, name), (*within, kind))
     return tuple(out)
 
 
 WARNING_FIELDS = warning_fields()
 
 
-def new_document(**fields: Any) -> dict[str, Any]:
-    """A results document of the current schema and version."""
+def new_document(**fields: Unpack[ResultsDocument]) -> ResultsDocument:
+    """A results document of the current schema and version: ``fields`` are its other keys."""
     return {"schema": SCHEMA, "version": VERSION, "complete": True, **fields}
+
+
+def add_section(entry: ModelEntry, name: str, section: Mapping[str, Any]) -> None:
+    """``entry[name] = section``: a stage's result under the stage's name, which ``ModelEntry``
+    declares for the stages of this package, not for a stage registered from outside it."""
+    cast(dict[str, Any], entry)[name] = section
 
 
 def new_run_id(image_name: str) -> str:
@@ -145,7 +228,8 @@ def new_run_id(image_name: str) -> str:
     return f"{stamp}-{image_name}-{os.getpid()}"
 
 
-def write(run_dir: Path, document: dict[str, Any]) -> Path:
+def write(run_dir: Path, document: ResultsDocument) -> Path:
+    """The document's to_json: ``results.json`` of the run directory, and its copy ``latest.json``."""
     text = json.dumps(document, indent=2, sort_keys=False, default=str) + "\n"
     path = run_dir / "results.json"
     atomic.write_text(path, text)
@@ -153,7 +237,9 @@ def write(run_dir: Path, document: dict[str, Any]) -> Path:
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> ResultsDocument:
+    """The document's from_json: ``path`` (a results.json, or the run directory holding one) read
+    back, refused in one line that says what to do when it is not a results file of this version."""
     if path.is_dir():
         path = path / "results.json"
     try:
@@ -173,7 +259,7 @@ def load(path: Path) -> dict[str, Any]:
         newer = isinstance(version, int) and version > VERSION
         fix = "upgrade reproci (pip install -U reproci)" if newer else "re-run `reproci run` to produce a current file"
         raise ResultsError(f"{path} has results format version {version}, this reproci reads {VERSION}: {fix}")
-    return data
+    return cast(ResultsDocument, data)  # checked above: this schema, this version
 
 
 def sweep_orphans(results_dir: Path) -> list[Path]:

@@ -17,6 +17,7 @@ from . import results, stats
 from .errors import ReprociError, TooFewSeedsError, UsageError
 from .golden import store
 from .reports import build
+from .entry_sections import Variance
 
 SCHEMA = "reproci.compare"
 VERSION = 1
@@ -27,7 +28,7 @@ METHOD = ("Welch's t: the difference of means B − A per model and metric, with
 @dataclass(frozen=True)
 class Side:
     label: str  # what the user named, for the output
-    models: dict[str, dict[str, Any]]  # model -> variance summary: k, seeds, steps, metrics{name: {values, ...}}
+    models: dict[str, Variance]  # model -> variance summary: k, seeds, steps, metrics{name: {values, ...}}
 
 
 def load_side(path: Path) -> Side:

@@ -15,6 +15,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from .entry_sections import MetricSpread
+
 CONFIDENCE = 0.95
 MIN_SEEDS = 3  # fewer runs per side give an interval too wide (or undefined) to say anything
 LOWER_IS_BETTER_SUFFIXES = ("loss", "error")  # a metric named like these falls when the model improves
@@ -26,7 +28,7 @@ def lower_is_better(metric: str) -> bool:
     return metric.lower().endswith(LOWER_IS_BETTER_SUFFIXES)
 
 
-def describe(values: Sequence[float]) -> dict[str, Any]:
+def describe(values: Sequence[float]) -> MetricSpread:
     """Per-seed values with their mean and sample standard deviation (None below two values)."""
     vals = [float(v) for v in values]
     return {"values": vals, "mean": statistics.fmean(vals) if vals else None,

@@ -8,9 +8,13 @@ webhook, ``merge`` and ``pr-body`` all read it from here."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, TypeVar
 
 from . import errors, results
+from .entry_sections import Evidence, FirstOp, GoldenComparison
+from .results import ModelEntry, ResultsDocument
+
+M = TypeVar("M", bound=ModelEntry)  # a model entry, or a merged document's row (which adds its image)
 
 PASS = "PASS"
 NEW = "NEW"  # no golden yet for this image and model
@@ -67,7 +71,7 @@ def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
     return errors.most_serious(codes)  # when several models disagree, the most serious
 
 
-def document_exit_code(document: dict[str, Any]) -> int:
+def document_exit_code(document: ResultsDocument) -> int:
     """The exit code of a results document, from its verdicts and options alone (``run``
     computes it once, ``merge`` recomputes it from each shard the same way).
 
@@ -93,7 +97,7 @@ def document_exit_code(document: dict[str, Any]) -> int:
     return code
 
 
-def summarize(document: dict[str, Any]) -> None:
+def summarize(document: ResultsDocument) -> None:
     """Set the document's verdict counts and exit code from its models."""
     vs = [str(m.get("verdict")) for m in document.get("models") or []]
     summary = document.setdefault("summary", {})
@@ -114,7 +118,7 @@ def annotation_level(verdict: str, *, ci: bool = False) -> str | None:
     return None
 
 
-def warnings(m: dict[str, Any]) -> list[tuple[str, str]]:
+def warnings(m: ModelEntry) -> list[tuple[str, str]]:
     """Every warning a model's result carries, as (kind, sentence), in the order the results
     type declares them (``results.WARNING_FIELDS``: each field typed ``WarningText``, e.g.
     ('shared_batches', 'rank 0 and rank 1 train on the same batches ...'), ('coverage.note', ...)).
@@ -129,29 +133,29 @@ def warnings(m: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def unsaid_warnings(m: dict[str, Any], said: str = "") -> list[tuple[str, str]]:
+def unsaid_warnings(m: ModelEntry, said: str = "") -> list[tuple[str, str]]:
     """``warnings(m)`` less those whose sentence is already in ``said`` (the verdict's message,
     where a channel prints it beside them)."""
     return [(kind, text) for kind, text in warnings(m) if text not in said]
 
 
-def by_severity(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_severity(models: list[M]) -> list[M]:
     """Model entries, most serious verdict first (stable within a verdict)."""
     rank = {v: i for i, v in enumerate(ORDER)}
     return sorted(models, key=lambda m: rank.get(str(m.get("verdict")), -1))
 
 
-def verdict_evidence(m: dict[str, Any]) -> dict[str, Any] | None:
+def verdict_evidence(m: ModelEntry) -> Evidence | None:
     """The evidence behind a model's verdict: the golden comparison's for drift, else the
     run comparison's (A, B, C), else the golden comparison's."""
     g = m.get("golden")
-    golden: dict[str, Any] = g if isinstance(g, dict) else {}
+    golden: GoldenComparison = g if isinstance(g, dict) else {}
     if m.get("verdict") in DRIFTING and golden.get("evidence"):
         return golden["evidence"]
     return m.get("evidence") or golden.get("evidence")
 
 
-def where_text(ev: dict[str, Any] | None) -> str:
+def where_text(ev: Evidence | None) -> str:
     """Where two runs first differ, for a sentence: 'from step 15, first at buffer:bn.running_mean',
     'before the first step, first at param:fc.weight', 'from the final state'."""
     ev = ev or {}
@@ -171,7 +175,7 @@ DATA_TEXT = {
 }
 
 
-def cause_text(ev: dict[str, Any] | None) -> str:
+def cause_text(ev: Evidence | None) -> str:
     """What two runs' first difference says of its cause, for every sentence: 'same batch,
     different result', 'different batch contents: ...', 'different initial state', or ''."""
     ev = ev or {}
@@ -186,13 +190,14 @@ def cause_text(ev: dict[str, Any] | None) -> str:
 UNREPRODUCED = "not reproduced by the replay"  # a magnitude_source: the probe replays left the runs' checksums
 
 
-def _size(ev: dict[str, Any]) -> str:
+def _size(ev: Mapping[str, Any]) -> str:
     ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
     return f"|Δ| {ev['max_abs']:.3g}{ulp}"
 
 
-def magnitude_text(ev: dict[str, Any] | None) -> str:
-    """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured. A magnitude is the
+def magnitude_text(ev: Mapping[str, Any] | None) -> str:
+    """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured (of an ``Evidence``, or of
+    the first differing op, ``Evidence['op']``: both carry max_abs, max_ulp, magnitude_source). A magnitude is the
     runs' own only when the probe replays reproduced them: otherwise it is the replays'
     ('..., between replays that did not reproduce the runs (...)'), and where the replays
     agreed there is none: '|Δ| not measured: not reproduced by the replay (...)'."""
@@ -206,7 +211,7 @@ def magnitude_text(ev: dict[str, Any] | None) -> str:
     return f"max {_size(ev)}{replays}"
 
 
-def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> str:
+def first_difference(ev: Evidence | None, *, code: Callable[[str], str] = str) -> str:
     """The one short spelling of where runs first differ, for every table:
     'step 15, buffer:bn.running_mean, |Δ| 4.66e-10 (1 ULP)', 'step 0 (initial state), param:fc.weight',
     'controls off at model.py:52', or '-'. ``code`` formats a name (backticks in Markdown)."""
@@ -215,18 +220,18 @@ def first_difference(ev: dict | None, *, code: Callable[[str], str] = str) -> st
     controls = ev.get("controls") or []
     if ev.get("cause") == "controls" and controls:
         c = controls[0]
-        return f"controls off at {code(c['where'])}" if c.get("where") else f"{code(c['control'])} off at the {c.get('found_at')}"
+        return f"controls off at {code(where)}" if (where := c.get("where")) else f"{code(c['control'])} off at the {c.get('found_at')}"
     step = ev.get("step")
     parts = [("step 0 (initial state)" if step == 0 else f"step {step}") if step is not None else "final state"]
-    if ev.get("tensor"):
-        parts.append(code(ev["tensor"]) + (f" (only in {ev['only_in']})" if ev.get("only_in") else "")
+    if tensor := ev.get("tensor"):
+        parts.append(code(tensor) + (f" (only in {ev['only_in']})" if ev.get("only_in") else "")
                      + (" (outside the checkpoint)" if ev.get("cause") == "census" else ""))
     if ev.get("max_abs") is not None:
         parts.append(_size(ev) + (" (replays)" if str(ev.get("magnitude_source") or "").startswith(UNREPRODUCED) else ""))
     return ", ".join(parts)
 
 
-def op_text(op: dict[str, Any] | None) -> str:
+def op_text(op: FirstOp | None) -> str:
     """'aten::native_dropout in blocks.0.drop at model.py:52 (forward), forward pass, max |Δ| 2 (…)'
     for the first op whose output differs; '' when no op was recorded."""
     if not op:

@@ -252,6 +252,35 @@ def left_behind(where: Path | None = None, *, pid: int | None = None, engine: An
         time.sleep(0.2)
 
 
+# --- the declared shape of a results document ---
+
+def undeclared(value: Any, kind: Any = None, path: str = "document") -> list[str]:
+    """Every key of a results document (or of any part of it, ``kind`` its declared type) that its
+    declaration does not name, at any depth a ``TypedDict`` reaches: 'document.models[].throughput.x'."""
+    import types
+    import typing
+
+    from reproci import results
+
+    kind = results.ResultsDocument if kind is None else kind
+    if getattr(kind, "__metadata__", None):  # Annotated, as WarningText
+        kind = typing.get_args(kind)[0]
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):  # the member of the value's own kind
+        shaped = [t for t in args if typing.is_typeddict(t) and isinstance(value, dict)
+                  or typing.get_origin(t) in (dict, list) and isinstance(value, typing.get_origin(t))]
+        return undeclared(value, shaped[0], path) if shaped else []
+    if typing.is_typeddict(kind) and isinstance(value, dict):
+        hints = typing.get_type_hints(kind, include_extras=True)
+        return [p for k, v in value.items()
+                for p in (undeclared(v, hints[k], f"{path}.{k}") if k in hints else [f"{path}.{k}"])]
+    if origin is dict and isinstance(value, dict):
+        return [p for k, v in value.items() for p in undeclared(v, args[1], f"{path}[{k!r}]")]
+    if origin is list and isinstance(value, list):
+        return [p for v in value for p in undeclared(v, args[0], f"{path}[]")]
+    return []
+
+
 # --- real results files ---
 
 RUN = ("run", "-m", "embedding", "--steps", "8", "--resume-at", "4", "--image-name", "cpu-torch2.13")

@@ -217,25 +217,28 @@ def test_a_run_that_recorded_its_golden_says_so(files):
 # --- warnings: one list (``verdicts.warnings``), every channel that shows a verdict ---
 
 # Every field of a model entry that is not a warning: data, a verdict, or a section with its own
-# table. A new field of ``results.ModelEntry`` fails the test below until it is named here or
-# typed ``results.WarningText``, which puts it in every channel at once.
+# table (a section named here whole holds no warning at any depth). A new field of
+# ``results.ModelEntry`` fails the test below until it is named here or typed
+# ``results.WarningText``, which puts it in every channel at once.
 NOT_WARNINGS = {
-    "model", "ref", "plugin", "verdict", "message", "final_sha256", "evidence", "golden", "throughput", "variance",
-    "audit", "probes", "execution", "bisect", "blame", "world_size", "coverage.epochs", "coverage.batches_per_epoch",
-    "coverage.resume_at", "coverage.resume_epoch", "runs", "records", "across_nodes", "error", "seconds",
-    "state_census.differences", "state_census.errors",
+    "model", "ref", "plugin", "description", "source", "code_sha256", "steps", "resume_at", "seed", "fault",
+    "verdict", "message", "final_sha256", "config", "config_sha256", "batch_size", "attestation", "evidence",
+    "golden", "throughput", "variance", "audit", "probes", "execution", "bisect", "blame", "world_size",
+    "coverage.epochs", "coverage.batches_per_epoch", "coverage.resume_at", "coverage.resume_epoch", "runs", "records",
+    "across_nodes", "error", "seconds", "state_census.differences", "state_census.errors",
 }
 
 
 def _fields(kind: type, prefix: str = "") -> set[str]:
-    """Every field of a typed dict, and of the typed dicts it holds, as 'coverage.note'."""
+    """Every field of a typed dict, and of the typed dicts it holds, as 'coverage.note'; a section
+    named whole in ``NOT_WARNINGS`` as itself."""
     from typing import get_type_hints
 
     from reproci import results
 
     out: set[str] = set()
     for name, hint in get_type_hints(kind, include_extras=True).items():
-        inner = results.sections(hint)
+        inner = [] if prefix + name in NOT_WARNINGS else results.sections(hint)
         out |= set().union(*(_fields(t, f"{prefix}{name}.") for t in inner)) if inner else {prefix + name}
     return out
 
@@ -246,6 +249,8 @@ def test_every_field_of_a_model_entry_is_a_warning_or_said_not_to_be_one():
     warnings = {".".join(path) for path in results.WARNING_FIELDS}
     assert {"shared_batches", "epoch_order", "coverage.note", "throughput_regression"} <= warnings
     assert _fields(results.ModelEntry) - warnings == NOT_WARNINGS
+    # a section said whole not to hold warnings holds none
+    assert not [w for w in warnings if any(w.startswith(f"{s}.") for s in NOT_WARNINGS)]
 
 
 def _sentence(path: tuple[str, ...]) -> str:

@@ -15,7 +15,7 @@ from reproci.stages import throughput
 from reproci.stages.throughput import sampling
 from reproci.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
-from .helpers import Cli, model_entry
+from .helpers import Cli, model_entry, undeclared
 
 
 def test_bootstrap_interval_brackets_the_median_and_is_repeatable():
@@ -117,6 +117,7 @@ def throughput_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, objec
 def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run):
     cli, r, doc = throughput_run
     assert r.returncode == 0, r.stderr
+    assert undeclared(doc) == []  # every key the stage writes is declared (entry_sections.Throughput)
     assert "cost of strict determinism" in r.stdout
     assert "×  [" in r.stdout.replace("× [", "×  [")  # "1.02× [0.99, 1.05]"
     assert "determinism not checked" in r.stdout

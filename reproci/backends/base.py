@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..errors import WorkerFailed
+from ..results import Image
 from ..worker.process import progress
 from ..worker.process.spec import WorkerSpec
 
@@ -109,7 +110,7 @@ class Backend(abc.ABC):
             raise WorkerFailed(f"run {spec.role} not started: the run was interrupted", kind="interrupted")
 
     @abc.abstractmethod
-    def image_info(self) -> dict[str, Any]:
+    def image_info(self) -> Image:
         """{"name", "reference", "digest", "backend"} of what the workers run in."""
 
     def prepare_spec(self, spec: WorkerSpec, run_dir: Path) -> WorkerSpec:

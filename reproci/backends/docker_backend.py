@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import InfrastructureError
+from ..results import Image
 from ..worker.process.exitcodes import EXIT_MISSING_DEPENDENCY
 from ..worker.process.spec import WorkerSpec
 from .base import Backend, BackendOptions, LaunchResult, OnStart, OnStep
@@ -102,7 +103,7 @@ class DockerBackend(Backend):
 
     # Backend interface
 
-    def image_info(self) -> dict[str, Any]:
+    def image_info(self) -> Image:
         return {"name": self.options.image_name, "reference": self.reference, "digest": self.digest,
                 "backend": "docker", "id": self.image_id, "torch": self.toolchain.get("torch"),
                 "gpus": self.gpus}

@@ -16,9 +16,9 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 from ..errors import InfrastructureError
+from ..results import Image
 from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, run_temp_dir, worker_command
 from ..worker.process.spec import WorkerSpec
 from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStart, OnStep, take_line
@@ -41,7 +41,7 @@ class LocalBackend(Backend):
         self._temps: set[Path] = set()  # the temporary folders of the runs under way (``run_temp_dir``)
         self.servers = ForkServers(options.fork_servers) if options.fork_server is not False else None
 
-    def image_info(self) -> dict[str, Any]:
+    def image_info(self) -> Image:
         return {"name": self.options.image_name, "reference": None, "digest": None, "backend": "local"}
 
     def environment(self, spec: WorkerSpec) -> dict[str, str]:

@@ -28,6 +28,8 @@ from ..golden.environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_d
 from ..errors import UsageError
 from ..settings.options import RunOptions
 from . import cell as cell_mod
+from ..entry_sections import AcrossNodes, Evidence
+from ..results import ModelEntry, ResultsDocument
 
 TWINS_DIR = "across-nodes"  # under the run directory: each twin cell's own run directory, by cell name
 TWIN = "~twin"  # a twin cell's name: its cell's, and this
@@ -41,7 +43,7 @@ class CellRun:
     entry's record paths are relative to."""
 
     node: str
-    entry: Mapping[str, Any]
+    entry: ModelEntry
     run_dir: Path
 
     def record_a(self) -> dict[str, Any] | None:
@@ -59,7 +61,7 @@ class CellRun:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def compare(first: CellRun, twin: CellRun, device: str | None) -> dict[str, Any]:
+def compare(first: CellRun, twin: CellRun, device: str | None) -> AcrossNodes:
     """The model's ``across_nodes`` section: the two nodes, whether their runs A agree, and when
     they do not, where they first differ (step, tensor, and the final state's magnitude where both
     cells kept it), what differs between the nodes' environments, the verdict and its sentence."""
@@ -73,13 +75,14 @@ def compare(first: CellRun, twin: CellRun, device: str | None) -> dict[str, Any]
     if div is None:
         return {"nodes": nodes, "agree": True, "verdict": None,
                 "message": f"agreed across nodes {first.node} and {twin.node} (run A: every step and the final hash)"}
-    evidence: dict[str, Any] = {"comparison": f"A on {first.node} vs A on {twin.node}", **div.to_dict()}
+    evidence: Evidence = {"comparison": f"A on {first.node} vs A on {twin.node}", **div.to_dict()}
     evidence.update(_magnitude(div.tensor, first.final_state(), twin.final_state()))
     packages = package_diff(a.get("packages"), b.get("packages"))
     toolchain = diff_keys(a.get("environment"), b.get("environment"), TOOLCHAIN_KEYS)
     host = host_diff(a.get("environment"), b.get("environment"), device)
-    changes = {"packages": packages, "toolchain": toolchain, "host": host, "digest": None}  # as drift reads a golden's
     env_diff = {**toolchain, **host}
+    changes: drift.Changes = {"packages": packages, "toolchain": toolchain, "host": host, "digest": None,
+                              "env": env_diff}  # as drift reads a golden's
     said = f"runs on {first.node} and {twin.node} differ {verdicts.where_text(evidence)}{_size(evidence)}"
     cause = verdicts.cause_text(evidence)
     said += f"; {cause}" if cause and div.cause in ("data", "compute") else ""
@@ -93,7 +96,7 @@ def compare(first: CellRun, twin: CellRun, device: str | None) -> dict[str, Any]
             "env_diff": env_diff, "package_diff": packages}
 
 
-def _magnitude(tensor: str | None, state_a: dict[str, Any] | None, state_b: dict[str, Any] | None) -> dict[str, Any]:
+def _magnitude(tensor: str | None, state_a: dict[str, Any] | None, state_b: dict[str, Any] | None) -> Evidence:
     """max |Δ| and ULP of the differing tensor's parameter in the two final states, where both were kept."""
     name = drift.state_name(tensor)
     if not state_a or not state_b or name not in state_a or name not in state_b:
@@ -103,13 +106,13 @@ def _magnitude(tensor: str | None, state_a: dict[str, Any] | None, state_b: dict
             "magnitude_source": f"final state of {name}"}
 
 
-def _size(evidence: dict[str, Any]) -> str:
+def _size(evidence: Evidence) -> str:
     source = str(evidence.get("magnitude_source") or "")
     text = verdicts.magnitude_text(evidence)
     return f"; at the end {source.removeprefix('final state of ')} {text}" if text and source else ""
 
 
-def judge(entry: dict[str, Any], section: dict[str, Any], twin: Mapping[str, Any] | None = None) -> None:
+def judge(entry: ModelEntry, section: AcrossNodes, twin: ModelEntry | None = None) -> None:
     """The model's entry with its ``across_nodes`` section: a difference between the nodes is the
     verdict unless the first node's own runs already failed (that verdict is graver, or as grave);
     runs that agreed say so after the verdict's sentence. ``twin``: the twin cell's model entry,
@@ -118,11 +121,11 @@ def judge(entry: dict[str, Any], section: dict[str, Any], twin: Mapping[str, Any
     if entry.get("verdict") in verdicts.FAILING:
         return
     if twin is not None and twin.get("verdict") in verdicts.FAILING:
-        entry.update(verdict=twin["verdict"], evidence=twin.get("evidence"),
-                     message=f"on node {section['nodes'][1]}: {twin.get('message')}")
+        entry.update({"verdict": twin["verdict"], "evidence": twin.get("evidence"),
+                      "message": f"on node {section['nodes'][1]}: {twin.get('message')}"})
         return
-    if section.get("verdict"):
-        entry.update(verdict=section["verdict"], evidence=section["evidence"], message=section["message"])
+    if verdict := section.get("verdict"):
+        entry.update({"verdict": verdict, "evidence": section["evidence"], "message": section["message"]})
     else:
         entry["message"] = f"{entry.get('message')}; {section['message']}"
 
@@ -162,7 +165,7 @@ def split(done: Sequence[cell_mod.CellResult], node_of: Mapping[str, str]) -> tu
     return cells, twins
 
 
-def check(options: RunOptions, doc: dict[str, Any], run_dir: Path, twins: list[Twin]) -> None:
+def check(options: RunOptions, doc: ResultsDocument, run_dir: Path, twins: list[Twin]) -> None:
     """Each twin's run directory unpacked under ``run_dir/across-nodes/<cell>``, its models
     compared with the cells' (``compare``) and judged (``judge``); the option recorded, the
     golden refused when any model differs across nodes, the kept final states removed unless
@@ -195,7 +198,7 @@ def check(options: RunOptions, doc: dict[str, Any], run_dir: Path, twins: list[T
     verdicts.summarize(doc)
 
 
-def differing(doc: Mapping[str, Any]) -> list[str]:
+def differing(doc: ResultsDocument) -> list[str]:
     """The models whose runs differ across nodes: '<model> differs across nodes <X> and <Y>'."""
     return [f"{m['model']} differs across nodes {' and '.join(m['across_nodes']['nodes'])}"
             for m in doc.get("models") or [] if (m.get("across_nodes") or {}).get("agree") is False]

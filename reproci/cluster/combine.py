@@ -14,7 +14,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from .. import errors, results, verdicts
 from ..errors import ReprociError
@@ -23,11 +23,12 @@ from ..golden.advice import update_command
 from ..settings.options import RunOptions
 from . import across
 from . import cell as cell_mod
+from ..results import GoldenOutcome, ResultsDocument
 
 ONE_RUN_KEYS = ("run_id", "created", "summary")  # set by the driver for the whole run
 
 
-def unpack_cells(done: list[cell_mod.CellResult], run_dir: Path) -> list[dict[str, Any]]:
+def unpack_cells(done: list[cell_mod.CellResult], run_dir: Path) -> list[ResultsDocument]:
     """Each cell's run directory unpacked into ``run_dir``; its document, in the order given."""
     docs = []
     for r in done:
@@ -46,21 +47,22 @@ def unpack_cells(done: list[cell_mod.CellResult], run_dir: Path) -> list[dict[st
 
 
 def document(options: RunOptions, run_id: str, created: str, seconds: float,
-             docs: list[dict[str, Any]]) -> dict[str, Any]:
+             docs: list[ResultsDocument]) -> ResultsDocument:
     """One document from the cells' documents: the first cell's image, environment, packages
     and options (one image and one device kind: they are the same in every cell), every
     cell's models, the run's own id, time and summary."""
     first = docs[0]
     order = {m.name: i for i, m in enumerate(options.models)}
-    models = sorted((m for d in docs for m in d.get("models") or []), key=lambda m: order.get(m.get("model"), len(order)))
+    models = sorted((m for d in docs for m in d.get("models") or []), key=lambda m: order.get(m.get("model", ""), len(order)))
     command = update_command(options)
     for d in docs:
         own = (d.get("golden") or {}).get("update_command")
         if own and own != command:
             for m in d.get("models") or []:
                 _replace_text(m, own, command)
-    doc = results.new_document(**{k: v for k, v in first.items() if k not in ("schema", "version", "complete", "models",
-                                                                             *ONE_RUN_KEYS)})
+    # The first cell's keys, by name and in its order (one machine's), whatever they are: a plain dict here.
+    doc: dict[str, Any] = dict(results.new_document())
+    doc.update({k: v for k, v in first.items() if k not in ("schema", "version", "complete", "models", *ONE_RUN_KEYS)})
     doc.update(run_id=run_id, created=created, models=models)
     golden = _golden_section(docs, command)
     if golden is not None:
@@ -68,15 +70,16 @@ def document(options: RunOptions, run_id: str, created: str, seconds: float,
     doc["summary"] = {"verdicts": {}, "exit_code": None, "seconds": round(seconds, 3)}
     ordered = {k: doc[k] for k in first if k in doc}  # the keys in the order one machine writes them
     ordered.update({k: v for k, v in doc.items() if k not in ordered})
-    verdicts.summarize(ordered)
-    return ordered
+    out = cast(ResultsDocument, ordered)  # a cell's document, its models, this run's id, time and summary
+    verdicts.summarize(out)
+    return out
 
 
-def _golden_section(docs: list[dict[str, Any]], command: str) -> dict[str, Any] | None:
+def _golden_section(docs: list[ResultsDocument], command: str) -> GoldenOutcome | None:
     sections = [d["golden"] for d in docs if d.get("golden")]
     if not sections:
         return None
-    out = dict(sections[0], update_command=command)
+    out: GoldenOutcome = {**sections[0], "update_command": command}
     out["existed"] = any(s.get("existed") for s in sections)
     out["updated"] = False  # the driver's write says so (write_golden)
     refused = [s["refused"] for s in sections if s.get("refused")]
@@ -99,7 +102,7 @@ def _replace_text(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.CellResult]) -> None:
+def write_golden(options: RunOptions, doc: ResultsDocument, done: list[cell_mod.CellResult]) -> None:
     """The driver, alone, records the golden: only when every cell recorded its part (each
     passed its own checks), from the parts the cells sent back."""
     section = doc.get("golden")
@@ -118,7 +121,7 @@ def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.C
                 return
             parts.append(part)
         path = golden_store.write_combined(options.goldens_dir, options.image_name, doc, parts)
-    section.update(updated=True, file=str(path))
+    section.update({"updated": True, "file": str(path)})
     summary_keys = {"verdicts", "exit_code"}
     if summary_keys <= set(doc.get("summary") or {}):
         verdicts.summarize(doc)  # drift is now this update's evidence, as on one machine
@@ -126,7 +129,7 @@ def write_golden(options: RunOptions, doc: dict[str, Any], done: list[cell_mod.C
 
 def finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]], started: float,
            write_cells: Callable[[Path], None], twins: Sequence[across.Twin] = ()
-           ) -> tuple[dict[str, Any], Path, list[str]]:
+           ) -> tuple[ResultsDocument, Path, list[str]]:
     """The cells that came back made one run: its directory, document and golden, published as one
     machine's; ``lost`` (a line and an exit code per cell that did not) makes it exit 5.
     ``write_cells(run_dir)`` records where each cell ran (the engine's own ``cells.json``).

@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict, cast
 
 from .. import __version__, atomic, errors, results, verdicts
 from ..errors import ResultsError, UsageError
 from ..reports import github
+from ..results import ResultsDocument
+from .merged import MergedDocument, MergedModel, Shard, ShardEnvironment
 
 SCHEMA = "reproci.merged"
 VERSION = 1
@@ -44,7 +46,7 @@ def find_results(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def load_shards(paths: Iterable[Path]) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+def load_shards(paths: Iterable[Path]) -> tuple[list[tuple[Path, ResultsDocument]], list[str]]:
     """(path, document) per shard, in the order found, and notes on superseded runs. Of two runs of
     one image that share a model the newer wins; runs of one image's other models (the cells of
     ``reproci matrix --format k8s``, one model each) are all kept."""
@@ -63,13 +65,21 @@ def load_shards(paths: Iterable[Path]) -> tuple[list[tuple[Path, dict[str, Any]]
     return [loaded[i] for i in sorted(i for ids in kept.values() for i in ids)], notes[::-1]
 
 
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _overlap(a: ResultsDocument, b: ResultsDocument) -> bool:
     """Whether two runs of one image checked a model in common (a run without models overlaps all)."""
     names_a, names_b = ({m.get("model") for m in d.get("models", [])} for d in (a, b))
     return not names_a or not names_b or bool(names_a & names_b)
 
 
-def expected_images(matrix: str | None) -> list[dict[str, Any]]:
+class Expected(TypedDict, total=False):
+    """A row of the matrix: an image (and its tag), and the models of its cells (``--format k8s``)."""
+
+    image: str
+    tag: str | None
+    models: list[str]
+
+
+def expected_images(matrix: str | None) -> list[Expected]:
     """The rows of a matrix (the JSON text ``reproci matrix`` printed, or a file holding it); a row
     may list its ``models`` (``--format k8s``: one cell each), then each is expected too."""
     if not matrix:
@@ -90,12 +100,12 @@ def expected_images(matrix: str | None) -> list[dict[str, Any]]:
 
 # --- the merged document ----------------------------------------------------------------------
 
-def shard_exit_code(doc: dict[str, Any]) -> int:
+def shard_exit_code(doc: ResultsDocument) -> int:
     """A shard's exit code, recomputed from its verdicts and options as ``run`` computed it."""
     return verdicts.document_exit_code(doc)
 
 
-def _environment(env: dict[str, Any] | None) -> dict[str, Any]:
+def _environment(env: dict[str, Any] | None) -> ShardEnvironment:
     env = env or {}
     gpu = env.get("gpu") or {}
     return {"torch": env.get("torch"), "cuda": env.get("cuda"), "cudnn": env.get("cudnn"), "nccl": env.get("nccl"),
@@ -103,10 +113,10 @@ def _environment(env: dict[str, Any] | None) -> dict[str, Any]:
             "device": env.get("device"), "threads": env.get("threads")}
 
 
-def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+def merge(shards: list[tuple[Path, ResultsDocument]], expected: Iterable[Expected] = ()) -> MergedDocument:
     """One document for all shards: per-image identity, every model with its image, one exit code."""
-    shard_rows: list[dict[str, Any]] = []
-    models: list[dict[str, Any]] = []
+    shard_rows: list[Shard] = []
+    models: list[MergedModel] = []
     for path, doc in shards:
         image = doc.get("image") or {}
         name = str(image.get("name") or "local")
@@ -117,15 +127,16 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
             "summary": doc.get("summary"), "exit_code": shard_exit_code(doc),
         })
         for m in doc.get("models", []):
-            row = {"image": name, "model": m.get("model"), "verdict": m.get("verdict", verdicts.ERROR),
-                   "message": m.get("message"), "final_sha256": m.get("final_sha256"),
-                   "evidence": m.get("evidence"), "seconds": m.get("seconds"),
-                   "ci": bool((doc.get("options") or {}).get("ci"))}
+            # the shard's entry copied by name, as it is (a key it lacks: None): a plain dict until whole
+            row: dict[str, Any] = {"image": name, "model": m.get("model"), "verdict": m.get("verdict", verdicts.ERROR),
+                                   "message": m.get("message"), "final_sha256": m.get("final_sha256"),
+                                   "evidence": m.get("evidence"), "seconds": m.get("seconds"),
+                                   "ci": bool((doc.get("options") or {}).get("ci"))}
             # the warning fields ride along: the merged summary and annotations print them (verdicts.warnings)
             for optional in ("golden", "throughput", "error", *dict.fromkeys(p[0] for p in results.WARNING_FIELDS)):
                 if m.get(optional) is not None:
-                    row[optional] = m[optional]
-            models.append(row)
+                    row[optional] = m.get(optional)
+            models.append(cast(MergedModel, row))
     # A matrix row is present when a shard carries its image name (or its tag as reference).
     present = {str(v) for row in shard_rows for v in ((row["image"] or {}).get("name") or "local",
                                                        (row["image"] or {}).get("reference")) if v}
@@ -150,7 +161,7 @@ def merge(shards: list[tuple[Path, dict[str, Any]]], expected: Iterable[dict[str
     }
 
 
-def load_merged(path: Path) -> dict[str, Any]:
+def load_merged(path: Path) -> MergedDocument:
     """A merged document, refused with the command that fixes it when it is of another version."""
     try:
         data = json.loads(path.read_text())
@@ -161,11 +172,11 @@ def load_merged(path: Path) -> dict[str, Any]:
     if data.get("version") != VERSION:
         raise ResultsError(f"{path} has merged format version {data.get('version')}, this reproci reads {VERSION}: "
                            "run `reproci merge` on the shards again with this reproci")
-    return data
+    return cast(MergedDocument, data)  # checked above: this schema, this version
 
 
 def merge_files(shards: tuple[Path, ...], output: Path, *, matrix: str | None = None,
-                summary: Path | None = None) -> tuple[dict[str, Any], list[str]]:
+                summary: Path | None = None) -> tuple[MergedDocument, list[str]]:
     """``reproci merge``: read the shards, write the merged document (and append the step
     summary); return it with notes on superseded shards."""
     for path, flag in ((output, "--output"), (summary, "--summary")):  # both, before either is written

@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable
 
 from .. import console, errors
 from ..errors import InfrastructureError, UsageError
+from ..results import ResultsDocument
 from ..golden.advice import shown
 from ..settings.options import RunOptions
 from . import across, combine
@@ -166,7 +167,7 @@ def cell_name(options: RunOptions, model: str) -> str:
 
 
 def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[str, Any],
-              progress: Callable[[str], None]) -> tuple[dict[str, Any], Path, list[str]]:
+              progress: Callable[[str], None]) -> tuple[ResultsDocument, Path, list[str]]:
     """Run every cell on the cluster (``cell_options``: what each cell's run receives,
     ``settings.declared.for_cell``); return the combined document, its path, and one line per
     cell lost (its node died, or its run ended without results)."""
@@ -271,7 +272,7 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
 
 def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]],
             pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
-            ) -> tuple[dict[str, Any], Path, list[str]]:
+            ) -> tuple[ResultsDocument, Path, list[str]]:
     placed = {spec.name: node for spec, node in pending.values()}
     cells, twins = across.split(done, {name: node.name for name, node in placed.items()})
     return combine.finish(options, cells, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost), twins)

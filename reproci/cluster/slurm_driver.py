@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 from .. import errors
 from ..errors import InfrastructureError, UsageError
+from ..results import ResultsDocument
 from ..settings.options import RunOptions
 from . import across
 from . import cell as cell_mod
@@ -123,7 +124,7 @@ class Task:
 
 
 def run_cells(options: RunOptions, slurm: SlurmOptions, cell_options: dict[str, Any],
-              progress: Callable[[str], None]) -> tuple[dict, Path, list[str]]:
+              progress: Callable[[str], None]) -> tuple[ResultsDocument, Path, list[str]]:
     """Submit every cell as one array job, follow it, and combine what came back; return the
     document, its path and one line per cell lost."""
     started = time.monotonic()

@@ -8,6 +8,7 @@ from typing import Any
 from .. import verdicts
 from ..settings.options import RunOptions
 from ..errors import ResultsError
+from ..results import ModelEntry, ResultsDocument
 from ..worker import run_record
 from ..worker.run_record import RunRecord
 from .advice import rerun_command, update_command
@@ -17,7 +18,7 @@ from .store import Golden
 OWN_FAILURES = verdicts.FAILING
 
 
-def _record(run_dir: Path, entry: dict[str, Any]) -> RunRecord:
+def _record(run_dir: Path, entry: ModelEntry) -> RunRecord:
     path = run_dir / entry["records"]["A"]
     try:
         return run_record.read_ok(path)
@@ -25,7 +26,7 @@ def _record(run_dir: Path, entry: dict[str, Any]) -> RunRecord:
         raise ResultsError(f"{path}: {e}") from e
 
 
-def _final_state(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
+def _final_state(run_dir: Path, entry: ModelEntry) -> dict[str, Any] | None:
     path = run_dir / entry["model"] / "final-A.pt"
     if not path.is_file():
         return None
@@ -34,7 +35,7 @@ def _final_state(run_dir: Path, entry: dict[str, Any]) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Golden | None,
+def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Golden | None,
           ops: dict[str, Any] | None = None) -> None:
     """Fill in each model's ``golden`` section and combined verdict; update goldens if asked.
     The document's exit code is computed after this, once (``verdicts.document_exit_code``)."""
@@ -59,7 +60,7 @@ def apply(options: RunOptions, document: dict[str, Any], run_dir: Path, old: Gol
         update(options, document, run_dir, ops)
 
 
-def update(options: RunOptions, document: dict[str, Any], run_dir: Path, ops: dict[str, Any] | None = None) -> None:
+def update(options: RunOptions, document: ResultsDocument, run_dir: Path, ops: dict[str, Any] | None = None) -> None:
     """Record goldens from this run, only if every model passed its own strict checks (with
     the per-op hashes of their first steps, ``stages/determinism/golden_ops.py``, where recorded)."""
     bad = [f"{m['model']} is {m['verdict']}" for m in document["models"]
@@ -73,23 +74,23 @@ def update(options: RunOptions, document: dict[str, Any], run_dir: Path, ops: di
     records = {m["model"]: _record(run_dir, m) for m in document["models"]}
     states = {m["model"]: _final_state(run_dir, m) or {} for m in document["models"]}
     path = store.write(options.goldens_dir, options.image_name, document, records, states, ops=ops)
-    document["golden"].update(updated=True, file=str(path))  # drift is now this update's evidence (verdicts.document_exit_code)
+    document["golden"].update({"updated": True, "file": str(path)})  # drift is now this update's evidence (verdicts.document_exit_code)
     for m in document["models"]:  # "no golden yet; record one with ..." is no longer true: say what happened
         section = m.get("golden") or {}
         if section.get("verdict") == verdicts.NEW and section.get("message"):
             said = f"golden recorded in {path}"
             m["message"] = m["message"].replace(section["message"], said)
-            section.update(message=said, recorded=True)
+            section.update({"message": said, "recorded": True})
 
 
-def cleanup(options: RunOptions, run_dir: Path, document: dict[str, Any]) -> None:
+def cleanup(options: RunOptions, run_dir: Path, document: ResultsDocument) -> None:
     if options.keep_checkpoints:
         return
     for entry in document["models"]:
         (run_dir / entry["model"] / "final-A.pt").unlink(missing_ok=True)
 
 
-def _throughput_regressions(options: RunOptions, document: dict[str, Any], old: Golden | None) -> None:
+def _throughput_regressions(options: RunOptions, document: ResultsDocument, old: Golden | None) -> None:
     """Warn (or fail, with --slowdown-fails) when strict mode got slower than the golden's run."""
     if old is None:
         return

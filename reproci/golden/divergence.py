@@ -10,10 +10,11 @@ differs.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
+from ..entry_sections import Evidence, FirstOp
 from ..worker.run_record import Run, Trajectory
 
 # The order in which a training step produces tensors: forward updates buffers
@@ -55,10 +56,11 @@ class Divergence:
     # The first differing tensor exists at that step in one run only ("a": the first run given
     # to first_divergence, "b": the second; a gradient in one, none in the other): no magnitude.
     only_in: str | None = None
-    op: dict[str, Any] | None = None  # the first op whose output differs in that step (reproci.golden.ops)
+    op: FirstOp | None = None  # the first op whose output differs in that step (reproci.golden.ops)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> Evidence:
+        """The divergence as a model entry's evidence holds it (its fields are ``Evidence``'s)."""
+        return cast("Evidence", asdict(self))
 
 
 def _causal_key(name: str, index: int, n: int, one_sided: bool = False) -> tuple[int, int, int]:
@@ -273,7 +275,14 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(ordered(a) - ordered(b))
 
 
-def tensor_magnitude(a: Any, b: Any) -> dict[str, Any]:
+class Magnitude(TypedDict, total=False):
+    max_abs: float | None
+    max_ulp: int | None
+    elements_differing: int | None
+    shape_mismatch: list[list[int]]  # the two shapes, where they differ (no magnitude then)
+
+
+def tensor_magnitude(a: Any, b: Any) -> Magnitude:
     """max-abs, max-ULP and differing-element count of two tensors (torch or numpy)."""
     xa, xb = _to_numpy(a), _to_numpy(b)
     if xa.shape != xb.shape:

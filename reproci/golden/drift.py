@@ -10,14 +10,27 @@ different hardware or thread count (ENV_CHANGED), nothing recorded changed
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from .. import verdicts
+from ..entry_sections import Evidence, GoldenComparison, GoldenImage
+from ..results import ModelEntry, RecordedOptions, ResultsDocument
 from .advice import SETTINGS
 from .divergence import first_divergence, tensor_magnitude
 from ..worker.run_record import Run, Trajectory
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
+
+
+class Changes(TypedDict):
+    """What changed between a golden's environment and a run's: each key -> [golden's, this run's]."""
+
+    packages: dict[str, list[Any]]
+    toolchain: dict[str, list[Any]]
+    host: dict[str, list[Any]]
+    digest: list[Any] | None  # the image digests, when both are known and differ
+    env: dict[str, list[Any]]  # toolchain, host and digest together, as the model entry shows them
+
 
 def state_name(tensor: str | None) -> str | None:
     """The stored final-state tensor that shows a differing tensor's magnitude: a gradient
@@ -44,9 +57,9 @@ def agreeing_digits(a: Any, b: Any) -> int | None:
     return max(0, int(math.floor(-math.log10(abs(a - b) / scale))))
 
 
-def compare(entry: dict[str, Any], run_a: Run, final_state: dict[str, Any] | None,
-            document: dict[str, Any], golden: Golden | None, *, ci: bool, image_name: str,
-            fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
+def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
+            document: ResultsDocument, golden: Golden | None, *, ci: bool, image_name: str,
+            fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> GoldenComparison:
     """The golden section of one model's entry: its verdict against the golden, the
     evidence, and the message that says it; ``fix`` is the command that re-records it, and
     ``rerun(golden entry)`` the one that runs with the settings the golden was recorded with."""
@@ -54,14 +67,16 @@ def compare(entry: dict[str, Any], run_a: Run, final_state: dict[str, Any] | Non
     fix = fix or f"`reproci golden update --image {image_name}`"
     fails = " (CI mode: this fails)" if ci else ""
     g = golden.models.get(entry["model"]) if golden else None
-    out: dict[str, Any] = {"file": str(golden.path) if golden else None, "golden_final_sha256": None,
-                           "golden_image": None, "package_diff": {}, "env_diff": {}, "evidence": None}
+    out: GoldenComparison = {"file": str(golden.path) if golden else None, "golden_final_sha256": None,
+                             "golden_image": None, "package_diff": {}, "env_diff": {}, "evidence": None}
     if golden is None or g is None:
         where = "no golden file" if golden is None else "no golden for this model"
         return {**out, "verdict": verdicts.NEW,
                 "message": f"{where} for image {image_name}; record one with {fix}{fails}"}
-    out.update(golden_final_sha256=g.entry.get("final_sha256"), recorded_at=g.entry.get("recorded_at"),
-               golden_image={k: golden.image.get(k) for k in ("name", "reference", "digest")})
+    image: GoldenImage = {"name": golden.image.get("name"), "reference": golden.image.get("reference"),
+                    "digest": golden.image.get("digest")}
+    out.update({"golden_final_sha256": g.entry.get("final_sha256"), "recorded_at": g.entry.get("recorded_at"),
+                "golden_image": image})
     identity = _identity_diff(g.entry, entry, document["options"])
     if identity:
         how = execution_change(*identity["execution"]) if "execution" in identity else None
@@ -103,7 +118,7 @@ def execution_change(golden: dict[str, Any] | None, current: dict[str, Any] | No
             "compare compiled runs only with compiled runs, and autocast with the same autocast")
 
 
-def _identity_diff(golden_entry: dict[str, Any], entry: dict[str, Any], options: dict[str, Any]) -> dict[str, list[Any]]:
+def _identity_diff(golden_entry: dict[str, Any], entry: ModelEntry, options: RecordedOptions) -> dict[str, list[Any]]:
     """What identifies the model and its run settings, where it differs from the golden's."""
     current = {"code_sha256": entry.get("code_sha256"), "config_sha256": entry.get("config_sha256"),
                "steps": entry.get("steps"), "seed": entry.get("seed"), "profile": options["profile"],
@@ -111,16 +126,15 @@ def _identity_diff(golden_entry: dict[str, Any], entry: dict[str, Any], options:
     return {k: [golden_entry.get(k), current[k]] for k in IDENTITY_KEYS if golden_entry.get(k) != current[k]}
 
 
-def _changes(golden: Golden, document: dict[str, Any]) -> dict[str, Any]:
+def _changes(golden: Golden, document: ResultsDocument) -> Changes:
     """What changed between the golden's environment and this run's."""
     env_old, env_new = golden.data.get("environment"), document.get("environment")
     old_digest, new_digest = golden.image.get("digest"), (document.get("image") or {}).get("digest")
     device = (document.get("options") or {}).get("device")
-    out: dict[str, Any] = {"packages": package_diff(golden.data.get("packages"), document.get("packages")),
-           "toolchain": diff_keys(env_old, env_new, TOOLCHAIN_KEYS), "host": host_diff(env_old, env_new, device),
-           "digest": [old_digest, new_digest] if old_digest and new_digest and old_digest != new_digest else None}
-    out["env"] = {**out["toolchain"], **out["host"], **({"image.digest": out["digest"]} if out["digest"] else {})}
-    return out
+    toolchain, host = diff_keys(env_old, env_new, TOOLCHAIN_KEYS), host_diff(env_old, env_new, device)
+    digest = [old_digest, new_digest] if old_digest and new_digest and old_digest != new_digest else None
+    return {"packages": package_diff(golden.data.get("packages"), document.get("packages")), "toolchain": toolchain,
+            "host": host, "digest": digest, "env": {**toolchain, **host, **({"image.digest": digest} if digest else {})}}
 
 
 def move(name: str, versions: list[Any]) -> str:
@@ -129,7 +143,7 @@ def move(name: str, versions: list[Any]) -> str:
     return f"{name} {new} (added)" if old is None else f"{name} {old} (removed)" if new is None else f"{name} {old} → {new}"
 
 
-def upgrade_text(changes: dict[str, Any]) -> str | None:
+def upgrade_text(changes: Changes) -> str | None:
     """'torch 2.13.0+cpu → 2.14.1+cu130 (and 14 other packages)': what an upgrade moved, most
     telling first; None when no package or toolchain field changed."""
     pkgs = changes["packages"]
@@ -146,7 +160,7 @@ def upgrade_text(changes: dict[str, Any]) -> str | None:
     return ", ".join(said) + (f" (and {rest} other package{'s' if rest != 1 else ''})" if rest else "")
 
 
-def _why(changes: dict[str, Any]) -> tuple[str, str]:
+def _why(changes: Changes) -> tuple[str, str]:
     """The drift verdict, and the changes that explain it, most telling first, each once.
 
     An upgrade is a toolchain or package change. An image digest alone is not: images rebuilt
@@ -170,32 +184,32 @@ def _why(changes: dict[str, Any]) -> tuple[str, str]:
     return verdicts.GOLDEN_MISMATCH, f"{rebuilt}; {nothing}" if rebuilt else f"same image, packages and host: {nothing}"
 
 
-def _evidence(g: Any, record_a: Trajectory, final_state: dict[str, Any] | None) -> dict[str, Any]:
+def _evidence(g: Any, record_a: Trajectory, final_state: dict[str, Any] | None) -> Evidence:
     """Where the run first leaves the golden's trajectory, and by how much at the end (from
     the golden's sidecar, which keeps the final parameters and buffers)."""
     div = first_divergence(g.as_record(), record_a)
-    evidence: dict[str, Any] = {}
+    evidence: Evidence = {}
     if div is not None:
         evidence = {"step": div.step, "tensor": div.tensor, "kind": div.kind, "cause": div.cause,
                     "differing_tensors": div.differing_tensors, "losses_equal": div.losses_equal}
         name_t = state_name(div.tensor)
         if final_state and name_t in g.state and name_t in final_state:
             m = tensor_magnitude(g.state[name_t], final_state[name_t])
-            evidence.update(max_abs=m["max_abs"], max_ulp=m["max_ulp"], elements_differing=m["elements_differing"],
-                            magnitude_source=f"final state of {name_t}")
+            evidence.update({"max_abs": m["max_abs"], "max_ulp": m["max_ulp"],
+                             "elements_differing": m["elements_differing"], "magnitude_source": f"final state of {name_t}"})
     losses_old, losses_new = g.entry.get("losses") or [], record_a.losses
     evidence["losses_agree_digits"] = agreeing_digits(losses_old[-1] if losses_old else None,
                                                       losses_new[-1] if losses_new else None)
     return evidence
 
 
-def _magnitude(evidence: dict[str, Any]) -> str:
+def _magnitude(evidence: Evidence) -> str:
     if evidence.get("max_abs") is None:
         return ""
-    return f"; at the end {evidence['magnitude_source'].removeprefix('final state of ')} {verdicts.magnitude_text(evidence)}"
+    return f"; at the end {(evidence.get('magnitude_source') or '').removeprefix('final state of ')} {verdicts.magnitude_text(evidence)}"
 
 
-def _losses(evidence: dict[str, Any]) -> str:
+def _losses(evidence: Evidence) -> str:
     digits = evidence.get("losses_agree_digits")
     if evidence.get("losses_equal"):
         return "; losses identical"

@@ -33,6 +33,7 @@ from .. import __version__, atomic
 from ..errors import GoldenError
 from ..worker.run_record import Run, Trajectory
 from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
+from ..results import ModelEntry, ResultsDocument
 
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
@@ -197,7 +198,7 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records: Mapping[str, Run],
+def write(goldens_dir: Path, image_name: str, document: ResultsDocument, records: Mapping[str, Run],
           states: dict[str, dict[str, Any]], *, replace_models: bool = False,
           ops: dict[str, dict[int, tuple[list[str], list[str]]]] | None = None) -> Path:
     """Record goldens for the models in ``records`` (run A of each) from a results document.
@@ -230,7 +231,7 @@ def write(goldens_dir: Path, image_name: str, document: dict[str, Any], records:
     return path
 
 
-def write_combined(goldens_dir: Path, image_name: str, document: dict[str, Any], parts: list[Golden]) -> Path:
+def write_combined(goldens_dir: Path, image_name: str, document: ResultsDocument, parts: list[Golden]) -> Path:
     """Record the goldens that several cells recorded apart (``reproci run --backend ray``: one
     model each, on their nodes) as one file, as one run of them all would have: each model's
     entry and arrays as its cell recorded them, under this document's run id. Models of the old
@@ -253,7 +254,7 @@ def write_combined(goldens_dir: Path, image_name: str, document: dict[str, Any],
     return path
 
 
-def _kept_models(old: Golden, records: Collection[str], document: dict[str, Any]) -> dict[str, ModelGolden]:
+def _kept_models(old: Golden, records: Collection[str], document: ResultsDocument) -> dict[str, ModelGolden]:
     """The models of the old file that this update keeps: those not re-recorded, which may
     only stay beside the new ones when image, packages and environment are the same."""
     same_env = (old.data.get("packages") == document.get("packages")
@@ -267,7 +268,7 @@ def _kept_models(old: Golden, records: Collection[str], document: dict[str, Any]
     return others
 
 
-def _model_entry(m: dict[str, Any], rec: Trajectory, document: dict[str, Any], now: str) -> dict[str, Any]:
+def _model_entry(m: ModelEntry, rec: Trajectory, document: ResultsDocument, now: str) -> dict[str, Any]:
     """One model's YAML mapping: its identity, settings, final hash and loss trajectory."""
     opts = document["options"]
     entry = {
@@ -294,7 +295,7 @@ def _model_entry(m: dict[str, Any], rec: Trajectory, document: dict[str, Any], n
     return entry
 
 
-def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: dict[str, Any],
+def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: ResultsDocument,
             models_yaml: dict[str, Any], arrays: dict[str, np.ndarray], now: str) -> None:
     """Write in the order that keeps the previous golden intact until the last rename."""
     buf = io.BytesIO()

@@ -10,11 +10,13 @@ from .. import results
 from ..errors import ReprociError, ResultsError, UsageError
 from ..stages import registry
 from . import history, jsonexport, markdown
+from ..results import ResultsDocument
+from .history import Trends
 
 FORMATS = ("md", "html", "json")
 
 
-def locate(path: Path) -> tuple[dict[str, Any], Path | None]:
+def locate(path: Path) -> tuple[ResultsDocument, Path | None]:
     """The results document at ``path`` (a results.json, latest.json, run dir or results dir) and its run dir."""
     if path.is_dir():
         if (path / "results.json").is_file():
@@ -29,7 +31,7 @@ def locate(path: Path) -> tuple[dict[str, Any], Path | None]:
     return doc, run_dir if run_dir.is_dir() else None
 
 
-def golden_losses(document: dict[str, Any]) -> dict[str, list[Any]]:
+def golden_losses(document: ResultsDocument) -> dict[str, list[Any]]:
     """Loss trajectories from the golden file the run was compared with (empty if unreadable)."""
     from ..golden import store
 
@@ -45,7 +47,7 @@ def golden_losses(document: dict[str, Any]) -> dict[str, list[Any]]:
 
 def render(results_path: Path | None, fmt: str, history_dir: Path | None) -> str:
     """The report text. No RESULTS with --history: a trends-only report."""
-    document: dict[str, Any] | None = None
+    document: ResultsDocument | None = None
     run_dir: Path | None = None
     if results_path is not None or history_dir is None:
         document, run_dir = locate(results_path or Path("results"))
@@ -63,8 +65,8 @@ def render(results_path: Path | None, fmt: str, history_dir: Path | None) -> str
     return html_report(document, trends, run_dir=run_dir, golden_losses=golden_losses(document) if document else None)
 
 
-def markdown_report(document: dict[str, Any] | None,
-                    trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+def markdown_report(document: ResultsDocument | None,
+                    trends: Trends | None = None) -> str:
     """The Markdown report: the run's facts and verdicts, the warnings, each stage's sections
     in the order the stages run, then the trends."""
     lines: list[str] = []
@@ -79,7 +81,7 @@ def markdown_report(document: dict[str, Any] | None,
     return "\n".join(lines).rstrip() + "\n"
 
 
-def html_report(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None, *,
+def html_report(document: ResultsDocument | None, trends: Trends | None = None, *,
                 run_dir: Path | None = None, golden_losses: dict[str, list[Any]] | None = None) -> str:
     """The HTML report: the run's facts and verdicts, the warnings, each stage's sections in the
     order the stages run, the loss curves, then the trends."""

@@ -10,6 +10,9 @@ import matplotlib
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..entry_sections import MetricSpread  # noqa: E402
+from .history import TrendPoint  # noqa: E402
+
 DPI = 100
 
 
@@ -41,19 +44,18 @@ def slowdown_bars(rows: list[dict[str, Any]]) -> bytes:
     return _png(fig)
 
 
-def slowdown_history(series: dict[str, list[dict[str, Any]]], title: str) -> bytes:
+def slowdown_history(series: dict[str, list[TrendPoint]], title: str) -> bytes:
     """Slowdown over runs, one line per model; ``series``: model -> points from history.trends."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
     runs = sorted({(str(p.get("created")), str(p.get("run_id"))) for pts in series.values() for p in pts})
     index = {run_id: i for i, (_, run_id) in enumerate(runs, start=1)}  # one x per run of the image
     for model, points in sorted(series.items()):
-        pts = [p for p in points if p.get("slowdown") is not None]
+        pts = [(p, s) for p in points if (s := p.get("slowdown")) is not None]
         if not pts:
             continue
-        x = [index[str(p.get("run_id"))] for p in pts]
-        y = [p["slowdown"] for p in pts]
-        err = [[p["slowdown"] - (p.get("ci_low") or p["slowdown"]) for p in pts],
-               [(p.get("ci_high") or p["slowdown"]) - p["slowdown"] for p in pts]]
+        x = [index[str(p.get("run_id"))] for p, _ in pts]
+        y = [s for _, s in pts]
+        err = [[s - (p.get("ci_low") or s) for p, s in pts], [(p.get("ci_high") or s) - s for p, s in pts]]
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=model)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xlabel("run (oldest first)")
@@ -64,7 +66,7 @@ def slowdown_history(series: dict[str, list[dict[str, Any]]], title: str) -> byt
     return _png(fig)
 
 
-def seed_strip(model: str, metrics: dict[str, dict[str, Any]], golden: dict[str, list[float]]) -> bytes:
+def seed_strip(model: str, metrics: dict[str, MetricSpread], golden: dict[str, list[float]]) -> bytes:
     """One strip per metric: each seed's value as a dot, the mean as a bar, ±1 std as a band;
     beside it the golden's seeds when there are any. ``metrics``: name -> {values, mean, std}."""
     fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics) + 0.6, 3.0), squeeze=False)

@@ -5,20 +5,20 @@ show the same rows."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..stages import audit, bisect, blame, probes
+from ..results import ResultsDocument
 
 PROBE_STYLE = {probes.DEPENDS: "bold yellow", probes.INDEPENDENT: "green", probes.NOT_APPLICABLE: "dim",
                probes.FAILED: "bold red"}
 CUDA_STYLE = {"raises on CUDA": "bold red", "slower on CUDA": "yellow", "fills memory": "dim", "error": "bold red"}
 
 
-def audit_table(document: dict[str, Any]) -> Table | None:
+def audit_table(document: ResultsDocument) -> Table | None:
     models = [m for m in document.get("models") or [] if isinstance(m.get("audit"), dict)]
     if not models:
         return None
@@ -45,7 +45,7 @@ def _table(title: str, short: tuple[str, ...], long: tuple[str, ...]) -> Table:
     return t
 
 
-def probes_table(document: dict[str, Any]) -> Table | None:
+def probes_table(document: ResultsDocument) -> Table | None:
     rows = probes.rows(document)
     if not rows:
         return None
@@ -55,7 +55,7 @@ def probes_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
-def bisect_table(document: dict[str, Any]) -> Table | None:
+def bisect_table(document: ResultsDocument) -> Table | None:
     rows = bisect.rows(document)
     if not rows:
         return None
@@ -66,14 +66,14 @@ def bisect_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
-def print_audit(document: dict[str, Any], console: Console) -> None:
+def print_audit(document: ResultsDocument, console: Console) -> None:
     """The op audit's table, where it found anything to say."""
     table = audit_table(document)
     if table is not None:
         console.print(table)
 
 
-def print_probes(document: dict[str, Any], console: Console) -> None:
+def print_probes(document: ResultsDocument, console: Console) -> None:
     """The probes' table; with ``--probes-fail``, the line saying a dependency fails the run."""
     table = probes_table(document)
     if table is None:
@@ -84,7 +84,7 @@ def print_probes(document: dict[str, Any], console: Console) -> None:
         console.print("portability dependencies found and --probes-fail is set: this run fails (exit 1)", highlight=False)
 
 
-def print_bisect(document: dict[str, Any], console: Console) -> None:
+def print_bisect(document: ResultsDocument, console: Console) -> None:
     """The bisection's table, or its one line when it had nothing to do."""
     table = bisect_table(document)
     if table is not None:
@@ -94,7 +94,7 @@ def print_bisect(document: dict[str, Any], console: Console) -> None:
         console.print(line, highlight=False, markup=False)
 
 
-def print_blame(document: dict[str, Any], console: Console) -> None:
+def print_blame(document: ResultsDocument, console: Console) -> None:
     """The blame's one line when it had nothing to do (what it found is in the verdict's message)."""
     line = blame.nothing(document)
     if line:

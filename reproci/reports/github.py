@@ -4,13 +4,14 @@ one run's results (``reproci run`` in a job) and for a merged matrix (``reproci 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from .. import atomic, errors, verdicts
 from ..stages import probes, registry
 from . import markdown
 from .mdtable import cell, code, table
 from .rows import slowdown_text
+from ..results import ModelEntry, ResultsDocument
+from ..cluster.merged import MergedDocument
 
 
 def escape_data(text: str) -> str:
@@ -27,12 +28,12 @@ def annotation(level: str, title: str, message: str) -> str:
     return f"::{level} title={escape_property(title)}::{escape_data(message)}"
 
 
-def where(m: dict[str, Any]) -> str:
+def where(m: ModelEntry) -> str:
     """'step 15, `buffer:bn.running_mean`, |Δ| 4.66e-10 (1 ULP)' or '-'."""
     return verdicts.first_difference(verdicts.verdict_evidence(m), code=lambda s: f"`{s}`")
 
 
-def _model_annotations(m: dict[str, Any], image: Any, *, ci: bool) -> list[str]:
+def _model_annotations(m: ModelEntry, image: str | None, *, ci: bool) -> list[str]:
     """The model's verdict annotation when it needs attention, then a ``warning`` for each of its
     warnings (``verdicts.warnings``), at that level even when the verdict's message says it too."""
     v = str(m.get("verdict"))
@@ -46,7 +47,7 @@ def _model_annotations(m: dict[str, Any], image: Any, *, ci: bool) -> list[str]:
                   for kind, text in verdicts.warnings(m)]
 
 
-def run_annotations(document: dict[str, Any]) -> list[str]:
+def run_annotations(document: ResultsDocument) -> list[str]:
     """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``),
     one per warning of a model (``verdicts.warnings``), then the portability dependencies."""
     image = (document.get("image") or {}).get("name")
@@ -55,7 +56,7 @@ def run_annotations(document: dict[str, Any]) -> list[str]:
             for line in _model_annotations(m, image, ci=ci)] + _probe_annotations(document)
 
 
-def _probe_annotations(document: dict[str, Any]) -> list[str]:
+def _probe_annotations(document: ResultsDocument) -> list[str]:
     """A portability dependency (``--stage probes``): an error with ``--probes-fail``, else a notice."""
     image = (document.get("image") or {}).get("name")
     level = "error" if (document.get("options") or {}).get("probes_fail") else "notice"
@@ -63,7 +64,7 @@ def _probe_annotations(document: dict[str, Any]) -> list[str]:
             for r in probes.rows(document) if r["status"] == probes.DEPENDS]
 
 
-def merged_annotations(merged: dict[str, Any]) -> list[str]:
+def merged_annotations(merged: MergedDocument) -> list[str]:
     """Annotations of a merged matrix: a missing image is an error, then one per model."""
     out = [annotation("error", f"reproci {name}", f"no results from image {name}: its job failed before "
                       "writing results.json") for name in merged["missing"]]
@@ -72,13 +73,13 @@ def merged_annotations(merged: dict[str, Any]) -> list[str]:
     return out
 
 
-def _status(code_: int, checked: bool) -> str:
+def _status(code_: int | None, checked: bool) -> str:
     return {errors.EXIT_PASS: "✅ reproducible" if checked else "throughput only",
             errors.EXIT_DRIFT: "⚠️ golden drift", errors.EXIT_REPRO_FAILURE: "❌ not reproducible",
-            errors.EXIT_RUN_ERROR: "💥 runs failed"}.get(code_, "💥 infrastructure failure")
+            errors.EXIT_RUN_ERROR: "💥 runs failed"}.get(code_ if code_ is not None else -1, "💥 infrastructure failure")
 
 
-def _package_lines(models: list[dict[str, Any]], limit: int = 30) -> list[str]:
+def _package_lines(models: list[ModelEntry], limit: int = 30) -> list[str]:
     diffs = [m["golden"]["package_diff"] for m in models if (m.get("golden") or {}).get("package_diff")]
     if not diffs:
         return []
@@ -88,7 +89,7 @@ def _package_lines(models: list[dict[str, Any]], limit: int = 30) -> list[str]:
             *[f"- `{k}`: {old or '(absent)'} → {new or '(absent)'}" for k, (old, new) in changed[:limit]], *more]
 
 
-def summary_markdown(document: dict[str, Any]) -> str:
+def summary_markdown(document: ResultsDocument) -> str:
     """The step summary of one run: what changed comes first."""
     image = document.get("image") or {}
     exit_ = (document.get("summary") or {}).get("exit_code", 0)
@@ -106,7 +107,7 @@ def summary_markdown(document: dict[str, Any]) -> str:
                      + (["", *sections] if sections else [])) + "\n"
 
 
-def merged_summary_markdown(merged: dict[str, Any]) -> str:
+def merged_summary_markdown(merged: MergedDocument) -> str:
     """The step summary of a merged matrix: per image and model, then each image's toolchain."""
     s = merged["summary"]
     counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
@@ -140,5 +141,5 @@ def merged_summary_markdown(merged: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_step_summary(document: dict[str, Any], path: Path) -> None:
+def write_step_summary(document: ResultsDocument, path: Path) -> None:
     atomic.append_text(path, summary_markdown(document))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from ..errors import ResultsError
 from .. import atomic
+from ..entry_sections import ThroughputSummary
+from ..errors import ResultsError
+from ..results import RecordedOptions, ResultsDocument, Summary
 from ..stages.throughput import throughput_summary
 
 SCHEMA = "reproci.history"
@@ -21,9 +23,60 @@ VERSION = 1
 DIRNAME = "history"
 
 
-def entry_of(document: dict[str, Any]) -> dict[str, Any]:
+class HistoryImage(TypedDict):
+    name: str | None
+    reference: str | None
+    digest: str | None
+    backend: str | None
+
+
+class HistoryModel(TypedDict):
+    model: str | None
+    verdict: str | None
+    final_sha256: str | None
+    throughput: ThroughputSummary | None
+
+
+class HistoryEntry(TypedDict):
+    """One run in the history (schema reproci.history): its identity, verdicts and throughput."""
+
+    schema: str
+    version: int
+    run_id: str | None
+    created: str | None
+    project_commit: str | None
+    reproci_version: str | None
+    image: HistoryImage
+    options: RecordedOptions | None
+    environment: dict[str, Any]  # the versions and hardware of the fingerprint: a part of it, as it is
+    summary: Summary | None
+    models: list[HistoryModel]
+
+
+class TrendPoint(TypedDict):
+    """A model's run in the trends (``trends``)."""
+
+    run_id: str | None
+    created: str | None
+    commit: str | None
+    digest: str | None
+    verdict: str | None
+    final_sha256: str | None
+    slowdown: float | None  # strict's median
+    ci_low: float | None
+    ci_high: float | None
+    noisy: bool | None
+    strict_steps_per_s: float | None
+    default_steps_per_s: float | None
+
+
+Trends = dict[str, dict[str, list[TrendPoint]]]  # image name -> model -> its points, oldest first
+
+
+def entry_of(document: ResultsDocument) -> HistoryEntry:
     """The history entry of one results document."""
     env = document.get("environment") or {}
+    image = document.get("image") or {}
     return {
         "schema": SCHEMA,
         "version": VERSION,
@@ -31,7 +84,8 @@ def entry_of(document: dict[str, Any]) -> dict[str, Any]:
         "created": document.get("created"),
         "project_commit": document.get("project_commit"),
         "reproci_version": document.get("reproci_version"),
-        "image": {k: (document.get("image") or {}).get(k) for k in ("name", "reference", "digest", "backend")},
+        "image": {"name": image.get("name"), "reference": image.get("reference"), "digest": image.get("digest"),
+                  "backend": image.get("backend")},
         "options": document.get("options"),
         "environment": {k: env.get(k) for k in ("torch", "cuda", "cudnn", "device", "gpu", "threads") if k in env},
         "summary": document.get("summary"),
@@ -43,24 +97,24 @@ def entry_of(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def file_name(document: dict[str, Any]) -> str:
+def file_name(document: ResultsDocument) -> str:
     commit = (document.get("project_commit") or "nocommit")[:12]
     return f"{document['run_id']}-{commit}.json"
 
 
-def record(results_dir: Path, document: dict[str, Any]) -> Path:
+def record(results_dir: Path, document: ResultsDocument) -> Path:
     """Add this run to ``results_dir/history/`` (atomically); return the file."""
     path = results_dir / DIRNAME / file_name(document)
     atomic.write_text(path, json.dumps(entry_of(document), indent=1, default=str) + "\n")
     return path
 
 
-def load(directory: Path) -> list[dict[str, Any]]:
+def load(directory: Path) -> list[HistoryEntry]:
     """Every history entry in a folder, oldest first. Other formats fail with what to do."""
     if not directory.is_dir():
         raise ResultsError(f"history folder {directory} does not exist; `reproci run` writes one under "
                            f"<results-dir>/{DIRNAME}")
-    entries = []
+    entries: list[HistoryEntry] = []
     for path in sorted(directory.glob("*.json")):
         try:
             data = json.loads(path.read_text())
@@ -73,14 +127,14 @@ def load(directory: Path) -> list[dict[str, Any]]:
             fix = ("upgrade reproci (pip install -U reproci)" if isinstance(v, int) and v > VERSION
                    else "remove it, or re-create it with `reproci report --rebuild-history RESULTS_DIR`")
             raise ResultsError(f"{path} has history format version {v}, this reproci reads {VERSION}: {fix}")
-        entries.append(data)
+        entries.append(cast(HistoryEntry, data))  # checked above: this schema, this version
     entries.sort(key=lambda d: (str(d.get("created")), str(d.get("run_id"))))
     return entries
 
 
-def trends(entries: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def trends(entries: list[HistoryEntry]) -> Trends:
     """image name -> model -> points over time (oldest first), one per run of that model."""
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    out: Trends = {}
     for e in entries:
         image = (e.get("image") or {}).get("name") or "?"
         for m in e.get("models", []):

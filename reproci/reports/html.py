@@ -16,6 +16,8 @@ from . import charts
 from ..stages import audit, bisect, probes
 from . import variance as variance_report
 from .rows import op_text, throughput_rows
+from ..results import ModelEntry, ResultsDocument
+from .history import Trends
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
@@ -61,7 +63,7 @@ def _floats(values: list[Any]) -> list[float]:
     return out
 
 
-def loss_series(run_dir: Path | None, entry: dict[str, Any],
+def loss_series(run_dir: Path | None, entry: ModelEntry,
                 golden_losses: list[Any] | None) -> dict[str, tuple[list[int], list[float]]]:
     """Losses per step of runs A, B, C from their records, and the golden's when it differs from A."""
     series: dict[str, tuple[list[int], list[float]]] = {}
@@ -88,14 +90,14 @@ def page(title: str, parts: list[str]) -> str:
             + "\n".join(p for p in parts if p) + "\n</body></html>\n")
 
 
-def title(document: dict[str, Any] | None) -> str:
+def title(document: ResultsDocument | None) -> str:
     if document is None:
         return "reproci report"
     image = document.get("image") or {}
     return f"reproci · {image.get('name')} · {document.get('run_id')}"
 
 
-def head(doc: dict[str, Any]) -> str:
+def head(doc: ResultsDocument) -> str:
     opts = doc.get("options") or {}
     image = doc.get("image") or {}
     facts = [("image", f"{image.get('name')} ({image.get('backend')})"), ("digest", image.get("digest") or "-"),
@@ -108,7 +110,7 @@ def head(doc: dict[str, Any]) -> str:
             + "</p><h2>Verdicts</h2>" + _table(["model", "verdict", "message"], rows) + "</section>")
 
 
-def warnings(doc: dict[str, Any]) -> str:
+def warnings(doc: ResultsDocument) -> str:
     """Every model's warnings (``verdicts.warnings``), an item each; nothing when there are none."""
     items = [f'<li data-kind="{escape(kind)}"><strong>{escape(str(m.get("model")))}</strong>: {prose(text)}</li>'
              for m in verdicts.by_severity(doc.get("models") or []) for kind, text in verdicts.warnings(m)]
@@ -117,7 +119,7 @@ def warnings(doc: dict[str, Any]) -> str:
     return '<section id="warnings"><h2>Warnings</h2><ul>' + "".join(items) + "</ul></section>"
 
 
-def throughput(doc: dict[str, Any]) -> str:
+def throughput(doc: ResultsDocument) -> str:
     rows = throughput_rows(doc)
     if not rows:
         return ""
@@ -144,7 +146,7 @@ def throughput(doc: dict[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
-def audit_section(doc: dict[str, Any]) -> str:
+def audit_section(doc: ResultsDocument) -> str:
     """The op audit (``stages.audit.rows``)."""
     found = audit.rows(doc)
     audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
@@ -159,7 +161,7 @@ def audit_section(doc: dict[str, Any]) -> str:
             + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + "</section>")
 
 
-def probes_section(doc: dict[str, Any]) -> str:
+def probes_section(doc: ResultsDocument) -> str:
     """The portability probes (``stages.probes.rows``)."""
     probe_rows = probes.rows(doc)
     if not probe_rows:
@@ -171,7 +173,7 @@ def probes_section(doc: dict[str, Any]) -> str:
             + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
 
 
-def bisect_section(doc: dict[str, Any]) -> str:
+def bisect_section(doc: ResultsDocument) -> str:
     """The bisection (``stages.bisect.rows``)."""
     bisected = bisect.rows(doc)
     if not bisected:
@@ -182,14 +184,14 @@ def bisect_section(doc: dict[str, Any]) -> str:
             + _table(["model", "check", "cause", "stages", "finding"], rows) + "</section>")
 
 
-def variance(doc: dict[str, Any]) -> str:
+def variance(doc: ResultsDocument) -> str:
     """The variance stage: a table per model and metric, and a strip chart per model."""
     rows = variance_report.rows(doc)
     if not rows:
         return ""
     table = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
               escape(r["spread"]), escape(", ".join(f"{v:.4g}" for v in r["values"]) or "-"),
-              f'<span class="bad">{escape(r["golden"])}</span>' if r["inside"] is False else escape(r["golden"])]
+              f'<span class="bad">{escape(r["golden"] or "")}</span>' if r["inside"] is False else escape(r["golden"] or "")]
              for r in rows]
     out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
            _table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], table),
@@ -204,7 +206,7 @@ def variance(doc: dict[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
-def losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:
+def losses(doc: ResultsDocument, run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:
     figs = []
     for m in doc.get("models", []):
         series = loss_series(run_dir, m, golden_losses.get(str(m.get("model"))))
@@ -219,7 +221,7 @@ def losses(doc: dict[str, Any], run_dir: Path | None, golden_losses: dict[str, l
     return "<section id=\"losses\"><h2>Loss curves</h2>" + "".join(figs) + "</section>"
 
 
-def history(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+def history(trends: Trends) -> str:
     out = ["<section id=\"history\"><h2>Slowdown over time</h2>"]
     for image, series in sorted(trends.items()):
         points = [p for pts in series.values() for p in pts if p.get("slowdown") is not None]

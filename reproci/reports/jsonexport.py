@@ -6,12 +6,15 @@ import json
 from typing import Any
 
 from .. import verdicts
+from ..entry_sections import GoldenComparison
+from ..results import ResultsDocument
+from .history import Trends
 
 SCHEMA = "reproci.report"
 VERSION = 1
 
 
-def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dict[str, Any]]]] | None = None) -> str:
+def render(document: ResultsDocument | None, trends: Trends | None = None) -> str:
     out: dict[str, Any] = {"schema": SCHEMA, "version": VERSION}
     if document is not None:
         out["run"] = {k: document.get(k) for k in ("run_id", "created", "project_commit", "reproci_version", "image",
@@ -19,7 +22,8 @@ def render(document: dict[str, Any] | None, trends: dict[str, dict[str, list[dic
         out["models"] = []
         for m in document.get("models", []):
             t = m.get("throughput") if isinstance(m.get("throughput"), dict) else None
-            golden = m.get("golden") if isinstance(m.get("golden"), dict) else {}
+            g = m.get("golden")
+            golden: GoldenComparison = g if isinstance(g, dict) else {}
             out["models"].append({
                 "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
                 "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),

@@ -10,23 +10,27 @@ from ..stages.throughput import NOISY_WIDTH
 from ..stages import audit, bisect, probes
 from .mdtable import cell, code, table
 from .rows import op_text, ranked_job, slowdown_text, throughput_rows
+from ..entry_sections import Throughput
+from ..results import ModelEntry, RecordedOptions, ResultsDocument
+from .history import Trends
+from ..cluster.merged import MergedDocument, MergedModel
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return table(header, [[cell(c) for c in r] for r in rows])
 
 
-def _ranks(opts: dict[str, Any]) -> str:
+def _ranks(opts: RecordedOptions) -> str:
     n = opts.get("world_size") or 1
     return f" · world size {n}" if n > 1 else ""
 
 
-def _fresh(throughput: dict[str, Any]) -> str:
+def _fresh(throughput: Throughput) -> str:
     ranks = throughput.get("world_size") or 1
     return f"a fresh {ranked_job(ranks)}" if ranks > 1 else "in a fresh process"
 
 
-def _how_sampled(t0: dict[str, Any]) -> str:
+def _how_sampled(t0: Throughput) -> str:
     """How the slowdowns were measured: sampled until narrow enough, or a fixed count."""
     order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
              else f"one after another, {t0.get('order')}")
@@ -43,17 +47,17 @@ def _how_sampled(t0: dict[str, Any]) -> str:
             "of the median")
 
 
-def _length(t0: dict[str, Any]) -> str:
+def _length(t0: Throughput) -> str:
     """What set a paired repetition's length besides time: '' or 'at most 12 timed steps a repetition, '."""
     return f"at most {t0.get('timed_steps')} timed steps a repetition, " if t0.get("run_length") == "steps" else ""
 
 
-def _budget(t0: dict[str, Any]) -> str:
+def _budget(t0: Throughput) -> str:
     seconds = t0.get("time_budget_s")
     return "the time budget" if seconds is None else f"the time budget of {seconds:g} s a model"
 
 
-def head(doc: dict[str, Any], lead: list[str]) -> list[str]:
+def head(doc: ResultsDocument, lead: list[str]) -> list[str]:
     """The run's facts, then ``lead`` (a stage's verdict table with its figures, ``Stage.markdown_verdicts``)
     or, where no stage gives one, the plain verdict table."""
     image = doc.get("image") or {}
@@ -70,7 +74,7 @@ def head(doc: dict[str, Any], lead: list[str]) -> list[str]:
     return lines + [""]
 
 
-def throughput(doc: dict[str, Any]) -> list[str]:
+def throughput(doc: ResultsDocument) -> list[str]:
     """The throughput stage's verdict table: each model's verdict beside its strict and default
     rates, slowdown, memory and the op that grew most, then how it was measured."""
     rows = throughput_rows(doc)
@@ -83,7 +87,7 @@ def throughput(doc: dict[str, Any]) -> list[str]:
         [[r["model"], r["verdict"], r["strict"], r["default"], r["slowdown_text"] if not r["error"] else "failed",
           r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in rows])
     lines.append("")
-    t0: dict[str, Any] = next((m.get("throughput") for m in doc.get("models", []) if m.get("throughput")), {}) or {}
+    t0: Throughput = next((t for m in doc.get("models", []) if (t := m.get("throughput"))), Throughput())
     lines.append(f"Slowdown = strict step time / default step time: {_how_sampled(t0)}. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "
                  f"{rows[0]['memory_kind'] or 'not reported'}.")
@@ -103,22 +107,24 @@ def throughput(doc: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def warnings(doc: dict[str, Any]) -> list[str]:
+def warnings(doc: ResultsDocument | MergedDocument) -> list[str]:
     """Every model's warnings (``verdicts.warnings``), a line each, most serious verdict first;
     nothing when there are none. The report and the step summaries show this section."""
-    found = [(m, text) for m in verdicts.by_severity(doc.get("models") or []) for _, text in verdicts.warnings(m)]
+    models: list[ModelEntry] = [*(doc.get("models") or [])]  # a merged document's too (MergedModel)
+    found = [(m, text) for m in verdicts.by_severity(models) for _, text in verdicts.warnings(m)]
     if not found:
         return []
     return ["### Warnings", "", *(f"- ⚠️ **{cell(m.get('model'))}**{_on(m)}: {cell(text)}" for m, text in found),
             ""]
 
 
-def _on(m: dict[str, Any]) -> str:
+def _on(m: ModelEntry | MergedModel) -> str:
     """' on `image`' for a merged matrix's model, whose image is part of its name."""
-    return f" on {code(m['image'])}" if m.get("image") else ""
+    image = m.get("image")
+    return f" on {code(image)}" if isinstance(image, str) and image else ""
 
 
-def audit_section(doc: dict[str, Any]) -> list[str]:
+def audit_section(doc: ResultsDocument) -> list[str]:
     """The op audit, a row per finding (``stages.audit.rows``) and one per model with nothing to say."""
     found = audit.rows(doc)
     audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
@@ -131,7 +137,7 @@ def audit_section(doc: dict[str, Any]) -> list[str]:
     return lines + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + [""]
 
 
-def probes_section(doc: dict[str, Any]) -> list[str]:
+def probes_section(doc: ResultsDocument) -> list[str]:
     """The portability probes, a row each (``stages.probes.rows``)."""
     probe_rows = probes.rows(doc)
     if not probe_rows:
@@ -141,7 +147,7 @@ def probes_section(doc: dict[str, Any]) -> list[str]:
                      [[r["model"], r["probe"], r["status"], r["message"]] for r in probe_rows]) + [""])
 
 
-def bisect_section(doc: dict[str, Any]) -> list[str]:
+def bisect_section(doc: ResultsDocument) -> list[str]:
     """The bisection, a row per model (``stages.bisect.rows``)."""
     bisected = bisect.rows(doc)
     if not bisected:
@@ -152,18 +158,18 @@ def bisect_section(doc: dict[str, Any]) -> list[str]:
                       for r in bisected]) + [""])
 
 
-def trends(trends: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
+def trends(trends: Trends) -> list[str]:
     lines = ["### Slowdown over time", ""]
     rows = []
     for image, models in sorted(trends.items()):
         for model, points in sorted(models.items()):
-            measured = [p for p in points if p.get("slowdown") is not None]
+            measured = [(p, s) for p in points if (s := p.get("slowdown")) is not None]
             if not measured:
                 continue
-            first, last = measured[0], measured[-1]
-            change = (last["slowdown"] / first["slowdown"] - 1) * 100 if len(measured) > 1 else None
-            rows.append([image, model, len(measured), f"{first['slowdown']:.3f}× ({str(first['created'])[:10]})",
-                         f"{last['slowdown']:.3f}× ({str(last['created'])[:10]})",
+            (first, s_first), (last, s_last) = measured[0], measured[-1]
+            change = (s_last / s_first - 1) * 100 if len(measured) > 1 else None
+            rows.append([image, model, len(measured), f"{s_first:.3f}× ({str(first['created'])[:10]})",
+                         f"{s_last:.3f}× ({str(last['created'])[:10]})",
                          f"{change:+.1f} %" if change is not None else "-", last.get("verdict")])
     if not rows:
         return lines + ["No run in the history has throughput results yet (`reproci run --stage throughput`).", ""]

@@ -22,11 +22,13 @@ from .mdtable import cell, code, table
 from ..stats import number
 from .rows import slowdown_text
 from .variance import spread as variance_spread
+from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
+from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
 
 MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
 
 
-def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
+def reproducibility_problems(doc: ResultsDocument) -> list[str]:
     """Why these results cannot become a golden (empty when every model reproduced itself)."""
     problems: list[str] = []
     ran = tuple((doc.get("options") or {}).get("stages") or ["determinism"])
@@ -34,7 +36,7 @@ def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
         problems.append("the determinism stage did not run (add --stage determinism)")
     if not doc.get("models"):
         problems.append("no models ran")
-    golden = _golden(doc)
+    golden = _outcome(doc)
     if golden.get("refused"):
         problems.append(f"the golden was not recorded: {golden['refused']}")
     elif not golden.get("updated"):
@@ -51,7 +53,7 @@ def reproducibility_problems(doc: dict[str, Any]) -> list[str]:
     return problems
 
 
-def require_reproducible(doc: dict[str, Any], source: object) -> None:
+def require_reproducible(doc: ResultsDocument, source: object) -> None:
     """Refuse a results document that must not become a golden, saying every reason."""
     problems = reproducibility_problems(doc)
     if problems:
@@ -59,8 +61,14 @@ def require_reproducible(doc: dict[str, Any], source: object) -> None:
                                    f"itself: {'; '.join(problems)}; fix the nondeterminism first")
 
 
-def _golden(m: dict[str, Any]) -> dict[str, Any]:
-    return m["golden"] if isinstance(m.get("golden"), dict) else {}
+def _golden(m: ModelEntry) -> GoldenComparison:
+    g = m.get("golden")
+    return g if isinstance(g, dict) else {}
+
+
+def _outcome(doc: ResultsDocument) -> GoldenOutcome:
+    g = doc.get("golden")
+    return g if isinstance(g, dict) else {}
 
 
 def _short(sha: str | None, n: int = 12) -> str:
@@ -71,7 +79,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return table(header, rows, max_rows=MAX_ROWS)
 
 
-def _diff_rows(diffs: list[dict[str, Any] | None]) -> list[list[str]]:
+def _diff_rows(diffs: list[dict[str, list[Any]] | None]) -> list[list[str]]:
     """Union of per-model diffs {key: [old, new]}: one row per key."""
     merged: dict[str, tuple[Any, Any]] = {}
     for diff in diffs:
@@ -82,7 +90,7 @@ def _diff_rows(diffs: list[dict[str, Any] | None]) -> list[list[str]]:
             for k, (old, new) in sorted(merged.items())]
 
 
-def render(doc: dict[str, Any]) -> str:
+def render(doc: ResultsDocument) -> str:
     """The pull-request body for a results document (renders whatever stages and goldens are present)."""
     models = doc.get("models", [])
     has_old = any(_golden(m).get("golden_final_sha256") for m in models)
@@ -91,7 +99,7 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _verdict_lines(doc: dict[str, Any]) -> list[str]:
+def _verdict_lines(doc: ResultsDocument) -> list[str]:
     name = (doc.get("image") or {}).get("name") or "local"
     problems = reproducibility_problems(doc)
     lines = [f"## Golden update for `{name}`", "",
@@ -105,7 +113,7 @@ def _verdict_lines(doc: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def _warning_lines(models: list[dict[str, Any]]) -> list[str]:
+def _warning_lines(models: list[ModelEntry]) -> list[str]:
     """Every model's warnings (``verdicts.warnings``): they never change a verdict, but a reviewer
     approves the golden knowing them."""
     found = [f"- ⚠️ **{cell(m.get('model'))}**: {cell(text)}"
@@ -113,12 +121,11 @@ def _warning_lines(models: list[dict[str, Any]]) -> list[str]:
     return ["### Warnings", "", *found, ""] if found else []
 
 
-def _image_lines(doc: dict[str, Any], has_old: bool) -> list[str]:
+def _image_lines(doc: ResultsDocument, has_old: bool) -> list[str]:
     """The golden's image identity against this run's."""
     image = doc.get("image") or {}
     name = image.get("name") or "local"
-    old: dict[str, Any] = next((_golden(m)["golden_image"] for m in doc.get("models", []) if _golden(m).get("golden_image")),
-                               {})
+    old: GoldenImage | Image = next((o for m in doc.get("models", []) if (o := _golden(m).get("golden_image"))), Image())
     lines = ["### Image", ""]
     lines += _table(["", "current golden", "this run"], [
         ["reference", cell(old.get("reference") or old.get("name")), cell(image.get("reference") or name)],
@@ -126,14 +133,14 @@ def _image_lines(doc: dict[str, Any], has_old: bool) -> list[str]:
     ])
     if not has_old:
         lines += ["", "No earlier golden for this image: this is its first."]
-    recorded = _golden(doc)
+    recorded = _outcome(doc)
     if recorded.get("file"):
         state = "written by this run" if recorded.get("updated") else "not written by this run"
         lines += ["", f"Golden file: {code(recorded['file'])} ({state})."]
     return lines + [""]
 
 
-def _diff_lines(models: list[dict[str, Any]], has_old: bool) -> list[str]:
+def _diff_lines(models: list[ModelEntry], has_old: bool) -> list[str]:
     package_rows = _diff_rows([_golden(m).get("package_diff") for m in models])
     lines = ["### Package changes", ""]
     if package_rows:
@@ -147,7 +154,7 @@ def _diff_lines(models: list[dict[str, Any]], has_old: bool) -> list[str]:
     return lines
 
 
-def _model_lines(models: list[dict[str, Any]]) -> list[str]:
+def _model_lines(models: list[ModelEntry]) -> list[str]:
     rows = []
     for m in models:
         g, ev = _golden(m), verdicts.verdict_evidence(m) or {}
@@ -167,7 +174,7 @@ def _model_lines(models: list[dict[str, Any]]) -> list[str]:
     return lines + ["", *messages, ""]
 
 
-def _throughput_lines(models: list[dict[str, Any]]) -> list[str]:
+def _throughput_lines(models: list[ModelEntry]) -> list[str]:
     with_throughput = [m for m in models if isinstance(m.get("throughput"), dict)]
     lines = ["### Cost of strict determinism", ""]
     if not with_throughput:
@@ -175,7 +182,7 @@ def _throughput_lines(models: list[dict[str, Any]]) -> list[str]:
     rows = []
     for m in with_throughput:
         modes = m["throughput"].get("modes") or {}
-        strict, default = (modes.get("strict") or {}), (modes.get("default") or {})
+        strict, default = (modes.get("strict") or ModeSummary()), (modes.get("default") or ModeSummary())
         top = (m["throughput"].get("top_ops") or [{}])[0]
         top_text = (f"{code(top.get('op'))} {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
                     if top.get("op") else "-")
@@ -185,7 +192,7 @@ def _throughput_lines(models: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def _variance_lines(models: list[dict[str, Any]]) -> list[str]:
+def _variance_lines(models: list[ModelEntry]) -> list[str]:
     """Did the metrics move? This run's seeds against the old golden's (only when the variance stage ran)."""
     with_variance = [m for m in models if isinstance(m.get("variance"), dict)]
     if not with_variance:
@@ -211,7 +218,7 @@ def _mean_std(mean: float, std: float) -> str:
     return f"{number(mean)} ± {number(std)}"
 
 
-def _environment_lines(doc: dict[str, Any]) -> list[str]:
+def _environment_lines(doc: ResultsDocument) -> list[str]:
     env = doc.get("environment") or {}
     gpu = env.get("gpu") or {}
     return ["### Environment of this run", "",
@@ -228,6 +235,6 @@ def _ms(value: Any) -> str:
     return f"{value:.2f} ms" if isinstance(value, (int, float)) else "-"
 
 
-def _rate(mode: dict[str, Any]) -> str:
+def _rate(mode: ModeSummary) -> str:
     rate = mode.get("steps_per_s")
     return f"{rate:.2f}" if isinstance(rate, (int, float)) else "-"

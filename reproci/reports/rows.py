@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
+
+from ..entry_sections import ModeSummary, Slowdown, Throughput
+from ..results import ModelEntry, ResultsDocument
 
 
 def ranked_job(world_size: int) -> str:
@@ -10,7 +13,7 @@ def ranked_job(world_size: int) -> str:
     return f"job of {world_size} ranks under DDP, timed by rank 0"
 
 
-def slowdown_text(sd: dict[str, Any] | None) -> str:
+def slowdown_text(sd: Slowdown | None) -> str:
     """'1.23× [1.20, 1.26]', with how many paired steps it took when sampled sequentially
     and how the sampling stopped ('±1.8 %, settled', 'budget spent at ±4.1 %'), and
     '(wider than the ±2.0 % target)' or, for a fixed count of repetitions, '(noisy)'
@@ -27,7 +30,7 @@ def slowdown_text(sd: dict[str, Any] | None) -> str:
     return text + " (noisy)" if sd.get("noisy") else text
 
 
-def sampling_text(model: str, t: dict[str, Any]) -> str | None:
+def sampling_text(model: str, t: Throughput) -> str | None:
     """How a sequentially sampled slowdown was measured and why it stopped; None otherwise."""
     sd = t.get("slowdown") or {}
     if sd.get("stopped") is None:
@@ -37,7 +40,7 @@ def sampling_text(model: str, t: dict[str, Any]) -> str | None:
             f"(after {sum(sd.get('warmup_rounds_dropped', []))} unsettled rounds dropped): {sd['stopped']}")
 
 
-def rate_text(mode: dict[str, Any] | None) -> str:
+def rate_text(mode: ModeSummary | None) -> str:
     if not mode or not mode.get("steps_per_s"):
         return "-"
     text = f"{mode['steps_per_s']:.1f}"
@@ -63,7 +66,7 @@ def op_text(op: dict[str, Any]) -> str:
     return f"{op['op']} {growth} ({op['delta_ms']:+.3f} ms/step{share})"
 
 
-def golden_verdict(m: dict[str, Any]) -> str:
+def golden_verdict(m: ModelEntry) -> str:
     """The model's verdict, with the golden comparison's when it says more."""
     v = str(m.get("verdict", "?"))
     g = m.get("golden")
@@ -71,9 +74,27 @@ def golden_verdict(m: dict[str, Any]) -> str:
     return v if not gv or gv == v else f"{v} (golden: {gv})"
 
 
-def throughput_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+class ThroughputRow(TypedDict):
+    """A model's throughput as every report shows it (``throughput_rows``)."""
+
+    model: str | None
+    verdict: str
+    error: str | None
+    modes: dict[str, ModeSummary]
+    slowdown: Slowdown
+    slowdowns: dict[str, Slowdown]
+    top_ops: list[dict[str, Any]]
+    regression: str | None
+    strict: str
+    default: str
+    slowdown_text: str
+    memory: str
+    memory_kind: str | None
+
+
+def throughput_rows(document: ResultsDocument) -> list[ThroughputRow]:
     """One row per model that has a throughput result (measured or failed)."""
-    rows = []
+    rows: list[ThroughputRow] = []
     for m in document.get("models", []):
         t = m.get("throughput")
         if not isinstance(t, dict):
@@ -85,7 +106,7 @@ def throughput_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
             "top_ops": t.get("top_ops") or [], "regression": t.get("regression"),
             "strict": rate_text(modes.get("strict")), "default": rate_text(modes.get("default")),
             "slowdown_text": slowdown_text(t.get("slowdown")),
-            "memory": " / ".join(bytes_text((modes.get(k) or {}).get("peak_memory_bytes")) for k in ("strict", "default")),
+            "memory": " / ".join(bytes_text((modes.get(k) or ModeSummary()).get("peak_memory_bytes")) for k in ("strict", "default")),
             "memory_kind": (modes.get("strict") or {}).get("peak_memory_kind"),
         })
     return rows

@@ -4,7 +4,6 @@ puts the stages' parts together."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,17 +11,18 @@ from rich.table import Table
 
 from .. import verdicts
 from .rows import op_text, ranked_job, sampling_text, throughput_rows
+from ..results import ModelEntry, ResultsDocument
 
 
-def _where(m: dict[str, Any]) -> str:
+def _where(m: ModelEntry) -> str:
     return verdicts.first_difference(verdicts.verdict_evidence(m))
 
 
-def verdict_table(document: dict[str, Any]) -> Table:
+def verdict_table(document: ResultsDocument) -> Table:
     image = document.get("image", {})
     title = f"reproci · {image.get('name')} ({image.get('backend')})"
-    if image.get("digest"):
-        title += f" · {image['digest'][:19]}"
+    if digest := image.get("digest"):
+        title += f" · {digest[:19]}"
     t = Table(title=title, title_justify="left")
     # On a narrow terminal the verdict, hash and seconds keep their width; a long model name
     # and the first difference wrap instead.
@@ -39,7 +39,7 @@ def verdict_table(document: dict[str, Any]) -> Table:
     return t
 
 
-def print_report(document: dict[str, Any], console: Console, err: Console | None = None) -> None:
+def print_report(document: ResultsDocument, console: Console, err: Console | None = None) -> None:
     """The verdict table and each model's verdict message on ``console`` (the results); its
     warnings and the NEW notice on ``err`` (see ``reproci.console``)."""
     err = err or console
@@ -66,14 +66,14 @@ def print_report(document: dict[str, Any], console: Console, err: Console | None
                   highlight=False)
 
 
-def print_warnings(m: dict[str, Any], err: Console, said: str = "") -> None:
+def print_warnings(m: ModelEntry, err: Console, said: str = "") -> None:
     """A model's warnings (``verdicts.warnings``), one line each, less those ``said`` holds."""
     for kind, text in verdicts.unsaid_warnings(m, said):
         label = "[bold]notice[/]" if kind.endswith(".notice") else "[bold yellow]warning[/]"  # notices never fail
         err.print(f"{label}: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
 
 
-def throughput_table(document: dict[str, Any]) -> Table | None:
+def throughput_table(document: ResultsDocument) -> Table | None:
     rows = throughput_rows(document)
     if not rows:
         return None
@@ -93,7 +93,7 @@ def throughput_table(document: dict[str, Any]) -> Table | None:
     return t
 
 
-def print_throughput(document: dict[str, Any], console: Console) -> None:
+def print_throughput(document: ResultsDocument, console: Console) -> None:
     """The throughput table, its sampling notes and its failures (the models' warnings, a
     throughput regression among them, are the determinism report's, else ``registry.print_run``'s)."""
     t = throughput_table(document)

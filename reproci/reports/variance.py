@@ -3,10 +3,12 @@ the Markdown table, the terminal lines and the judgement against the golden's se
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from ..stats import number
 from .mdtable import cell, table
+from ..entry_sections import MetricSpread
+from ..results import ModelEntry, ResultsDocument
 
 NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed … seed+K−1; "
         "final_loss is the last step's training loss, the other metrics come from the model's held-out "
@@ -14,27 +16,40 @@ NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed �
         "confidence interval of the difference of means (this run − golden).")
 
 
-def entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def entries(doc: ResultsDocument) -> list[ModelEntry]:
     """The model entries that carry a variance result."""
     return [m for m in doc.get("models", []) if isinstance(m.get("variance"), dict)]
 
 
-def spread(metric: dict[str, Any]) -> str:
+def spread(metric: MetricSpread) -> str:
     mean, std = metric.get("mean"), metric.get("std")
     if mean is None:
         return "-"
     return f"{number(mean)} ± {number(std)}" if std is not None else number(mean)
 
 
-def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+class Row(TypedDict):
+    """A model's metric over the seeds, as the reports show it."""
+
+    model: str | None
+    metric: str
+    k: int | None
+    spread: str
+    values: list[float]
+    direction: str  # ↓ lower is better, ↑ higher
+    golden: str | None  # the judgement against the golden's seeds, or why there is none
+    inside: bool | None  # inside the golden's seed noise
+
+
+def rows(doc: ResultsDocument) -> list[Row]:
     """One row per model and metric: spread, per-seed values, and the judgement against the golden."""
-    out = []
+    out: list[Row] = []
     for m in entries(doc):
         v = m["variance"]
         judged = {c["metric"]: c for c in ((v.get("against_golden") or {}).get("comparisons") or [])}
-        if v.get("error"):
+        if error := v.get("error"):
             out.append({"model": m.get("model"), "metric": "-", "k": v.get("k"), "spread": "failed",
-                        "values": [], "direction": "", "golden": v["error"].get("message"), "inside": None})
+                        "values": [], "direction": "", "golden": error.get("message"), "inside": None})
             continue
         skipped = (v.get("against_golden") or {}).get("skipped")
         for name, metric in (v.get("metrics") or {}).items():
@@ -46,7 +61,7 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(doc: dict[str, Any]) -> list[str]:
+def markdown(doc: ResultsDocument) -> list[str]:
     """The Markdown section (empty when the stage did not run)."""
     r = rows(doc)
     if not r:
@@ -59,7 +74,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     return lines + ["", NOTE, ""]
 
 
-def terminal_lines(doc: dict[str, Any]) -> list[str]:
+def terminal_lines(doc: ResultsDocument) -> list[str]:
     """Plain lines for ``reproci run``: one per model and metric."""
     return [f"{x['model']}: variance stage failed: {x['golden']}" if x["spread"] == "failed" else
             f"{x['model']}: {x['metric']} {x['direction']} over {x['k']} seeds: {x['spread']}"

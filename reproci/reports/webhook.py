@@ -13,13 +13,14 @@ from typing import Any, Callable
 
 from .. import verdicts
 from ..stages import probes
+from ..results import ResultsDocument
 
 
-def needs_alert(document: dict[str, Any]) -> bool:
+def needs_alert(document: ResultsDocument) -> bool:
     return (document.get("summary") or {}).get("exit_code", 0) != 0
 
 
-def slack_message(document: dict[str, Any]) -> dict[str, Any]:
+def slack_message(document: ResultsDocument) -> dict[str, Any]:
     image = (document.get("image") or {}).get("name")
     bad = [m for m in verdicts.by_severity(document.get("models", []))
            if m.get("verdict") in verdicts.FAILING | verdicts.DRIFTING]

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from ..reference_models import REGISTRY
 
@@ -19,6 +19,7 @@ from .. import cpu_flags, images
 from ..backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
 from ..errors import ConfigError, InfrastructureError, UsageError
 from ..golden.folder import golden_file_name, require_folder
+from ..results import RecordedOptions
 from ..worker.process.spec import FAULTS
 from . import declared
 from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
@@ -80,12 +81,13 @@ class RunOptions:
         """The value of a declared option without a field of its own (its default when not built)."""
         return self.knobs[name] if name in self.knobs else declared.declared(name).default
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> RecordedOptions:
         """The options a run's results record (``options`` of results.json): every declaration marked
-        ``record``, in the order results have always had, then any recorded later."""
+        ``record``, in the order results have always had, then any recorded later (a registered stage's
+        knob among them, which ``RecordedOptions`` does not name: the keys come from the declarations)."""
         names = [o.name for o in declared.options() if o.record]
         order = [n for n in declared.RECORDED_ORDER if n in names] + [n for n in names if n not in declared.RECORDED_ORDER]
-        return {name: self._recorded(name) for name in order}
+        return cast(RecordedOptions, {name: self._recorded(name) for name in order})
 
     def _recorded(self, name: str) -> Any:
         if name == "fork_server":  # as the run took it: on by default locally, off for Docker

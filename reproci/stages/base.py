@@ -28,8 +28,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
+from .. import results
+from ..results import Image, ModelEntry, ResultsDocument
 from ..runner import RunContext, background, settle
 from ..settings.declared import Option
 
@@ -48,11 +50,14 @@ class StageRun:
     options: RunOptions
     ctx: RunContext
     project_commit: str | None
-    image: dict[str, Any]
+    image: Image  # the backend's image_info, as the results record it
     old_golden: Any = None  # golden.store.Golden | None
 
 
-def per_model(run_model: Callable[[StageRun, ModelRef], dict[str, Any]], run: StageRun) -> list[dict[str, Any]]:
+R = TypeVar("R")  # what a stage's run_model returns for a model: its entry, or its section of it
+
+
+def per_model(run_model: Callable[[StageRun, ModelRef], R], run: StageRun) -> list[R]:
     """``run_model(run, model)`` for every model, in the order given. With ``--jobs`` ≥ 2 the
     models' runs overlap, at most ``jobs`` worker processes at once (a free slot goes to
     whichever run is ready: B beside A, another model's A, a probe)."""
@@ -65,12 +70,12 @@ def per_model(run_model: Callable[[StageRun, ModelRef], dict[str, Any]], run: St
     return [f.result() for f in futures]
 
 
-def attach_results(name: str, run_model: Callable[[StageRun, ModelRef], dict[str, Any]], run: StageRun,
-                   entries: list[dict[str, Any]]) -> None:
+def attach_results(name: str, run_model: Callable[[StageRun, ModelRef], Mapping[str, Any]], run: StageRun,
+                   entries: list[ModelEntry]) -> None:
     """``per_model(run_model, run)``, each model's result on its entry under the stage's name,
     claiming nothing about the verdict (the audit's and the probes' way)."""
     for entry, result in zip(entries, per_model(run_model, run)):
-        entry[name] = result
+        results.add_section(entry, name, result)
 
 
 class Stage:
@@ -83,23 +88,23 @@ class Stage:
     needs: tuple[str, ...] = ()  # the stages it starts from, run before it when not asked for
     needs_image: str | None = None  # why it needs --image (said after the flag that asked for it)
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         """Nothing before the golden comparison."""
 
-    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+    def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         """Nothing to add once every stage's results are in."""
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         """Its tables and lines on ``out`` (the results), its warnings on ``err``; nothing by default."""
 
-    def markdown_verdicts(self, document: dict[str, Any]) -> list[str]:
+    def markdown_verdicts(self, document: ResultsDocument) -> list[str]:
         """A verdict table with this stage's figures beside the verdicts; none by default."""
         return []
 
-    def markdown(self, document: dict[str, Any]) -> list[str]:
+    def markdown(self, document: ResultsDocument) -> list[str]:
         """Its sections of the Markdown report; none by default."""
         return []
 
-    def html(self, document: dict[str, Any]) -> str:
+    def html(self, document: ResultsDocument) -> str:
         """Its sections of the HTML report; none by default."""
         return ""

@@ -3,14 +3,15 @@ determinism stage fills in its verdict, and every later stage adds its result (`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
-from .. import verdicts
+from .. import results, verdicts
+from ..results import ModelEntry
 from ..settings.models import ModelRef
 from ..settings.options import RunOptions
 
 
-def new(options: RunOptions, model: ModelRef) -> dict[str, Any]:
+def new(options: RunOptions, model: ModelRef) -> ModelEntry:
     """The entry of ``model`` before any stage ran: which model, with which settings, and no
     reproducibility claim (NOT_CHECKED) until the determinism stage makes one."""
     return {
@@ -22,10 +23,10 @@ def new(options: RunOptions, model: ModelRef) -> dict[str, Any]:
     }
 
 
-def add_result(entry: dict[str, Any], stage: str, result: dict[str, Any]) -> None:
+def add_result(entry: ModelEntry, stage: str, result: Mapping[str, Any]) -> None:
     """Put a stage's result under ``entry[stage]``: its seconds add up, its first record stands
     for the entry when no determinism run did, and a failed stage makes the entry an ERROR."""
-    entry[stage] = result
+    results.add_section(entry, stage, result)
     entry["seconds"] = round(entry.get("seconds", 0.0) + result.get("seconds", 0.0), 3)
     if not entry.get("records") and result.get("records"):
         entry["records"] = {stage: result["records"][0]}
@@ -34,3 +35,4 @@ def add_result(entry: dict[str, Any], stage: str, result: dict[str, Any]) -> Non
         entry["verdict"] = verdicts.ERROR
         entry["message"] = f"{stage} stage: {result['error']['message']} (determinism: {before})"
         entry["error"] = result["error"]
+

@@ -11,7 +11,6 @@ stage is a module with a ``Stage`` and one entry here, or, defined anywhere, ``r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -25,6 +24,7 @@ from .blame import stage as blame
 from .determinism import stage as determinism
 from .probes import stage as probes
 from .throughput import stage as throughput
+from ..results import ResultsDocument
 
 STAGES: tuple[Stage, ...] = (
     determinism.STAGE, throughput.STAGE, variance.STAGE, audit.STAGE, probes.STAGE, bisect.STAGE, blame.STAGE)
@@ -47,7 +47,7 @@ def selected(names: tuple[str, ...]) -> list[Stage]:
     return [s for s in STAGES if s.name in names]
 
 
-def print_run(document: dict[str, Any], names: tuple[str, ...], out: Console, err: Console, results: Path) -> None:
+def print_run(document: ResultsDocument, names: tuple[str, ...], out: Console, err: Console, results: Path) -> None:
     """What ``reproci run`` prints: each stage's part in the order they ran; where no stage
     checked reproducibility, the models' warnings and a line saying so; then the results file."""
     stages = selected(names)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 from rich.console import Console
 
@@ -29,12 +28,15 @@ from ..worker import run_record
 from ..worker.run_record import Launched, RunRecord
 from .determinism import base_spec
 from .model_entry import add_result
+from ..entry_sections import AgainstGolden, MetricSpread
+from ..entry_sections import Variance as VarianceSection
+from ..results import Image, ModelEntry, ResultsDocument
 
 SUMMARY_VERSION = 1
 FINAL_LOSS = "final_loss"  # the last step's training loss
 
 
-def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> list[WorkerSpec]:
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: Image) -> list[WorkerSpec]:
     """One strict run per seed, with the held-out evaluation at its end (no per-step checksums:
     this stage compares metrics, not bits)."""
     base = base_spec(options, model, "variance", project_commit=project_commit, image=image)
@@ -43,7 +45,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
             for s in range(options.seed, options.seed + options.knob("seeds"))]
 
 
-def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, dict[str, Any]]:
+def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, MetricSpread]:
     """Metric -> per-seed values, mean, std and direction: the final loss, then eval_fn's metrics."""
     per_metric: dict[str, list[float]] = {FINAL_LOSS: [float(r.losses[-1]) if r.losses else float("nan")
                                                        for r in records]}
@@ -54,7 +56,7 @@ def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, di
             for name, values in per_metric.items() if len(values) == len(specs)}
 
 
-def run_all(run: StageRun, entries: list[dict[str, Any]]) -> None:
+def run_all(run: StageRun, entries: list[ModelEntry]) -> None:
     """The variance stage for every model, attached to its entry. With ``--jobs`` ≥ 2 the seed
     runs of every model share the slots. When the determinism stage ran, its run A (the first
     seed, with the evaluation at its end) is the first seed's run here, not trained again.
@@ -76,7 +78,7 @@ def run_all(run: StageRun, entries: list[dict[str, Any]]) -> None:
         attach(entry, result, options.stages)
 
 
-def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) -> RunRecord | None:
+def reusable_run(options: RunOptions, ctx: RunContext, entry: ModelEntry) -> RunRecord | None:
     """The determinism stage's run A of this model (the first seed, evaluated at its end: see
     ``determinism.plan``) when it ran without a test fault."""
     path = (entry.get("records") or {}).get("A")
@@ -94,13 +96,13 @@ def reusable_run(options: RunOptions, ctx: RunContext, entry: dict[str, Any]) ->
 
 
 def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec],
-                  results: list[RunRecord | WorkerFailed]) -> dict[str, Any]:
+                  results: list[RunRecord | WorkerFailed]) -> VarianceSection:
     """The stage's result for one model; ``seconds`` adds up its runs' wall times (they may overlap)."""
     seconds = round(sum(r.launched.wall_s for r in results if isinstance(r, RunRecord) and r.launched), 3)
     failed = next((r for r in results if isinstance(r, WorkerFailed)), None)
-    out: dict[str, Any] = {"version": SUMMARY_VERSION, "k": len(specs), "seeds": [s.seed for s in specs],
-                           "steps": options.steps, "metrics": {}, "error": None, "seconds": seconds,
-                           "records": [f"{model.name}/{s.output}" for s in specs]}
+    out: VarianceSection = {"version": SUMMARY_VERSION, "k": len(specs), "seeds": [s.seed for s in specs],
+                            "steps": options.steps, "metrics": {}, "error": None, "seconds": seconds,
+                            "records": [f"{model.name}/{s.output}" for s in specs]}
     if failed is not None:
         out["error"] = {"kind": failed.kind, "message": str(failed)}
         return out
@@ -110,10 +112,10 @@ def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec],
     return out
 
 
-def against(golden: dict[str, Any], current: dict[str, Any], model: str, *, run_id: str | None = None) -> dict[str, Any]:
+def against(golden: VarianceSection, current: VarianceSection, model: str, *, run_id: str | None = None) -> AgainstGolden:
     """This run's variance judged against the golden's, metric by metric (B = this run)."""
-    out: dict[str, Any] = {"golden_run_id": run_id, "golden_k": golden.get("k"), "k": current.get("k"),
-                           "comparisons": [], "skipped": None}
+    out: AgainstGolden = {"golden_run_id": run_id, "golden_k": golden.get("k"), "k": current.get("k"),
+                          "comparisons": [], "skipped": None}
     if min(golden.get("k") or 0, current.get("k") or 0) < stats.MIN_SEEDS:
         out["skipped"] = (f"not compared: {golden.get('k')} seed(s) in the golden, {current.get('k')} in this run; "
                           f"at least {stats.MIN_SEEDS} on each side (--seeds)")
@@ -127,21 +129,21 @@ def against(golden: dict[str, Any], current: dict[str, Any], model: str, *, run_
     return out
 
 
-def attach(entry: dict[str, Any], result: dict[str, Any], stages: tuple[str, ...] = ()) -> None:
+def attach(entry: ModelEntry, result: VarianceSection, stages: tuple[str, ...] = ()) -> None:
     """Put a variance result on a model entry; a failed seed run makes the entry an ERROR."""
     if entry.get("verdict") == verdicts.NOT_CHECKED and "determinism" not in stages:
         entry["message"] = f"determinism not checked (stages: {', '.join(stages)})"
     add_result(entry, "variance", result)
 
 
-def variance_summary(entry: dict[str, Any]) -> dict[str, Any]:
+def variance_summary(entry: ModelEntry) -> VarianceSection:
     """What a golden file keeps of a model's variance (empty when the stage did not run)."""
     v = entry.get("variance") or {}
     if not v.get("metrics"):
         return {}
     return {"version": SUMMARY_VERSION, "k": v["k"], "seeds": v["seeds"], "steps": v.get("steps"),
-            "metrics": {name: {k: m.get(k) for k in ("values", "mean", "std", "lower_is_better")}
-                        for name, m in v["metrics"].items()}}
+            "metrics": {name: {"values": m["values"], "mean": m.get("mean"), "std": m.get("std"),
+                               "lower_is_better": m["lower_is_better"]} for name, m in v["metrics"].items()}}
 
 
 class Variance(Stage):
@@ -156,17 +158,17 @@ class Variance(Stage):
                help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
     )
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         run_all(run, entries)
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         for line in variance_report.terminal_lines(document):
             out.print(line, highlight=False, markup=False)
 
-    def markdown(self, document: dict[str, Any]) -> list[str]:
+    def markdown(self, document: ResultsDocument) -> list[str]:
         return variance_report.markdown(document)
 
-    def html(self, document: dict[str, Any]) -> str:
+    def html(self, document: ResultsDocument) -> str:
         from ..reports import html  # matplotlib, imported when a report is made
 
         return html.variance(document)

@@ -9,19 +9,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import TypedDict
 
 from ...errors import WorkerFailed
 from ...settings.models import ModelRef
 from ...runner import run_worker
 from ..base import StageRun
 from ..determinism import base_spec
+from ...entry_sections import Audit
+from ...results import ResultsDocument
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}
 
 
-def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef) -> Audit:
     """The audit of one model: its findings, its op inventory, or why it could not run."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
@@ -49,7 +51,7 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     }
 
 
-def summary(audit: dict[str, Any]) -> str:
+def summary(audit: Audit) -> str:
     """'1 raises on CUDA, 2 slower on CUDA, 1 fills memory' (or why there is no audit)."""
     if audit.get("error"):
         return f"audit failed: {audit['error']['message']}"
@@ -58,9 +60,23 @@ def summary(audit: dict[str, Any]) -> str:
     return ", ".join(parts) if parts else "no op that strict determinism acts on"
 
 
-def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+class Row(TypedDict, total=False):
+    """A finding of the audit as every report shows it."""
+
+    model: str
+    op: str
+    count: int | None
+    where: str
+    cuda: str  # what strict determinism does to it on CUDA, or "error"
+    what: str
+    advice: str
+    checked: str
+    phases: str
+
+
+def rows(document: ResultsDocument) -> list[Row]:
     """One row per finding, per model, for every report: model, op, count, where, on CUDA, advice."""
-    out = []
+    out: list[Row] = []
     for m in document.get("models") or []:
         audit = m.get("audit")
         if not isinstance(audit, dict):

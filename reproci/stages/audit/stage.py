@@ -4,13 +4,13 @@ own because the reports read the package (``rows``, ``summary``) and this module
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 
 from ...reports import findings, markdown
 from ..base import Stage, StageRun, attach_results
 from . import run_model
+from ...results import ModelEntry, ResultsDocument
 
 
 class Audit(Stage):
@@ -18,16 +18,16 @@ class Audit(Stage):
 
     name = "audit"
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         attach_results(self.name, run_model, run, entries)
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         findings.print_audit(document, out)
 
-    def markdown(self, document: dict[str, Any]) -> list[str]:
+    def markdown(self, document: ResultsDocument) -> list[str]:
         return markdown.audit_section(document)
 
-    def html(self, document: dict[str, Any]) -> str:
+    def html(self, document: ResultsDocument) -> str:
         from ...reports import html  # matplotlib, imported when a report is made
 
         return html.audit_section(document)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ... import verdicts
 from ...errors import WorkerFailed
@@ -32,6 +32,8 @@ from ..determinism import beyond_tensors, golden_cause
 from ..determinism import STAGGER_S, plan, warm_spec
 from ...worker import run_record
 from ...worker.run_record import RunRecord
+from ...entry_sections import Bisect, BisectRow
+from ...results import ModelEntry, ResultsDocument
 
 Records = dict[str, dict[str, Any]]
 
@@ -75,7 +77,7 @@ FACTORS = (
 BISECTED = (verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN)
 
 
-def pair_of(entry: dict[str, Any]) -> tuple[str, str] | None:
+def pair_of(entry: ModelEntry) -> tuple[str, str] | None:
     """The runs whose comparison failed ("A vs B" -> ("A", "B")), or None when it was not a
     comparison of two runs (controls switched off, ranks of one run)."""
     ev = entry.get("evidence") or {}
@@ -85,7 +87,7 @@ def pair_of(entry: dict[str, Any]) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-def _steps(entry: dict[str, Any], full: int, resumed: bool) -> int:
+def _steps(entry: Mapping[str, Any], full: int, resumed: bool) -> int:
     """To the first differing step plus one (past the resume point for a resume check)."""
     step = (entry.get("evidence") or {}).get("step")
     steps = full if step is None else min(full, step + 1)
@@ -118,13 +120,13 @@ def _check(ctx: RunContext, specs: list[WorkerSpec]) -> tuple[Any, int]:
     return first_divergence(first, second) or beyond_tensors.divergence(first, second), 2
 
 
-def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a: RunRecord) -> dict[str, Any]:
+def bisect_model(run: StageRun, model: ModelRef, entry: ModelEntry, record_a: RunRecord) -> Bisect:
     """Turn the factors off one after another until the failing pair agrees; what each stage showed."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
     pair = pair_of(entry)
-    out: dict[str, Any] = {"check": None, "verdict": entry.get("verdict"), "stages": [], "culprit": None,
-                           "runs": 0, "steps": None}
+    out: Bisect = {"check": None, "verdict": entry.get("verdict"), "stages": [], "culprit": None, "runs": 0,
+                   "steps": None}
     if pair is None:
         why = ("the model switches determinism controls off; turn them back on first"
                if (entry.get("evidence") or {}).get("cause") == "controls" else
@@ -134,7 +136,7 @@ def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a
     if pair[1] == "W":
         specs["W"] = warm_spec(specs)
     steps = _steps(entry, options.steps, pair[1] == "C")
-    out.update(check=f"{pair[0]} vs {pair[1]}", steps=steps)
+    out.update({"check": f"{pair[0]} vs {pair[1]}", "steps": steps})
     k = int(entry.get("resume_at") or options.resume_at)
     for stage, factor in enumerate(FACTORS, 1):
         state = factor.on(specs["A"], record_a)
@@ -142,18 +144,18 @@ def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a
             out["stages"].append({"factor": factor.name, "status": "already off"})
             continue
         specs = {role: factor.off(s) for role, s in specs.items()}
-        row: dict[str, Any] = {"factor": factor.name, "status": "turned off", "from": state, "to": factor.off_text}
+        row: BisectRow = {"factor": factor.name, "status": "turned off", "from": state, "to": factor.off_text}
         out["stages"].append(row)
         if pair[1] == "W":  # an eager run has no compile cache: turning compile off ends cache dependence
-            row.update(equal=True, evidence=None, note="eager runs have no compile cache")
+            row.update({"equal": True, "evidence": None, "note": "eager runs have no compile cache"})
         else:
             try:
                 div, runs = _check(ctx, _specs(specs, pair, stage, steps, k))
             except WorkerFailed as e:
-                row.update(status="error", message=str(e))
+                row.update({"status": "error", "message": str(e)})
                 break
             out["runs"] += runs
-            row.update(equal=div is None, evidence=div.to_dict() if div is not None else None)
+            row.update({"equal": div is None, "evidence": div.to_dict() if div is not None else None})
         if row["equal"]:
             out["culprit"] = factor.name
             break
@@ -162,7 +164,7 @@ def bisect_model(run: StageRun, model: ModelRef, entry: dict[str, Any], record_a
     return out
 
 
-def _message(name: str, entry: dict[str, Any], out: dict[str, Any]) -> str:
+def _message(name: str, entry: ModelEntry, out: Bisect) -> str:
     """'conv: NONDETERMINISTIC with num_workers=2; equal with num_workers=0 (compile and AMP were
     already off): the data loader's workers are the cause'."""
     rows = out["stages"]
@@ -205,14 +207,14 @@ def _drift_changes(env_diff: dict[str, list[Any]]) -> list[tuple[str, dict[str, 
     return out
 
 
-def bisect_drift(run: StageRun, model: ModelRef, entry: dict[str, Any]) -> dict[str, Any]:
+def bisect_drift(run: StageRun, model: ModelRef, entry: ModelEntry) -> Bisect:
     """Put the golden's settable factors back one after another until the golden's checksums come back."""
     options, ctx, golden = run.options, run.ctx, run.old_golden
     t0 = time.monotonic()
     section = entry.get("golden") or {}
     steps = _steps(section, options.steps, False)
-    out: dict[str, Any] = {"check": "A vs the golden", "verdict": entry.get("verdict"), "stages": [], "culprit": None,
-                           "runs": 0, "steps": steps}
+    out: Bisect = {"check": "A vs the golden", "verdict": entry.get("verdict"), "stages": [], "culprit": None,
+                   "runs": 0, "steps": steps}
     spec = dataclasses.replace(plan(options, model, project_commit=run.project_commit, image=run.image)["A"], steps=steps,
                                checkpoint_at=None, checkpoint_path=None, final_dump_path=None,
                                checkpoint_after_epoch=False)
@@ -220,12 +222,12 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: dict[str, Any]) -> dict[
     for stage, (said, change) in enumerate(_drift_changes(section.get("env_diff") or {}), 1):
         env = {**spec.env, **change.pop("env", {})}
         spec = dataclasses.replace(spec, role=f"bisect{stage}-A", output=f"record-bisect{stage}-A.json", env=env, **change)
-        row: dict[str, Any] = {"factor": said, "status": "put back"}
+        row: BisectRow = {"factor": said, "status": "put back"}
         out["stages"].append(row)
         try:
             record = run_worker(ctx, spec)
         except WorkerFailed as e:
-            row.update(status="error", message=str(e))
+            row.update({"status": "error", "message": str(e)})
             break
         out["runs"] += 1
         row["equal"] = golden_cause.matches(g, record, steps, options.steps)
@@ -248,7 +250,7 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: dict[str, Any]) -> dict[
     return out
 
 
-def conclude(run: StageRun, document: dict[str, Any]) -> None:
+def conclude(run: StageRun, document: ResultsDocument) -> None:
     """Bisect every model whose check failed or whose results left the golden; the result
     lands on its entry as ``bisect``."""
     options, ctx, golden = run.options, run.ctx, run.old_golden
@@ -264,12 +266,12 @@ def conclude(run: StageRun, document: dict[str, Any]) -> None:
             entry["bisect"] = bisect_drift(run, model, entry)
 
 
-def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(document: ResultsDocument) -> list[Bisect]:
     """One row per bisected model, for the reports."""
     return [{"model": m["model"], **m["bisect"]} for m in document.get("models") or [] if m.get("bisect")]
 
 
-def stages_text(row: dict[str, Any]) -> str:
+def stages_text(row: Bisect) -> str:
     """'compile: already off · workers: num_workers=2 → num_workers=0, equal' (one bisection's stages)."""
     parts = []
     for s in row.get("stages") or []:
@@ -284,7 +286,7 @@ def stages_text(row: dict[str, Any]) -> str:
                                 if row.get("steps") else "")
 
 
-def nothing(document: dict[str, Any]) -> str | None:
+def nothing(document: ResultsDocument) -> str | None:
     """The one line when the bisection ran and had nothing to bisect ('nothing to bisect: every
     check passed'), saying why; None when it bisected a model or did not run."""
     if "bisect" not in ((document.get("options") or {}).get("stages") or ()) or rows(document):

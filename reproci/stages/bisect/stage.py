@@ -5,7 +5,6 @@ which models drifted. In a module of its own because the reports read the packag
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 
@@ -13,6 +12,7 @@ from ...reports import findings, markdown
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
 from . import conclude
+from ...results import ResultsDocument
 
 
 class Bisect(Stage):
@@ -26,16 +26,16 @@ class Bisect(Stage):
                     "threads turned off one at a time, and name the first change that restores equality."),
     )
 
-    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+    def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         findings.print_bisect(document, out)
 
-    def markdown(self, document: dict[str, Any]) -> list[str]:
+    def markdown(self, document: ResultsDocument) -> list[str]:
         return markdown.bisect_section(document)
 
-    def html(self, document: dict[str, Any]) -> str:
+    def html(self, document: ResultsDocument) -> str:
         from ...reports import html  # matplotlib, imported when a report is made
 
         return html.bisect_section(document)

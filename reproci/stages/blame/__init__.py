@@ -34,11 +34,14 @@ from ...worker import run_record
 from ...worker.run_record import RunRecord
 from ..determinism import base_spec
 from ..determinism.golden_cause import matches
+from ...entry_sections import Blame as BlameSection
+from ...entry_sections import BlameTry
+from ...results import ModelEntry, ResultsDocument
 
 MAX_PAIRS = 10
 
 
-def conclude(run: StageRun, document: dict[str, Any]) -> None:
+def conclude(run: StageRun, document: ResultsDocument) -> None:
     options, golden = run.options, run.old_golden
     refs = {m.name: m for m in options.models}
     targets = [e for e in document["models"] if e.get("verdict") == verdicts.UPGRADE_CHANGED and e["model"] in refs]
@@ -75,17 +78,17 @@ def _refused(options: Any, golden: Any) -> str | None:
     return None
 
 
-def _attach(entry: dict[str, Any], result: dict[str, Any]) -> None:
+def _attach(entry: ModelEntry, result: BlameSection) -> None:
     entry["blame"] = result
     entry["message"] += f"; blame: {result['message']}"
-    if isinstance(entry.get("golden"), dict):
-        entry["golden"]["message"] += f"; blame: {result['message']}"
+    if isinstance(golden := entry.get("golden"), dict):
+        golden["message"] += f"; blame: {result['message']}"
 
 
 class Blame:
     """One blame: the groups, their images (built once), the runs per model."""
 
-    def __init__(self, run: StageRun, engine: Any, old_id: str, new_id: str, document: dict[str, Any]) -> None:
+    def __init__(self, run: StageRun, engine: Any, old_id: str, new_id: str, document: ResultsDocument) -> None:
         self.options, self.ctx, self.engine, self.old_id, self.new_id = run.options, run.ctx, engine, old_id, new_id
         self.golden, self.document, self.project_commit, self.image = (run.old_golden, document, run.project_commit,
                                                                       run.image)
@@ -95,7 +98,7 @@ class Blame:
         self.runs, self.seq, self.builds, self.t0 = 0, 0, 0, time.monotonic()
         self.key = blame_images.run_key()  # labels every image this blame builds
 
-    def run(self, targets: list[tuple[Any, dict[str, Any]]]) -> None:
+    def run(self, targets: list[tuple[Any, ModelEntry]]) -> None:
         changed = sorted(self.diff)
         self.old = blame_images.inventory(self.engine, self.old_id, changed)
         self.new = blame_images.inventory(self.engine, self.new_id, changed)
@@ -120,14 +123,14 @@ class Blame:
                       f"({', '.join(i.removeprefix('sha256:')[:12] for i in left)}); remove them with "
                       f"docker image prune -a --filter label={blame_images.LABEL}", file=sys.stderr)
 
-    def model(self, model: Any, entry: dict[str, Any], groups: list[tuple[str, ...]]) -> dict[str, Any]:
+    def model(self, model: Any, entry: ModelEntry, groups: list[tuple[str, ...]]) -> BlameSection:
         section = entry.get("golden") or {}
         step = (section.get("evidence") or {}).get("step")
         steps = self.options.steps if step is None else min(self.options.steps, step + 1)
         new_record = run_record.read_ok(self.ctx.run_dir / entry["records"]["A"])
         tried = [self._try(model, g, steps, new_record) for g in groups]
         alone = [t for t in tried if t["outcome"] == "reproduces"]
-        pairs: list[dict[str, Any]] = []
+        pairs: list[BlameTry] = []
         if not alone:
             swappable = [g for g, t in zip(groups, tried) if t["outcome"] in ("does not", "changes otherwise")]
             for a, b in itertools.islice(itertools.combinations(swappable, 2), MAX_PAIRS):
@@ -139,9 +142,10 @@ class Blame:
                 "message": self._message(model.name, tried, pairs, found, steps, len(groups))}
 
     def _try(self, model: Any, group: tuple[str, ...], steps: int, new_record: RunRecord,
-             pair: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"group": list(group), "moves": [move(n, self.diff[n]) for n in group],
-                               **({"pair": True} if pair else {})}
+             pair: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> BlameTry:
+        out: BlameTry = {"group": list(group), "moves": [move(n, self.diff[n]) for n in group]}
+        if pair:
+            out["pair"] = True
         tag = self._image(group)
         if tag is None:
             return {**out, "outcome": "cannot swap", "why": self.cannot[group]}
@@ -196,7 +200,7 @@ class Blame:
             ctx = dataclasses.replace(self.ctx, backend=backend, slots=None)
             return run_worker(ctx, spec)
 
-    def _message(self, name: str, tried: list[dict[str, Any]], pairs: list[dict[str, Any]], found: Any,
+    def _message(self, name: str, tried: list[BlameTry], pairs: list[BlameTry], found: BlameTry | None,
                  steps: int, n_groups: int) -> str:
         said = lambda t: " with ".join(t["moves"])  # noqa: E731
         clear = [said(t) for t in tried if t["outcome"] == "does not"]
@@ -218,7 +222,7 @@ def _same_rows(record: RunRecord, other: RunRecord, steps: int) -> bool:
     return bool(ours) and all(theirs.get(s) == row for s, row in ours.items() if s <= steps)
 
 
-def nothing(document: dict[str, Any]) -> str | None:
+def nothing(document: ResultsDocument) -> str | None:
     """The one line when the blame ran and had nothing to blame ('nothing to blame: ...'), saying
     why; None when it blamed (or refused to blame) a model, or did not run."""
     if "blame" not in ((document.get("options") or {}).get("stages") or ()):

@@ -5,7 +5,6 @@ after the golden comparison. In a module of its own because the reports read the
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 
@@ -13,6 +12,7 @@ from ...reports import findings
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
 from . import conclude
+from ...results import ResultsDocument
 
 
 class Blame(Stage):
@@ -28,10 +28,10 @@ class Blame(Stage):
                     "(group) of the new image at a time, and name the one that alone reproduces the change."),
     )
 
-    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+    def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         findings.print_blame(document, out)
 
 

@@ -36,10 +36,12 @@ from .. import model_entry
 from . import causes, census, coverage, epochs, replicas, beyond_tensors
 from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 from ...worker.run_record import RunRecord
+from ...entry_sections import RunSummary
+from ...results import Coverage, Image, ModelEntry
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
-              image: dict[str, Any]) -> WorkerSpec:
+              image: Image) -> WorkerSpec:
     return WorkerSpec(
         model_ref=model.ref, model_name=model.name, role=role, steps=options.steps, seed=options.seed,
         profile=options.profile, device=options.device, threads=options.threads, mode="strict",
@@ -66,7 +68,7 @@ def config_sha256(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity_config(config), sort_keys=True, default=str).encode()).hexdigest()
 
 
-def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> dict[str, WorkerSpec]:
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: Image) -> dict[str, WorkerSpec]:
     k = options.resume_at
     base = base_spec(options, model, "A", project_commit=project_commit, image=image)
     fault = options.fault
@@ -100,7 +102,7 @@ def compiled(record: RunRecord) -> bool:
     return bool((record.execution or {}).get("compile"))
 
 
-def _run_summary(record: RunRecord) -> dict[str, Any]:
+def _run_summary(record: RunRecord) -> RunSummary:
     t, launched = record.timings, record.launched
     return {
         "final_sha256": record.final_sha256,
@@ -157,7 +159,7 @@ def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: s
         p.unlink(missing_ok=True)
 
 
-def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef) -> ModelEntry:
     """Run A, B and C for one model and decide its verdict."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
@@ -168,10 +170,10 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
         _run_all(options, ctx, specs, records)
         ranks = replicas.load(ctx.run_dir / model.name, tuple(records), options.world_size)
     except WorkerFailed as e:
-        result.update(verdict=verdicts.ERROR, message=str(e), error={"kind": e.kind, "message": str(e)},
-                      runs={r: _run_summary(rec) for r, rec in records.items()}, seconds=time.monotonic() - t0,
-                      final_sha256=records["A"].final_sha256 if "A" in records else None, evidence=None,
-                      records={r: f"{model.name}/record-{r}.json" for r in records})
+        result.update({"verdict": verdicts.ERROR, "message": str(e), "error": {"kind": e.kind, "message": str(e)},
+                       "runs": {r: _run_summary(rec) for r, rec in records.items()}, "seconds": time.monotonic() - t0,
+                       "final_sha256": records["A"].final_sha256 if "A" in records else None, "evidence": None,
+                       "records": {r: f"{model.name}/record-{r}.json" for r in records}})
         return result
 
     verdict, pair, evidence = _decide(records)
@@ -193,30 +195,30 @@ def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
     if switched and verdict == verdicts.PASS:  # agreed, but not under strict determinism: no guarantee elsewhere
         verdict = verdicts.NONDETERMINISTIC
     a = records["A"]
-    result.update(
-        verdict=verdict,
-        message=(replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None and pair
-                 else census.describe(private) + (f"; {controls_sentence(switched)}" if switched else "")
-                 if evidence is not None and evidence.cause == "census"
-                 else describe(verdict, evidence, pair, switched))
-                + _notes(hint, warnings, covered, records, pair, private_notice),
-        state_census=census.summary(records, private, private_notice, metric_warning),
-        epoch_order=order,
-        shared_batches=shared,
-        coverage=covered,
-        resume_at=covered.get("resume_at", options.resume_at),
-        final_sha256=a.final_sha256,
-        config=a.config,
-        config_sha256=config_sha256(a.config),
-        execution=a.execution,  # compiled, autocast: part of the identity a golden is compared by
-        batch_size=a.batch_size,
-        attestation=a.attestation,
-        runs={r: _run_summary(rec) for r, rec in records.items()},
-        evidence=comparison_evidence(evidence, pair, switched, hint, rank),
-        error=None,
-        records={r: f"{model.name}/record-{r}.json" for r in records},
-        seconds=round(time.monotonic() - own_start(records, t0), 3),
-    )
+    result.update({
+        "verdict": verdict,
+        "message": (replicas.describe(verdict, evidence, pair, rank, ranks[rank][pair[0]]) if rank is not None and pair
+                    else census.describe(private) + (f"; {controls_sentence(switched)}" if switched else "")
+                    if evidence is not None and evidence.cause == "census"
+                    else describe(verdict, evidence, pair, switched))
+                   + _notes(hint, warnings, covered, records, pair, private_notice),
+        "state_census": census.summary(records, private, private_notice, metric_warning),
+        "epoch_order": order,
+        "shared_batches": shared,
+        "coverage": covered,
+        "resume_at": covered.get("resume_at", options.resume_at),
+        "final_sha256": a.final_sha256,
+        "config": a.config,
+        "config_sha256": config_sha256(a.config),
+        "execution": a.execution,  # compiled, autocast: part of the identity a golden is compared by
+        "batch_size": a.batch_size,
+        "attestation": a.attestation,
+        "runs": {r: _run_summary(rec) for r, rec in records.items()},
+        "evidence": comparison_evidence(evidence, pair, switched, hint, rank),
+        "error": None,
+        "records": {r: f"{model.name}/record-{r}.json" for r in records},
+        "seconds": round(time.monotonic() - own_start(records, t0), 3),
+    })
     _clean(options, ctx.run_dir / model.name)
     return result
 
@@ -230,7 +232,7 @@ def _clean(options: RunOptions, work: Path) -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def _notes(hint: str | None, warnings: list[str], covered: dict[str, Any], records: dict[str, RunRecord],
+def _notes(hint: str | None, warnings: list[str], covered: Coverage, records: dict[str, RunRecord],
            pair: tuple[str, str] | None, notice: str | None = None) -> str:
     """What the verdict's sentence is followed by: a known cause, warnings (which never change the
     verdict), what the run did not cover, and that warm caches were checked (compiled runs)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from ... import verdicts
 from ...golden.divergence import Divergence
+from ...results import StateCensus
 from ...worker.run_record import RunRecord
 
 STRONG = ("rng", "module", "tensor")  # kinds that fail a resume by themselves
@@ -245,7 +246,7 @@ def hint(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None, diff
 
 
 def summary(records: dict[str, RunRecord], diffs: list[Difference], said: str | None,
-            warned: str | None = None) -> dict[str, Any] | None:
+            warned: str | None = None) -> StateCensus | None:
     """The result's ``state_census`` section: what differed, the notice, the metrics' warning,
     why a census failed."""
     if "A" not in records or not records["A"].census:

@@ -10,21 +10,20 @@ when the run holds one (``worker.train.resume_point``); this says what came of i
 
 from __future__ import annotations
 
-from typing import Any
 
+from ...results import Coverage
 from ...settings.options import RunOptions
 from ...worker.run_record import RunRecord
 
 
-def of(record_a: RunRecord, options: RunOptions) -> dict[str, Any]:
+def of(record_a: RunRecord, options: RunOptions) -> Coverage:
     """{epochs, batches_per_epoch, resume_at, resume_epoch, note}: note only when the check
     missed per-epoch state, with what to change."""
     epochs = list(record_a.batch_epochs)
     k = record_a.checkpoint_at or options.resume_at
     per_epoch = (record_a.loader or {}).get("batches_per_epoch")
-    out: dict[str, Any] = {"epochs": (max(epochs) + 1) if epochs else None, "batches_per_epoch": per_epoch,
-                           "resume_at": k, "resume_epoch": epochs[k - 1] if 0 < k <= len(epochs) else None,
-                           "note": None}
+    out: Coverage = {"epochs": (max(epochs) + 1) if epochs else None, "batches_per_epoch": per_epoch,
+                     "resume_at": k, "resume_epoch": epochs[k - 1] if 0 < k <= len(epochs) else None, "note": None}
     if not epochs:
         return out
     steps = len(epochs)

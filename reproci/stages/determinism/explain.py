@@ -6,15 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from ... import verdicts
+from ...entry_sections import Evidence, SwitchedControl
 from ...golden.divergence import Divergence, presence_text
 from . import beyond_tensors
 from ...worker.run_record import RunRecord
 
 
-def controls_switched_off(records: dict[str, RunRecord]) -> list[dict[str, Any]]:
+def controls_switched_off(records: dict[str, RunRecord]) -> list[SwitchedControl]:
     """Determinism controls switched off during any run: by the model's own calls (with
     file:line), or found off by a re-attestation (at the checkpoint, at the end)."""
-    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    found: dict[tuple[Any, ...], SwitchedControl] = {}
     for role, rec in records.items():
         for e in (rec.controls or {}).get("switched_off", []):
             key = (e["control"], e["file"], e["line"])
@@ -31,7 +32,7 @@ def controls_switched_off(records: dict[str, RunRecord]) -> list[dict[str, Any]]
     return list(found.values())
 
 
-def controls_sentence(switched: list[dict[str, Any]]) -> str:
+def controls_sentence(switched: list[SwitchedControl]) -> str:
     parts = []
     for e in switched[:3]:
         if e.get("where"):
@@ -42,20 +43,20 @@ def controls_sentence(switched: list[dict[str, Any]]) -> str:
     return "determinism controls switched off by the model: " + "; ".join(parts)
 
 
-def comparison_evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[dict[str, Any]],
-                        hint: str | None = None, rank: int | None = None) -> dict[str, Any] | None:
+def comparison_evidence(ev: Divergence | None, pair: tuple[str, str] | None, switched: list[SwitchedControl],
+                        hint: str | None = None, rank: int | None = None) -> Evidence | None:
     """The evidence a model's entry records of a comparison of two runs: where the ``pair`` first differs
     (``ev``), the determinism controls the model switched off, a hint, the rank it was found on."""
     if ev is None and not switched:
         return None
-    out: dict[str, Any] = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
+    out: Evidence = {"comparison": f"{pair[0]} vs {pair[1]}", **ev.to_dict()} if ev and pair else {
         "comparison": None, "step": None, "tensor": None, "kind": None, "cause": "controls"}
     if ev is not None and ev.only_in and pair is not None:  # "a"/"b" -> the run that has the tensor
         out["only_in"] = pair[0] if ev.only_in == "a" else pair[1]
         out["presence"] = presence_text(ev.tensor or "?", ev.step, *_sides(ev, pair))
     if rank is not None and pair is not None:  # found on another rank than 0
-        out.update(rank=rank, comparison=(f"run {pair[0]}: rank 0 vs rank {rank}" if pair[0] == pair[1]
-                                          else f"{pair[0]} vs {pair[1]} on rank {rank}"))
+        out.update({"rank": rank, "comparison": (f"run {pair[0]}: rank 0 vs rank {rank}" if pair[0] == pair[1]
+                                                 else f"{pair[0]} vs {pair[1]} on rank {rank}")})
     if switched:
         out["controls"] = switched
     if hint:
@@ -69,7 +70,7 @@ def _sides(ev: Divergence, pair: tuple[str, str]) -> tuple[str, str]:
 
 
 def describe(verdict: str, ev: Divergence | None, pair: tuple[str, str] | None,
-             switched: list[dict[str, Any]] | None = None) -> str:
+             switched: list[SwitchedControl] | None = None) -> str:
     controls = controls_sentence(switched) if switched else ""
     if ev is None or pair is None:
         if controls:

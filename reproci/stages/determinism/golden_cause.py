@@ -27,6 +27,7 @@ from ...worker.process.launch import CPU_ISA_CAPABILITY
 from ..base import StageRun
 from . import base_spec
 from ...worker.run_record import RunRecord, Trajectory
+from ...results import ResultsDocument
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
 _RANK = ("DEFAULT", "AVX2", "AVX512")
@@ -77,7 +78,7 @@ def _cause(change: dict[str, Any]) -> str:
     return f"{' and '.join(names)} {'is' if len(names) == 1 else 'are'} the cause"
 
 
-def confirm(run: StageRun, document: dict[str, Any]) -> None:
+def confirm(run: StageRun, document: ResultsDocument) -> None:
     """For each model drifting in settable factors: one run with the golden's settings; the
     answer lands in ``golden.confirmation`` and at the end of the model's message."""
     options, ctx, golden = run.options, run.ctx, run.old_golden

@@ -28,12 +28,14 @@ from ...runner import RunContext, run_worker
 from ...worker.process.spec import WorkerSpec
 from ..base import StageRun
 from . import base_spec
+from ...entry_sections import FirstOp
+from ...results import Image, ResultsDocument
 
 OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps
 
 
 def _spec(options: RunOptions, model: ModelRef, steps: tuple[int, ...], *, project_commit: str | None,
-          image: dict[str, Any]) -> WorkerSpec:
+          image: Image) -> WorkerSpec:
     return dataclasses.replace(base_spec(options, model, "ops", project_commit=project_commit, image=image),
                                output="record-ops.json", dump_at=max(steps), ops_path="ops-golden-{step}.pt",
                                ops_steps=steps, fingerprints=False,
@@ -74,7 +76,7 @@ def record(run: StageRun, models: list[ModelRef]) -> dict[str, dict[int, tuple[l
     return out
 
 
-def name_changes(run: StageRun, document: dict[str, Any]) -> None:
+def name_changes(run: StageRun, document: ResultsDocument) -> None:
     """For each model that drifted from the golden on the same batch at a step whose per-op
     hashes the golden keeps: record that step here and name the first op that changed."""
     options, ctx = run.options, run.ctx
@@ -99,9 +101,9 @@ def name_changes(run: StageRun, document: dict[str, Any]) -> None:
             evidence["op"] = None
             print(f"warning: {entry['model']}: could not record step {step} to name the changed op ({e})", file=sys.stderr)
             continue
-        evidence["op"] = _first_changed(rows, kept[step])
-        if evidence["op"].get("found"):
-            entry["message"] += f"; first changed op: {verdicts.op_text(evidence['op'])}"  # the cause is said once, before
+        op = evidence["op"] = _first_changed(rows, kept[step])
+        if op.get("found"):
+            entry["message"] += f"; first changed op: {verdicts.op_text(op)}"  # the cause is said once, before
 
 
 def _unnamed(kept: dict[int, Any], step: int | None) -> str:
@@ -114,7 +116,7 @@ def _unnamed(kept: dict[int, Any], step: int | None) -> str:
     return f"{kept_steps}, and this difference begins {'before the first step' if step == 0 else f'at step {step}'}"
 
 
-def _first_changed(rows: list[dict[str, Any]], kept: tuple[list[str], list[str]]) -> dict[str, Any]:
+def _first_changed(rows: list[dict[str, Any]], kept: tuple[list[str], list[str]]) -> FirstOp:
     """The first op of this run's step whose outputs differ from the golden's."""
     overloads, digests = compact(rows)
     here = {"rows": [{**r, "digest": d} for r, d in zip(rows, digests)], "kept": {}}

@@ -4,7 +4,6 @@ the package's helpers (``golden_cause``) import the package."""
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 
@@ -13,6 +12,7 @@ from ...golden import check as golden_check
 from ...reports.terminal import print_report
 from ..base import Stage, StageRun, per_model
 from . import golden_cause, golden_ops, run_model
+from ...results import ModelEntry, ResultsDocument
 
 
 class Determinism(Stage):
@@ -22,10 +22,10 @@ class Determinism(Stage):
     checks_reproducibility = True
     records = ("A",)
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         entries[:] = per_model(run_model, run)
 
-    def conclude(self, run: StageRun, document: dict[str, Any]) -> None:
+    def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         """The golden comparison; the per-op hashes a golden update records, the op a drift
         first changed (``golden_ops``), and a re-run that proves a settable cause (``golden_cause``)."""
         ops = None
@@ -35,7 +35,7 @@ class Determinism(Stage):
         golden_ops.name_changes(run, document)
         golden_cause.confirm(run, document)
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         print_report(document, out, err)
 
 

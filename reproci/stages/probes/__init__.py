@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from ... import verdicts
 from ...errors import WorkerFailed
@@ -28,6 +28,8 @@ from ..base import StageRun
 from ..determinism import epochs
 from ...worker.run_record import RunRecord
 from ..determinism import base_spec, measure
+from ...entry_sections import ProbeRow, Probes
+from ...results import Image, ResultsDocument
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
 # probe -> (the factor, how a spec is perturbed)
@@ -41,7 +43,7 @@ INSPECTED = {"epoch-order": "a new sample order each epoch", "batch-size": "the 
 PROBES = (*PERTURBED, *INSPECTED)
 
 
-def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any]) -> dict[str, WorkerSpec]:
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: Image) -> dict[str, WorkerSpec]:
     base = dataclasses.replace(base_spec(options, model, "P-base", project_commit=project_commit, image=image),
                                output="record-P-base.json", world_size=1)  # one process: one factor at a time
     specs = {"base": base}
@@ -52,7 +54,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     return specs
 
 
-def run_model(run: StageRun, model: ModelRef) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef) -> Probes:
     """Every probe of one model: a row per probe, and how many found a dependency."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
@@ -89,9 +91,9 @@ def _change(name: str, base: RunRecord, base_spec: WorkerSpec, spec: WorkerSpec)
 
 
 def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], records: dict[str, RunRecord],
-                   errors: dict[str, str]) -> dict[str, Any]:
+                   errors: dict[str, str]) -> ProbeRow:
     factor = PERTURBED[name][0]
-    row: dict[str, Any] = {"probe": name, "factor": factor, "change": None, "evidence": None}
+    row: ProbeRow = {"probe": name, "factor": factor, "change": None, "evidence": None}
     failed = errors.get("base") or errors.get(name)
     if failed:
         return {**row, "status": FAILED, "message": f"could not run: {failed}"}
@@ -119,33 +121,33 @@ def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], rec
                        f"{', ' + detail if detail else ''}{op}"}
 
 
-def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> list[dict[str, Any]]:
-    rows = [{"probe": name, "factor": factor, "change": None, "evidence": None} for name, factor in INSPECTED.items()]
+def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> list[ProbeRow]:
+    rows: list[ProbeRow] = [{"probe": name, "factor": factor, "change": None, "evidence": None} for name, factor in INSPECTED.items()]
     if failed:
         return [{**r, "status": FAILED, "message": f"could not run: {failed}"} for r in rows]
     data = json.loads((ctx.run_dir / model.name / "inspect.json").read_text())
     order, batch = data["epoch_order"], data["batch"]
     if order["same"] and order.get("sequential"):
-        rows[0].update(status=NOT_APPLICABLE, message="the loader does not shuffle: every epoch is in index order")
+        rows[0].update({"status": NOT_APPLICABLE, "message": "the loader does not shuffle: every epoch is in index order"})
     elif order["same"]:
-        rows[0].update(status=DEPENDS, evidence=order,
-                       message=epochs.repeated(1, f"first {order['batches']} batches of sample indices compared"))
+        rows[0].update({"status": DEPENDS, "evidence": order,
+                        "message": epochs.repeated(1, f"first {order['batches']} batches of sample indices compared")})
     else:
-        rows[0].update(status=INDEPENDENT, message="each epoch visits the samples in a new order")
+        rows[0].update({"status": INDEPENDENT, "message": "each epoch visits the samples in a new order"})
     if not batch.get("applicable"):
-        rows[1].update(status=NOT_APPLICABLE, message=f"not applicable: {batch.get('why')}")
+        rows[1].update({"status": NOT_APPLICABLE, "message": f"not applicable: {batch.get('why')}"})
     elif batch["differs_at"]:
         sizes = ", ".join(str(n) for n in batch["differs_at"])
-        rows[1].update(status=DEPENDS, evidence=batch, message=(
+        rows[1].update({"status": DEPENDS, "evidence": batch, "message": (
             f"depends on the batch size: sample 0's output alone differs from the same sample in a batch of "
-            f"{sizes} (max |Δ| {batch['max_abs']:.3g}); batch-invariant kernels are needed for per-sample equality"))
+            f"{sizes} (max |Δ| {batch['max_abs']:.3g}); batch-invariant kernels are needed for per-sample equality")})
     else:
-        rows[1].update(status=INDEPENDENT, message=f"sample 0's output is the same alone and in batches of "
-                                                   f"{', '.join(str(n) for n in batch['sizes'][1:])}")
+        rows[1].update({"status": INDEPENDENT, "message": f"sample 0's output is the same alone and in batches of "
+                                                          f"{', '.join(str(n) for n in batch['sizes'][1:])}"})
     return rows
 
 
-def rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(document: ResultsDocument) -> list[ProbeRow]:
     """Every probe row of every model, for the reports."""
     return [{"model": m["model"], **r} for m in document.get("models") or []
             for r in ((m.get("probes") or {}).get("rows") or [])]

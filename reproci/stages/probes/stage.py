@@ -4,7 +4,6 @@ its own because the reports read the package (``rows``, the outcomes) and this m
 
 from __future__ import annotations
 
-from typing import Any
 
 from rich.console import Console
 
@@ -12,6 +11,7 @@ from ...reports import findings, markdown
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun, attach_results
 from . import run_model
+from ...results import ModelEntry, ResultsDocument
 
 
 class Probes(Stage):
@@ -24,16 +24,16 @@ class Probes(Stage):
                help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
     )
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         attach_results(self.name, run_model, run, entries)
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         findings.print_probes(document, out)
 
-    def markdown(self, document: dict[str, Any]) -> list[str]:
+    def markdown(self, document: ResultsDocument) -> list[str]:
         return markdown.probes_section(document)
 
-    def html(self, document: dict[str, Any]) -> str:
+    def html(self, document: ResultsDocument) -> str:
         from ...reports import html  # matplotlib, imported when a report is made
 
         return html.probes_section(document)

@@ -38,6 +38,8 @@ from ..base import StageRun
 from ...worker.run_record import RunRecord
 from . import lockstep, sampling
 from ..model_entry import add_result
+from ...entry_sections import ModeSummary, Slowdown, Throughput, ThroughputSummary
+from ...results import Image, ModelEntry
 
 SUMMARY_VERSION = 1
 BASELINE = "default"
@@ -55,7 +57,7 @@ def warmup_steps(steps: int) -> int:
     return max(3, steps // 6)
 
 
-def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: dict[str, Any],
+def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: Image,
          modes: tuple[str, ...] = MODES, paired: bool = True) -> list[list[WorkerSpec]]:
     """One group of processes per repetition, one process per mode; repetition r lists the
     modes forward (r odd) or reversed. ``paired``: a group takes turns step by step, for as
@@ -101,7 +103,7 @@ def bootstrap_median(values: list[float], *, samples: int = BOOTSTRAP_SAMPLES,
     return med, float(low), float(high)
 
 
-def slowdown(ratios: list[float], *, budget_spent: bool = False) -> dict[str, Any]:
+def slowdown(ratios: list[float], *, budget_spent: bool = False) -> Slowdown:
     """Median slowdown over repetitions, its bootstrap interval, whether it is noisy, and how
     it stopped (``budget_spent``: the time budget, not the count of repetitions, ended it)."""
     med, low, high = bootstrap_median(ratios)
@@ -148,7 +150,7 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mo
     return rows
 
 
-def _mode_summary(records: list[RunRecord]) -> dict[str, Any]:
+def _mode_summary(records: list[RunRecord]) -> ModeSummary:
     sps = [r.steps_per_s or 0.0 for r in records]
     samples = [r.samples_per_s for r in records if r.samples_per_s]
     peaks = [r.peak_memory_bytes for r in records if r.peak_memory_bytes]
@@ -193,7 +195,7 @@ def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], s
     return by_mode, False
 
 
-def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) -> Throughput:
     """Measure every mode of one model; the result goes under the model entry's "throughput"."""
     options, ctx = run.options, run.ctx
     if BASELINE not in modes or len(modes) < 2:
@@ -204,7 +206,7 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
     paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
     groups = plan(options, model, project_commit=run.project_commit, image=run.image, modes=modes, paired=paired)
     cap = timed_cap(options, paired)
-    result: dict[str, Any] = {
+    result: Throughput = {
         "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
         "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": cap,
         "run_length": "time" if paired and not options.steps_given else "steps", "time_budget_s": time_budget,
@@ -218,7 +220,7 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
     try:
         by_mode, budget_spent = _measure(ctx, model, groups, sampler, modes, budget)
     except WorkerFailed as e:
-        result.update(error={"kind": e.kind, "message": str(e)}, seconds=round(time.monotonic() - t0, 3))
+        result.update({"error": {"kind": e.kind, "message": str(e)}, "seconds": round(time.monotonic() - t0, 3)})
         return result
     result["repetitions"] = len(by_mode[BASELINE])
     result["records"] = [f"{model.name}/{s.output}" for g in groups[:result["repetitions"]] for s in g]
@@ -232,7 +234,7 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
                         budget_spent=budget_spent)
             for m in modes if m != BASELINE
         }
-    result["slowdown"] = result["slowdowns"].get("strict", {})
+    result["slowdown"] = result["slowdowns"].get("strict", Slowdown())
     ops = {m: [by_mode[m][r].ops for r in reps if by_mode[m][r].ops] for m in modes}
     result["top_ops"] = attribute_ops(ops, device=options.device)
     result["profiled_steps"] = next((by_mode[m][1].profiled_steps for m in modes), 0)
@@ -241,13 +243,13 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
     return result
 
 
-def attach(entry: dict[str, Any], result: dict[str, Any]) -> None:
+def attach(entry: ModelEntry, result: Throughput) -> None:
     """Put a throughput result on a model entry; a failed measurement makes the entry an ERROR."""
     add_result(entry, "throughput", result)
     result["golden_summary"] = throughput_summary(entry)
 
 
-def throughput_summary(model_entry: dict[str, Any]) -> dict[str, Any]:
+def throughput_summary(model_entry: ModelEntry) -> ThroughputSummary:
     """What a golden file keeps of a model's throughput (empty when the stage did not run)."""
     t = model_entry.get("throughput") or {}
     if not t.get("modes"):
@@ -255,14 +257,14 @@ def throughput_summary(model_entry: dict[str, Any]) -> dict[str, Any]:
     return {
         "version": SUMMARY_VERSION, "device": t.get("device"), "threads": t.get("threads"),
         "world_size": t.get("world_size", 1), "timed_steps": t.get("timed_steps"), "repetitions": t.get("repetitions"),
-        "modes": {m: {k: v.get(k) for k in ("steps_per_s", "samples_per_s", "peak_memory_bytes")}
-                  for m, v in t["modes"].items()},
-        "slowdown": {m: {k: s.get(k) for k in ("median", "ci_low", "ci_high", "noisy")}
-                     for m, s in (t.get("slowdowns") or {}).items()},
+        "modes": {m: {"steps_per_s": v.get("steps_per_s"), "samples_per_s": v.get("samples_per_s"),
+                      "peak_memory_bytes": v.get("peak_memory_bytes")} for m, v in t["modes"].items()},
+        "slowdown": {m: {"median": s.get("median"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
+                         "noisy": s.get("noisy")} for m, s in (t.get("slowdowns") or {}).items()},
     }
 
 
-def check_regression(current: dict[str, Any], golden: dict[str, Any], factor: float) -> str | None:
+def check_regression(current: ThroughputSummary, golden: ThroughputSummary, factor: float) -> str | None:
     """One line when strict mode got slower by more than ``factor`` against the golden.
 
     Both arguments are ``throughput_summary`` dicts. First the slowdown ratio (strict over
@@ -272,13 +274,14 @@ def check_regression(current: dict[str, Any], golden: dict[str, Any], factor: fl
     """
     cur = (current.get("slowdown") or {}).get("strict") or {}
     gold = (golden.get("slowdown") or {}).get("strict") or {}
-    if cur.get("median") and gold.get("median"):
-        low = cur.get("ci_low") or cur["median"]
-        if low > gold["median"] * factor:
-            return (f"strict-mode slowdown regressed: {cur['median']:.3f}x [{low:.3f}, "
-                    f"{cur.get('ci_high') or cur['median']:.3f}] against the golden's {gold['median']:.3f}x, "
+    median, golden_median = cur.get("median"), gold.get("median")
+    if median and golden_median:
+        low = cur.get("ci_low") or median
+        if low > golden_median * factor:
+            return (f"strict-mode slowdown regressed: {median:.3f}x [{low:.3f}, "
+                    f"{cur.get('ci_high') or median:.3f}] against the golden's {golden_median:.3f}x, "
                     f"beyond the allowed factor {factor:g}")
-    def machine(t: dict[str, Any]) -> tuple[Any, ...]:
+    def machine(t: ThroughputSummary) -> tuple[Any, ...]:
         return t.get("device"), t.get("threads"), t.get("world_size", 1)
 
     same_machine = machine(current) == machine(golden)

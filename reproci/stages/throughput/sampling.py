@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
+
+from ...entry_sections import Slowdown
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 1000
@@ -202,7 +204,7 @@ class Sampler:
             return False
         return done < MIN_REPS or not self.narrow()
 
-    def summary(self, mode: str) -> dict[str, Any]:
+    def summary(self, mode: str) -> Slowdown:
         """The slowdown of ``mode``, in the shape the stage reports, with how it was sampled."""
         reps = self.reps[mode]
         med, low, high = interval(reps)

@@ -5,7 +5,6 @@ the package (``NOISY_WIDTH``) and this module reads the reports."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from rich.console import Console
 
@@ -14,6 +13,7 @@ from ...settings.declared import BOOLEAN, INTEGER, NUMBER, SECONDS, Option
 from ...reports.terminal import print_throughput
 from ..base import Stage, StageRun
 from . import attach, run_model
+from ...results import ModelEntry, ResultsDocument
 
 # Seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed up, 30 steps timed)
 # took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s a model, plus the last
@@ -50,17 +50,17 @@ class Throughput(Stage):
     records = ("throughput",)
     options = OPTIONS
 
-    def run(self, run: StageRun, entries: list[dict[str, Any]]) -> None:
+    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         for model, entry in zip(run.options.models, entries):
             attach(entry, run_model(run, model))
 
-    def terminal(self, document: dict[str, Any], out: Console, err: Console) -> None:
+    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         print_throughput(document, out)
 
-    def markdown_verdicts(self, document: dict[str, Any]) -> list[str]:
+    def markdown_verdicts(self, document: ResultsDocument) -> list[str]:
         return markdown.throughput(document)
 
-    def html(self, document: dict[str, Any]) -> str:
+    def html(self, document: ResultsDocument) -> str:
         from ...reports import html  # matplotlib, imported when a report is made
 
         return html.throughput(document)

@@ -13,7 +13,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 SPEC_VERSION = 1
 
@@ -81,7 +81,7 @@ class WorkerSpec:
     fault: str | None = None
     plugin_paths: tuple[str, ...] = ()  # extra sys.path entries for plugin files
     project_commit: str | None = None
-    image: dict[str, Any] = field(default_factory=dict)
+    image: Mapping[str, Any] = field(default_factory=dict)  # the results' image (reproci.results.Image), as given
     world_size: int = 1  # ranks under DistributedDataParallel, launched by torchrun when above 1
     cpu_isa: str | None = None  # cap the CPU kernels at this level (launch.CPU_ISA_ENV), attested
     env: dict[str, str | None] = field(default_factory=dict)  # variables set (None: removed) after the launcher's
