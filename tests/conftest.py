@@ -11,7 +11,6 @@ from typing import Iterator
 
 import pytest
 
-import reproci.stages.registry  # noqa: F401 (the stages register their names and knobs with the options)
 from tests.helpers import Cli, real_results, stop_standing_servers
 
 

@@ -77,3 +77,16 @@ def test_bisect_reads_reproci_yaml_once(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli_module.cli, ["bisect"])
     assert isinstance(result.exception, errors.UsageError) and "steps must be at least 2" in str(result.exception)
     assert reads == [None]
+
+
+def test_the_python_api_builds_options_without_importing_the_stages_itself(tmp_path) -> None:
+    """A script that builds the run's options, as the Python API's users and the backends' own
+    tests do, gets every stage's knobs without importing the registry first."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom reproci.settings import options\nbuilt = options.build({}, env={})\n"
+              "print(built.knob('repetitions'), 'reproci.stages.registry' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[1] == "True"

@@ -4,17 +4,19 @@ its group (what it is about) and whether the results record it.
 
 This module holds the core options (``OPTIONS``: the image, the run's shape, its resources and
 output); each stage declares its own knobs beside its code (``stages.base.Stage.options``), and
-``stages.registry`` hands every stage to ``add_stage`` as it registers it. ``options()`` is the
+``stages.registry`` hands every stage to ``add_stage`` as it registers it (the first read of the
+table imports the registry, so a caller of the Python API needs no import of its own). ``options()`` is the
 whole table: ``commands/run.py`` makes the click options from it, ``settings.config_file`` the
 keys ``reproci.yaml`` accepts, ``settings.options.build`` the frozen ``RunOptions`` and
 ``recorded`` the ``options`` of results.json. An option with no field of ``RunOptions`` of its
 own (a stage's knob) is read as ``options.knob(name)``: adding an option is its declaration
-and its use. This module imports nothing of reproci, so that a stage's module can declare its
-options with it.
+and its use. This module imports nothing of reproci at its top, so that a stage's module can
+declare its options with it.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
@@ -235,8 +237,10 @@ def add_stage(stage: StageOptions) -> None:
 
 def stage_names() -> tuple[str, ...]:
     """The names --stage and reproci.yaml's ``stages`` accept, in the order the stages run."""
-    if not STAGES:  # a programming error: the table would lack every stage's knobs
-        raise RuntimeError("no stage is registered: import reproci.stages.registry before reading the options")
+    if not STAGES:  # the first read: the registry adds the stages as it is imported
+        importlib.import_module("reproci.stages.registry")
+    if not STAGES:  # read while the registry itself is being imported: the table would lack every knob
+        raise RuntimeError("the options were read before any stage was registered (during reproci.stages.registry's import)")
     return tuple(s.name for s in STAGES)
 
 
