@@ -15,8 +15,9 @@ from rich.console import Console
 from reproci import console as console_mod
 from reproci import errors, verdicts
 from reproci.golden.environment import affects_results, split_packages
-from reproci.reports import goldens, terminal
+from reproci.reports import goldens
 from reproci.stages import registry
+from reproci.stages.throughput import report as throughput_report
 
 from .helpers import model_entry, undeclared
 
@@ -47,7 +48,7 @@ def log_console(monkeypatch: pytest.MonkeyPatch, *, github: bool = False) -> tup
 @pytest.mark.parametrize("github", [False, True])
 def test_the_throughput_table_never_cuts_an_op_name_in_a_log(monkeypatch, github):
     out, stream = log_console(monkeypatch, github=github)
-    terminal.print_throughput(throughput_document(), out)
+    throughput_report.terminal(throughput_document(), out)
     text = stream.getvalue()
     assert LONG_OP in text and "aten::embedding_dense_backward" in text
     assert "…" not in text

@@ -242,7 +242,8 @@ def test_a_run_that_dies_during_its_turns_fails_the_pair_with_its_own_message(re
 
 def test_every_report_says_how_the_sampling_stopped_beside_the_figure():
     """The terminal table and the Markdown report show the one sentence of ``how_stopped``."""
-    from reproci.reports import build, rows
+    from reproci.reports import build
+    from reproci.stages.throughput import report
 
     sd = {"median": 1.1, "ci_low": 1.05, "ci_high": 1.15, "pairs": 94, "target_half_width": 0.02,
           "within_target": False, "stop": "budget", "how_stopped": sampling.how_stopped("budget", 0.041)}
@@ -250,7 +251,7 @@ def test_every_report_says_how_the_sampling_stopped_beside_the_figure():
          "slowdowns": {"strict": sd}, "order": "step-by-step turns", "time_budget_s": 15.0, "run_length": "time"}
     doc = {"image": {"name": "local"}, "options": {}, "summary": {}, "models": [
         {"model": "conv", "verdict": verdicts.NOT_CHECKED, "throughput": t}]}
-    assert rows.slowdown_text(sd) == "1.100× [1.050, 1.150], 94 pairs, budget spent at ±4.1 % (wider than the ±2.0% target)"
+    assert report.slowdown_text(sd) == "1.100× [1.050, 1.150], 94 pairs, budget spent at ±4.1 % (wider than the ±2.0% target)"
     md = build.markdown_report(doc)
     assert "94 pairs, budget spent at ±4.1 %" in next(line for line in md.splitlines() if line.startswith("| conv |"))
     assert "or the time budget of 15 s a model is spent" in md

@@ -9,7 +9,7 @@ from .. import atomic, errors, verdicts
 from ..stages import probes, registry
 from . import markdown
 from .mdtable import cell, code, table
-from .rows import slowdown_text
+from ..stages.throughput.report import slowdown_text
 from ..results import ModelEntry, ResultsDocument
 from ..cluster.merged import MergedDocument
 

@@ -11,11 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
-from ..stages.throughput import NOISY_WIDTH
 from . import charts
-from ..stages import audit, bisect, probes
 from . import variance as variance_report
-from .rows import op_text, throughput_rows
 from ..results import ModelEntry, ResultsDocument
 from .history import Trends
 
@@ -33,7 +30,7 @@ code { background: #f5f5f5; padding: 0 0.2em; }
 """
 
 
-def _img(png: bytes, alt: str, caption: str) -> str:
+def figure(png: bytes, alt: str, caption: str) -> str:
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure><img src="data:image/png;base64,{data}" alt="{escape(alt)}">'
             f"<figcaption>{escape(caption)}</figcaption></figure>")
@@ -47,7 +44,7 @@ def prose(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -107,7 +104,7 @@ def head(doc: ResultsDocument) -> str:
     rows = [[escape(str(m.get("model"))), escape(str(m.get("verdict"))), prose(str(m.get("message") or ""))]
             for m in doc.get("models", [])]
     return ("<section id=\"run\"><p>" + " · ".join(f"{escape(k)} <code>{escape(str(v))}</code>" for k, v in facts)
-            + "</p><h2>Verdicts</h2>" + _table(["model", "verdict", "message"], rows) + "</section>")
+            + "</p><h2>Verdicts</h2>" + table(["model", "verdict", "message"], rows) + "</section>")
 
 
 def warnings(doc: ResultsDocument) -> str:
@@ -119,88 +116,23 @@ def warnings(doc: ResultsDocument) -> str:
     return '<section id="warnings"><h2>Warnings</h2><ul>' + "".join(items) + "</ul></section>"
 
 
-def throughput(doc: ResultsDocument) -> str:
-    rows = throughput_rows(doc)
-    if not rows:
-        return ""
-    table = []
-    for r in rows:
-        sd_class = ' class="noisy"' if r["slowdown"].get("noisy") else ""
-        table.append([escape(str(r["model"])), escape(r["verdict"]), escape(r["strict"]), escape(r["default"]),
-                      f"<span{sd_class}>{escape(r['slowdown_text'])}</span>" if not r["error"]
-                      else f'<span class="bad">failed: {escape(r["error"])}</span>',
-                      escape(r["memory"])])
-    out = ["<section id=\"throughput\"><h2>Cost of strict determinism</h2>",
-           _table(["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
-                   "peak memory strict / default"], table)]
-    measured = [{"model": r["model"], **r["slowdown"]} for r in rows if r["slowdown"].get("median") is not None]
-    if measured:
-        out.append(_img(charts.slowdown_bars(measured), "slowdown per model",
-                        "Strict step time over default step time per model; bars: median over repetitions, "
-                        f"whiskers: 95 % bootstrap interval; amber: {_wide_text(measured)}."))
-    out.append("<h2>Where the time goes</h2>")
-    for r in rows:
-        items = "".join(f"<li><code>{escape(op_text(op))}</code></li>" for op in r["top_ops"])
-        out.append(f"<h3>{escape(str(r['model']))}</h3>"
-                   + (f"<ol>{items}</ol>" if items else "<p>No op grew under strict mode in the profiled steps.</p>"))
-    return "".join(out) + "</section>"
-
-
-def audit_section(doc: ResultsDocument) -> str:
-    """The op audit (``stages.audit.rows``)."""
-    found = audit.rows(doc)
-    audited = [m for m in doc.get("models", []) if isinstance(m.get("audit"), dict)]
-    if not audited:
-        return ""
-    rows = [[escape(str(r["model"])), f"<code>{escape(r['op'])}</code>", escape(str(r["count"] or "")),
-             f'<span class="{"bad" if r["cuda"] in ("raises on CUDA", "error") else ""}">{escape(r["cuda"])}</span>',
-             escape(r["where"]), escape(r["advice"] or r["what"])] for r in found]
-    rows += [[escape(str(m["model"])), "—", "", "nothing", "", escape(audit.summary(m["audit"]))] for m in audited
-             if not (m["audit"].get("findings") or m["audit"].get("error"))]
-    return ('<section id="audit"><h2>Op audit: what strict determinism does to these ops on CUDA</h2>'
-            + _table(["model", "op", "count", "on CUDA", "where", "fix or cost"], rows) + "</section>")
-
-
-def probes_section(doc: ResultsDocument) -> str:
-    """The portability probes (``stages.probes.rows``)."""
-    probe_rows = probes.rows(doc)
-    if not probe_rows:
-        return ""
-    rows = [[escape(str(r["model"])), escape(r["probe"]),
-             f'<span class="{"bad" if r["status"] == probes.DEPENDS else ""}">{escape(r["status"])}</span>',
-             prose(r["message"])] for r in probe_rows]
-    return ('<section id="probes"><h2>Portability probes: what the results depend on</h2>'
-            + _table(["model", "probe", "result", "evidence"], rows) + "</section>")
-
-
-def bisect_section(doc: ResultsDocument) -> str:
-    """The bisection (``stages.bisect.rows``)."""
-    bisected = bisect.rows(doc)
-    if not bisected:
-        return ""
-    rows = [[escape(str(r["model"])), escape(r["check"] or "—"), escape(str(r["culprit"] or "—")),
-             escape(bisect.stages_text(r)), prose(r["message"])] for r in bisected]
-    return ('<section id="bisect"><h2>Bisection: the first factor whose removal restores equality</h2>'
-            + _table(["model", "check", "cause", "stages", "finding"], rows) + "</section>")
-
-
 def variance(doc: ResultsDocument) -> str:
     """The variance stage: a table per model and metric, and a strip chart per model."""
     rows = variance_report.rows(doc)
     if not rows:
         return ""
-    table = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
+    cells = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
               escape(r["spread"]), escape(", ".join(f"{v:.4g}" for v in r["values"]) or "-"),
               f'<span class="bad">{escape(r["golden"] or "")}</span>' if r["inside"] is False else escape(r["golden"] or "")]
              for r in rows]
     out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
-           _table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], table),
+           table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], cells),
            f"<p>{escape(variance_report.NOTE)}</p>"]
     for m in variance_report.entries(doc):
         v = m["variance"]
         if v.get("metrics"):
             golden = (v.get("against_golden") or {}).get("golden_values") or {}
-            out.append(_img(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
+            out.append(figure(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
                             f"seed strip chart of {m.get('model')}",
                             f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
     return "".join(out) + "</section>"
@@ -213,7 +145,7 @@ def losses(doc: ResultsDocument, run_dir: Path | None, golden_losses: dict[str, 
         if not series:
             continue
         note = " The golden's curve differs from run A and is overlaid." if "golden" in series else ""
-        figs.append(_img(charts.loss_curves(str(m.get("model")), series), f"loss curves of {m.get('model')}",
+        figs.append(figure(charts.loss_curves(str(m.get("model")), series), f"loss curves of {m.get('model')}",
                          f"{m.get('model')}: loss per step of runs A, B and C (C resumes from A's checkpoint); "
                          f"equal curves draw on top of each other.{note}"))
     if not figs:
@@ -229,20 +161,12 @@ def history(trends: Trends) -> str:
         if not points:
             out.append("<p>No run of this image has throughput results yet.</p>")
             continue
-        out.append(_img(charts.slowdown_history(series, f"{image}: strict slowdown per run"),
+        out.append(figure(charts.slowdown_history(series, f"{image}: strict slowdown per run"),
                         f"slowdown history of {image}", "One point per recorded run, oldest first; whiskers: 95 % "
                         "bootstrap interval."))
         rows = [[escape(model), escape(str(p.get("created"))), escape((p.get("commit") or "-")[:12]),
                  escape(str(p.get("verdict"))), f"{p['slowdown']:.3f}" if p.get("slowdown") is not None else "-"]
                 for model, pts in sorted(series.items()) for p in pts]
-        out.append(_table(["model", "created", "commit", "verdict", "slowdown"], rows))
+        out.append(table(["model", "created", "commit", "verdict", "slowdown"], rows))
     return "".join(out) + "</section>"
 
-
-def _wide_text(measured: list[dict[str, Any]]) -> str:
-    """What an amber bar means: an interval wider than the sampling target, or (a fixed
-    count of repetitions) wider than NOISY_WIDTH."""
-    target = next((r.get("target_half_width") for r in measured if r.get("target_half_width") is not None), None)
-    if target is not None:
-        return f"interval wider than the ±{target:.1%} target"
-    return f"noisy (interval wider than {NOISY_WIDTH:.0%})"

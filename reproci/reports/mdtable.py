@@ -28,3 +28,8 @@ def table(header: list[str], rows: list[list[Any]], *, max_rows: int | None = No
         lines.append(f"\n… {len(rows) - max_rows} more rows {more}.")
     return lines
 
+
+
+def plain_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """``table`` of plain values, each written with ``cell`` (a report section's rows)."""
+    return table(header, [[cell(c) for c in r] for r in rows])

@@ -20,7 +20,7 @@ from ..errors import NotReproducibleError
 from ..stages import registry
 from .mdtable import cell, code, table
 from ..stats import number
-from .rows import slowdown_text
+from ..stages.throughput.report import slowdown_text
 from .variance import spread as variance_spread
 from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
 from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument

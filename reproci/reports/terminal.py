@@ -1,6 +1,6 @@
-"""What ``reproci run`` prints for the determinism stage (the verdict table, verdicts first, each
-model's message and warnings) and for the throughput stage (its table); ``stages.registry.print_run``
-puts the stages' parts together."""
+"""What ``reproci run`` prints of the verdicts: the verdict table (verdicts first), each model's
+message and warnings, the notice of a missing golden. ``stages.registry.print_run`` puts the stages'
+parts together (each stage's own tables are in its ``report.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import verdicts
-from .rows import op_text, ranked_job, sampling_text, throughput_rows
 from ..results import ModelEntry, ResultsDocument
 
 
@@ -72,37 +71,3 @@ def print_warnings(m: ModelEntry, err: Console, said: str = "") -> None:
         label = "[bold]notice[/]" if kind.endswith(".notice") else "[bold yellow]warning[/]"  # notices never fail
         err.print(f"{label}: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
 
-
-def throughput_table(document: ResultsDocument) -> Table | None:
-    rows = throughput_rows(document)
-    if not rows:
-        return None
-    ranks = (document.get("options") or {}).get("world_size") or 1
-    per_job = f"; each mode a {ranked_job(ranks)}" if ranks > 1 else ""
-    t = Table(title=f"cost of strict determinism (slowdown = strict / default step time, median [95 % CI]{per_job})",
-              title_justify="left")
-    for name, justify in (("model", "left"), ("strict steps/s", "right"), ("default steps/s", "right"),
-                          ("slowdown", "left"), ("peak mem strict / default", "right"), ("ops that grew most", "left")):
-        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for r in rows:
-        sd = r["slowdown_text"] if not r["error"] else "[bold red]failed[/]"
-        if r["slowdown"].get("noisy"):
-            sd = f"[yellow]{sd}[/]"
-        ops = "\n".join(op_text(op) for op in r["top_ops"][:3]) or "-"
-        t.add_row(str(r["model"]), r["strict"].split(" (")[0], r["default"].split(" (")[0], sd, r["memory"], ops)
-    return t
-
-
-def print_throughput(document: ResultsDocument, console: Console) -> None:
-    """The throughput table, its sampling notes and its failures (the models' warnings, a
-    throughput regression among them, are the determinism report's, else ``registry.print_run``'s)."""
-    t = throughput_table(document)
-    if t is not None:
-        console.print(t)
-    for m in document.get("models", []):
-        line = sampling_text(m.get("model", "?"), m.get("throughput") or {})
-        if line:
-            console.print(line, highlight=False)
-    for r in throughput_rows(document):
-        if r["error"]:
-            console.print(f"[bold]{r['model']}[/]: throughput failed: {escape(str(r['error']))}", highlight=False)

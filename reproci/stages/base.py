@@ -19,6 +19,13 @@ nothing, so a stage writes only the ones it has:
   results when it says so; ``needs``: the stages it starts from (added before it when not
   asked for); ``needs_image``: why it needs ``--image``, when it does.
 
+A stage in a package renders its own parts in its ``report.py`` (``terminal``, ``markdown``,
+``html``), each built from the same rows of the results, with the reports' primitives (Markdown
+tables in ``reports.mdtable``; ``reports.html``'s ``table``, ``prose``, ``figure`` and ``page``;
+``reports.charts``); the package's ``stage.py`` holds its ``Stage``, which calls that module.
+``reports/`` keeps what the whole document shows: the head and verdicts, the warnings, the loss
+curves, the trends, the exports.
+
 ``stages.registry`` lists the stages in the order they run; the orchestrator, ``reproci run``
 and the reports loop over it and never name a stage.
 """

@@ -1,17 +1,16 @@
 """The bisection as ``reproci run`` sees it (``stages.base.Stage``): each failing model's check
 again, one factor after another turned off, at conclude, once the golden comparison has said
-which models drifted. In a module of its own because the reports read the package (``rows``,
-``nothing``) and this module reads the reports."""
+which models drifted. Its rows in every report are in ``report.py``; this module is
+apart from the package because its report reads the package (``rows``, ``nothing``) and this module reads its report."""
 
 from __future__ import annotations
 
 
 from rich.console import Console
 
-from ...reports import findings, markdown
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
-from . import conclude
+from . import conclude, report
 from ...results import ResultsDocument
 
 
@@ -30,15 +29,13 @@ class Bisect(Stage):
         conclude(run, document)
 
     def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        findings.print_bisect(document, out)
+        report.terminal(document, out)
 
     def markdown(self, document: ResultsDocument) -> list[str]:
-        return markdown.bisect_section(document)
+        return report.markdown(document)
 
     def html(self, document: ResultsDocument) -> str:
-        from ...reports import html  # matplotlib, imported when a report is made
-
-        return html.bisect_section(document)
+        return report.html(document)
 
 
 STAGE = Bisect()

@@ -1,17 +1,16 @@
 """The upgrade blame as ``reproci run`` sees it (``stages.base.Stage``): each UPGRADE_CHANGED model
 in the golden's image with one changed package group of the new image at a time, at conclude,
-after the golden comparison. In a module of its own because the reports read the package
-(``nothing``) and this module reads the reports."""
+after the golden comparison. Its line in what ``reproci run`` prints is in ``report.py``;
+this module is apart from the package because its report reads the package (``nothing``) and this module reads its report."""
 
 from __future__ import annotations
 
 
 from rich.console import Console
 
-from ...reports import findings
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
-from . import conclude
+from . import conclude, report
 from ...results import ResultsDocument
 
 
@@ -32,7 +31,7 @@ class Blame(Stage):
         conclude(run, document)
 
     def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        findings.print_blame(document, out)
+        report.terminal(document, out)
 
 
 STAGE = Blame()

@@ -1,16 +1,15 @@
 """The portability probes as ``reproci run`` sees them (``stages.base.Stage``): what each model's
-results depend on, one setting changed at a time, and their rows in every report. In a module of
-its own because the reports read the package (``rows``, the outcomes) and this module reads the reports."""
+results depend on, one setting changed at a time, and their rows in every report (``report.py``). In a
+module of its own because its report reads the package (``rows``, the outcomes) and this module reads its report."""
 
 from __future__ import annotations
 
 
 from rich.console import Console
 
-from ...reports import findings, markdown
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun, attach_results
-from . import run_model
+from . import report, run_model
 from ...results import ModelEntry, ResultsDocument
 
 
@@ -28,15 +27,13 @@ class Probes(Stage):
         attach_results(self.name, run_model, run, entries)
 
     def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        findings.print_probes(document, out)
+        report.terminal(document, out)
 
     def markdown(self, document: ResultsDocument) -> list[str]:
-        return markdown.probes_section(document)
+        return report.markdown(document)
 
     def html(self, document: ResultsDocument) -> str:
-        from ...reports import html  # matplotlib, imported when a report is made
-
-        return html.probes_section(document)
+        return report.html(document)
 
 
 STAGE = Probes()

@@ -1,6 +1,6 @@
 """The throughput stage as ``reproci run`` sees it (``stages.base.Stage``): strict against default
-mode per model, its table and report sections. In a module of its own because the reports read
-the package (``NOISY_WIDTH``) and this module reads the reports."""
+mode per model; its table and report sections are in ``report.py``. In a module of its own because
+its report reads the package (``NOISY_WIDTH``) and this module reads its report."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ import math
 
 from rich.console import Console
 
-from ...reports import markdown
 from ...settings.declared import BOOLEAN, INTEGER, NUMBER, SECONDS, Option
-from ...reports.terminal import print_throughput
 from ..base import Stage, StageRun
-from . import attach, run_model
+from . import attach, report, run_model
 from ...results import ModelEntry, ResultsDocument
 
 # Seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed up, 30 steps timed)
@@ -55,15 +53,13 @@ class Throughput(Stage):
             attach(entry, run_model(run, model))
 
     def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        print_throughput(document, out)
+        report.terminal(document, out)
 
     def markdown_verdicts(self, document: ResultsDocument) -> list[str]:
-        return markdown.throughput(document)
+        return report.markdown(document)
 
     def html(self, document: ResultsDocument) -> str:
-        from ...reports import html  # matplotlib, imported when a report is made
-
-        return html.throughput(document)
+        return report.html(document)
 
 
 STAGE = Throughput()

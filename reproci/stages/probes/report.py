@@ -1,0 +1,66 @@
+"""The portability probes in every report, each built from the same rows (``stages.probes.rows``,
+a row per model and probe): their table in what ``reproci run`` prints (with the line saying that
+``--probes-fail`` fails the run), their section of the Markdown report and of the HTML report."""
+
+from __future__ import annotations
+
+from html import escape
+
+from rich.console import Console
+from rich.markup import escape as markup
+from rich.table import Table
+
+from ...reports.mdtable import plain_table
+from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, rows
+from ...results import ResultsDocument
+
+TITLE = "Portability probes: what the results depend on"
+HEADER = ["model", "probe", "result", "evidence"]
+STYLE = {DEPENDS: "bold yellow", INDEPENDENT: "green", NOT_APPLICABLE: "dim", FAILED: "bold red"}
+
+
+def table(document: ResultsDocument) -> Table | None:
+    """The terminal table; None where no probe ran."""
+    found = rows(document)
+    if not found:
+        return None
+    t = Table(title=TITLE, title_justify="left")
+    for name in HEADER[:3]:
+        t.add_column(name, no_wrap=True)
+    t.add_column(HEADER[3], overflow="fold")
+    for r in found:
+        t.add_row(r["model"], r["probe"], f"[{STYLE.get(r['status'], '')}]{r['status']}[/]", markup(r["message"]))
+    return t
+
+
+def terminal(document: ResultsDocument, console: Console) -> None:
+    """The table; with ``--probes-fail``, the line saying a dependency fails the run."""
+    t = table(document)
+    if t is None:
+        return
+    console.print(t)
+    if (document.get("options") or {}).get("probes_fail") and any(
+            (m.get("probes") or {}).get("depends") for m in document.get("models") or []):
+        console.print("portability dependencies found and --probes-fail is set: this run fails (exit 1)", highlight=False)
+
+
+def markdown(document: ResultsDocument) -> list[str]:
+    """The Markdown section; empty where no probe ran."""
+    found = rows(document)
+    if not found:
+        return []
+    return [f"### {TITLE}", "", *plain_table(HEADER, [[r["model"], r["probe"], r["status"], r["message"]]
+                                                      for r in found]), ""]
+
+
+def html(document: ResultsDocument) -> str:
+    """The HTML section; empty where no probe ran."""
+    from ...reports import html as page  # matplotlib, imported when a report is made
+
+    found = rows(document)
+    if not found:
+        return ""
+    cells = [[escape(str(r["model"])), escape(r["probe"]),
+              f'<span class="{"bad" if r["status"] == DEPENDS else ""}">{escape(r["status"])}</span>',
+              page.prose(r["message"])] for r in found]
+    return f'<section id="probes"><h2>{escape(TITLE)}</h2>' + page.table(HEADER, cells) + "</section>"

@@ -1,0 +1,263 @@
+"""The throughput stage in every report, each built from the same rows (``rows``, a model's
+rates, slowdown, memory and the ops that grew, formatted once): its table in what ``reproci run``
+prints, with its sampling notes and failures; its verdict table in the Markdown report, with how
+it was measured; its section of the HTML report, with the slowdown chart. The slowdown's text
+(``slowdown_text``) is the pull-request body's and the step summary's too."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any, TypedDict
+
+from rich.console import Console
+from rich.markup import escape as markup
+from rich.table import Table
+
+from ...reports.mdtable import cell, plain_table
+from . import NOISY_WIDTH
+from ...entry_sections import ModeSummary, Slowdown, Throughput
+from ...results import ModelEntry, ResultsDocument
+
+
+def ranked_job(world_size: int) -> str:
+    """How a throughput mode ran above one rank, for the reports' explanations."""
+    return f"job of {world_size} ranks under DDP, timed by rank 0"
+
+
+def slowdown_text(sd: Slowdown | None) -> str:
+    """'1.23× [1.20, 1.26]', with how many paired steps it took when sampled sequentially
+    and how the sampling stopped ('±1.8 %, settled', 'budget spent at ±4.1 %'), and
+    '(wider than the ±2.0 % target)' or, for a fixed count of repetitions, '(noisy)'
+    when the interval is wide; '-' when not measured."""
+    if not sd or sd.get("median") is None:
+        return "-"
+    text = f"{sd['median']:.3f}× [{sd['ci_low']:.3f}, {sd['ci_high']:.3f}]"
+    if sd.get("pairs") is not None:
+        text += f", {sd['pairs']} pairs"
+    if sd.get("how_stopped"):
+        text += f", {sd['how_stopped']}"
+    if sd.get("target_half_width") is not None:
+        return text if sd.get("within_target") else text + f" (wider than the ±{sd['target_half_width']:.1%} target)"
+    return text + " (noisy)" if sd.get("noisy") else text
+
+
+def sampling_text(model: str, t: Throughput) -> str | None:
+    """How a sequentially sampled slowdown was measured and why it stopped; None otherwise."""
+    sd = t.get("slowdown") or {}
+    if sd.get("stopped") is None:
+        return None
+    per = " + ".join(str(n) for n in sd.get("pairs_per_repetition", []))
+    return (f"{model}: {t.get('repetitions')} repetitions, {per} pairs "
+            f"(after {sum(sd.get('warmup_rounds_dropped', []))} unsettled rounds dropped): {sd['stopped']}")
+
+
+def rate_text(mode: ModeSummary | None) -> str:
+    if not mode or not mode.get("steps_per_s"):
+        return "-"
+    text = f"{mode['steps_per_s']:.1f}"
+    if mode.get("samples_per_s"):
+        text += f" ({mode['samples_per_s']:,.0f} samples/s)"
+    return text
+
+
+def bytes_text(n: float | None) -> str:
+    if not n:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return "-"
+
+
+def op_text(op: dict[str, Any]) -> str:
+    """'aten::index_add_ +40 % (+0.120 ms/step, 35 % of the added time)'."""
+    growth = "new" if op.get("growth") is None else f"{op['growth'] * 100:+.0f} %"
+    share = f", {op['share'] * 100:.0f} % of the added time" if op.get("share") is not None else ""
+    return f"{op['op']} {growth} ({op['delta_ms']:+.3f} ms/step{share})"
+
+
+def golden_verdict(m: ModelEntry) -> str:
+    """The model's verdict, with the golden comparison's when it says more."""
+    v = str(m.get("verdict", "?"))
+    g = m.get("golden")
+    gv = g.get("verdict") if isinstance(g, dict) else None
+    return v if not gv or gv == v else f"{v} (golden: {gv})"
+
+
+class Row(TypedDict):
+    """A model's throughput as every report shows it (``rows``)."""
+
+    model: str | None
+    verdict: str
+    error: str | None
+    modes: dict[str, ModeSummary]
+    slowdown: Slowdown
+    slowdowns: dict[str, Slowdown]
+    top_ops: list[dict[str, Any]]
+    regression: str | None
+    strict: str
+    default: str
+    slowdown_text: str
+    memory: str
+    memory_kind: str | None
+
+
+def rows(document: ResultsDocument) -> list[Row]:
+    """One row per model that has a throughput result (measured or failed)."""
+    out: list[Row] = []
+    for m in document.get("models", []):
+        t = m.get("throughput")
+        if not isinstance(t, dict):
+            continue
+        modes = t.get("modes") or {}
+        out.append({
+            "model": m.get("model"), "verdict": golden_verdict(m), "error": (t.get("error") or {}).get("message"),
+            "modes": modes, "slowdown": t.get("slowdown") or {}, "slowdowns": t.get("slowdowns") or {},
+            "top_ops": t.get("top_ops") or [], "regression": t.get("regression"),
+            "strict": rate_text(modes.get("strict")), "default": rate_text(modes.get("default")),
+            "slowdown_text": slowdown_text(t.get("slowdown")),
+            "memory": " / ".join(bytes_text((modes.get(k) or ModeSummary()).get("peak_memory_bytes")) for k in ("strict", "default")),
+            "memory_kind": (modes.get("strict") or {}).get("peak_memory_kind"),
+        })
+    return out
+
+
+def table(document: ResultsDocument) -> Table | None:
+    """The terminal table; None where no model has a throughput result."""
+    found = rows(document)
+    if not found:
+        return None
+    ranks = (document.get("options") or {}).get("world_size") or 1
+    per_job = f"; each mode a {ranked_job(ranks)}" if ranks > 1 else ""
+    t = Table(title=f"cost of strict determinism (slowdown = strict / default step time, median [95 % CI]{per_job})",
+              title_justify="left")
+    for name, justify in (("model", "left"), ("strict steps/s", "right"), ("default steps/s", "right"),
+                          ("slowdown", "left"), ("peak mem strict / default", "right"), ("ops that grew most", "left")):
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for r in found:
+        sd = r["slowdown_text"] if not r["error"] else "[bold red]failed[/]"
+        if r["slowdown"].get("noisy"):
+            sd = f"[yellow]{sd}[/]"
+        ops = "\n".join(op_text(op) for op in r["top_ops"][:3]) or "-"
+        t.add_row(str(r["model"]), r["strict"].split(" (")[0], r["default"].split(" (")[0], sd, r["memory"], ops)
+    return t
+
+
+def terminal(document: ResultsDocument, console: Console) -> None:
+    """The table, its sampling notes and its failures (the models' warnings, a throughput
+    regression among them, are the determinism report's, else ``registry.print_run``'s)."""
+    t = table(document)
+    if t is not None:
+        console.print(t)
+    for m in document.get("models", []):
+        line = sampling_text(m.get("model", "?"), m.get("throughput") or {})
+        if line:
+            console.print(line, highlight=False)
+    for r in rows(document):
+        if r["error"]:
+            console.print(f"[bold]{r['model']}[/]: throughput failed: {markup(str(r['error']))}", highlight=False)
+
+
+def markdown(doc: ResultsDocument) -> list[str]:
+    """The throughput stage's verdict table: each model's verdict beside its strict and default
+    rates, slowdown, memory and the op that grew most, then how it was measured."""
+    found = rows(doc)
+    if not found:
+        return []
+    lines = ["### Cost of strict determinism", ""]
+    lines += plain_table(
+        ["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
+         "peak memory strict / default", "op that grew most"],
+        [[r["model"], r["verdict"], r["strict"], r["default"], r["slowdown_text"] if not r["error"] else "failed",
+          r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in found])
+    lines.append("")
+    t0: Throughput = next((t for m in doc.get("models", []) if (t := m.get("throughput"))), Throughput())
+    lines.append(f"Slowdown = strict step time / default step time: {_how_sampled(t0)}. Added time per op: "
+                 "torch.profiler self time per step, strict minus default. Peak memory: "
+                 f"{found[0]['memory_kind'] or 'not reported'}.")
+    lines.append("")
+    for r in found:
+        extra = [f"{mode}: {slowdown_text(sd)}" for mode, sd in r["slowdowns"].items() if mode != "strict"]
+        if r["error"]:
+            lines.append(f"- **{r['model']}**: the measurement failed: {cell(r['error'])}")
+            continue
+        if r["top_ops"]:
+            lines.append(f"- **{r['model']}**, where strict mode spends the extra time: "
+                         + "; ".join(f"`{op_text(op)}`" for op in r["top_ops"]))
+        else:
+            lines.append(f"- **{r['model']}**: no op grew under strict mode in the profiled steps")
+        if extra:
+            lines.append(f"  - other modes against default: {', '.join(extra)}")
+    return lines + [""]
+
+
+def _fresh(throughput: Throughput) -> str:
+    ranks = throughput.get("world_size") or 1
+    return f"a fresh {ranked_job(ranks)}" if ranks > 1 else "in a fresh process"
+
+
+def _how_sampled(t0: Throughput) -> str:
+    """How the slowdowns were measured: sampled until narrow enough, or a fixed count."""
+    order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
+             else f"one after another, {t0.get('order')}")
+    target = (t0.get("slowdown") or {}).get("target_half_width")
+    if target is not None:
+        return (f"the median of paired step ratios, sampled until its 95 % interval is within ±{target:.1%} "
+                f"or {_budget(t0)} is spent ({_length(t0)}at most {t0.get('max_repetitions')} repetitions; the pairs each "
+                f"model needed and how it stopped are beside its figure), each mode {_fresh(t0)} "
+                f"({order}), after {t0.get('warmup_steps')} warm-up steps and until step times settle; the "
+                "interval is a bootstrap over the repetitions and the pairs within them")
+    return (f"median of {t0.get('repetitions')} repetitions (while {_budget(t0)} held another), each mode "
+            f"{_fresh(t0)} ({order}), {t0.get('timed_steps')} timed steps after {t0.get('warmup_steps')} warm-up "
+            f"steps; the interval is a bootstrap over repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} "
+            "of the median")
+
+
+def _length(t0: Throughput) -> str:
+    """What set a paired repetition's length besides time: '' or 'at most 12 timed steps a repetition, '."""
+    return f"at most {t0.get('timed_steps')} timed steps a repetition, " if t0.get("run_length") == "steps" else ""
+
+
+def _budget(t0: Throughput) -> str:
+    seconds = t0.get("time_budget_s")
+    return "the time budget" if seconds is None else f"the time budget of {seconds:g} s a model"
+
+
+def html(doc: ResultsDocument) -> str:
+    """The HTML section, with the slowdown chart; empty where no model has a throughput result."""
+    from ...reports import charts, html as page  # matplotlib, imported when a report is made
+
+    found = rows(doc)
+    if not found:
+        return ""
+    cells = []
+    for r in found:
+        sd_class = ' class="noisy"' if r["slowdown"].get("noisy") else ""
+        cells.append([escape(str(r["model"])), escape(r["verdict"]), escape(r["strict"]), escape(r["default"]),
+                      f"<span{sd_class}>{escape(r['slowdown_text'])}</span>" if not r["error"]
+                      else f'<span class="bad">failed: {escape(r["error"])}</span>',
+                      escape(r["memory"])])
+    out = ["<section id=\"throughput\"><h2>Cost of strict determinism</h2>",
+           page.table(["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
+                       "peak memory strict / default"], cells)]
+    measured = [{"model": r["model"], **r["slowdown"]} for r in found if r["slowdown"].get("median") is not None]
+    if measured:
+        out.append(page.figure(charts.slowdown_bars(measured), "slowdown per model",
+                               "Strict step time over default step time per model; bars: median over repetitions, "
+                               f"whiskers: 95 % bootstrap interval; amber: {_wide_text(measured)}."))
+    out.append("<h2>Where the time goes</h2>")
+    for r in found:
+        items = "".join(f"<li><code>{escape(op_text(op))}</code></li>" for op in r["top_ops"])
+        out.append(f"<h3>{escape(str(r['model']))}</h3>"
+                   + (f"<ol>{items}</ol>" if items else "<p>No op grew under strict mode in the profiled steps.</p>"))
+    return "".join(out) + "</section>"
+
+
+def _wide_text(measured: list[dict[str, Any]]) -> str:
+    """What an amber bar means: an interval wider than the sampling target, or (a fixed
+    count of repetitions) wider than NOISY_WIDTH."""
+    target = next((r.get("target_half_width") for r in measured if r.get("target_half_width") is not None), None)
+    if target is not None:
+        return f"interval wider than the ±{target:.1%} target"
+    return f"noisy (interval wider than {NOISY_WIDTH:.0%})"
