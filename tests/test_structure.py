@@ -188,6 +188,24 @@ def test_each_cli_verb_lives_in_its_own_command_module() -> None:
         assert "import click" in source
 
 
+# The document-level parts that show a stage's figure in their own tables, and the one text of it they take.
+READS_A_STAGE_REPORT = {
+    "reproci.reports.github": {"reproci.stages.throughput.report"},  # slowdown_text in the step summary
+    "reproci.reports.prbody": {"reproci.stages.throughput.report", "reproci.stages.variance.report"},
+    "reproci.reports.goldens": {"reproci.stages.variance.report"},  # spread in `golden show`
+}
+
+
+def test_each_stage_renders_its_own_parts_and_the_reports_hold_no_stage_rendering() -> None:
+    """A stage's terminal table, Markdown and HTML sections are in its ``report.py``: no module of
+    reproci/reports/ imports one, but for the texts ``READS_A_STAGE_REPORT`` names."""
+    graph = import_graph()
+    for name, imported in graph.items():
+        if name.startswith("reproci.reports."):
+            reports = {m for m in imported if m.startswith("reproci.stages.") and m.endswith(".report")}
+            assert reports == READS_A_STAGE_REPORT.get(name, set()), name
+
+
 def test_every_stage_the_options_accept_is_one_entry_of_the_registry() -> None:
     """The orchestrator loops over the registry: a stage --stage accepts and nothing runs is a bug."""
     from reproci.settings.declared import stage_names

@@ -151,7 +151,7 @@ def test_a_failed_seed_run_makes_the_model_an_error() -> None:
                     ("determinism", "variance"))
     assert entry["verdict"] == "ERROR" and entry["seconds"] == 3.0 and entry["records"] == {"A": "a.json"}
     assert entry["message"] == "variance stage: run variance-seed1 died with exit code 1 (determinism: PASS)"
-    from reproci.reports import variance as report
+    from reproci.stages.variance import report
 
     assert report.terminal_lines({"models": [entry]}) == [
         "conv: variance stage failed: run variance-seed1 died with exit code 1"]

@@ -12,7 +12,7 @@ from rich.table import Table
 from .. import verdicts
 from ..golden.environment import split_packages
 from ..golden.store import Golden
-from .variance import spread
+from ..stages.variance.report import spread
 
 OTHER_PACKAGES_SHOWN = 8
 

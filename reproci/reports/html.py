@@ -12,7 +12,6 @@ from typing import Any
 
 from .. import verdicts
 from . import charts
-from . import variance as variance_report
 from ..results import ModelEntry, ResultsDocument
 from .history import Trends
 
@@ -114,28 +113,6 @@ def warnings(doc: ResultsDocument) -> str:
     if not items:
         return ""
     return '<section id="warnings"><h2>Warnings</h2><ul>' + "".join(items) + "</ul></section>"
-
-
-def variance(doc: ResultsDocument) -> str:
-    """The variance stage: a table per model and metric, and a strip chart per model."""
-    rows = variance_report.rows(doc)
-    if not rows:
-        return ""
-    cells = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
-              escape(r["spread"]), escape(", ".join(f"{v:.4g}" for v in r["values"]) or "-"),
-              f'<span class="bad">{escape(r["golden"] or "")}</span>' if r["inside"] is False else escape(r["golden"] or "")]
-             for r in rows]
-    out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
-           table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], cells),
-           f"<p>{escape(variance_report.NOTE)}</p>"]
-    for m in variance_report.entries(doc):
-        v = m["variance"]
-        if v.get("metrics"):
-            golden = (v.get("against_golden") or {}).get("golden_values") or {}
-            out.append(figure(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
-                            f"seed strip chart of {m.get('model')}",
-                            f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
-    return "".join(out) + "</section>"
 
 
 def losses(doc: ResultsDocument, run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:

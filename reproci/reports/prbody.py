@@ -21,7 +21,7 @@ from ..stages import registry
 from .mdtable import cell, code, table
 from ..stats import number
 from ..stages.throughput.report import slowdown_text
-from .variance import spread as variance_spread
+from ..stages.variance.report import spread as variance_spread
 from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
 from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
 

@@ -17,13 +17,13 @@ from rich.console import Console
 from ..settings import declared
 from ..reports.terminal import print_warnings
 from .base import Stage
-from . import variance
 from .audit import stage as audit
 from .bisect import stage as bisect
 from .blame import stage as blame
 from .determinism import stage as determinism
 from .probes import stage as probes
 from .throughput import stage as throughput
+from .variance import stage as variance
 from ..results import ResultsDocument
 
 STAGES: tuple[Stage, ...] = (

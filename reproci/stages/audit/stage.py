@@ -1,6 +1,7 @@
 """The op audit as ``reproci run`` sees it (``stages.base.Stage``): the ops each model runs and
-what strict determinism does to them on CUDA, and their rows in every report (``report.py``). In a module
-of its own because its report reads the package (``rows``, ``summary``) and this module reads its report."""
+what strict determinism does to them on CUDA, and their rows in every report (``report.py``).
+In a module of its own because its report reads the package (``rows``, ``summary``) and this
+module reads its report."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The bisection as ``reproci run`` sees it (``stages.base.Stage``): each failing model's check
 again, one factor after another turned off, at conclude, once the golden comparison has said
-which models drifted. Its rows in every report are in ``report.py``; this module is
-apart from the package because its report reads the package (``rows``, ``nothing``) and this module reads its report."""
+which models drifted. Its rows in every report are in ``report.py``; this module is apart from
+the package because its report reads the package (``rows``, ``nothing``) and this module reads
+its report."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The upgrade blame as ``reproci run`` sees it (``stages.base.Stage``): each UPGRADE_CHANGED model
 in the golden's image with one changed package group of the new image at a time, at conclude,
-after the golden comparison. Its line in what ``reproci run`` prints is in ``report.py``;
-this module is apart from the package because its report reads the package (``nothing``) and this module reads its report."""
+after the golden comparison. Its line in what ``reproci run`` prints is in ``report.py``; this
+module is apart from the package because its report reads the package (``nothing``) and this
+module reads its report."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The portability probes as ``reproci run`` sees them (``stages.base.Stage``): what each model's
-results depend on, one setting changed at a time, and their rows in every report (``report.py``). In a
-module of its own because its report reads the package (``rows``, the outcomes) and this module reads its report."""
+results depend on, one setting changed at a time, and their rows in every report (``report.py``).
+In a module of its own because its report reads the package (``rows``, the outcomes) and this
+module reads its report."""
 
 from __future__ import annotations
 

@@ -1,14 +1,19 @@
-"""The variance stage in every report: rows per model and metric (mean ± std over K seeds),
-the Markdown table, the terminal lines and the judgement against the golden's seeds."""
+"""The variance stage in every report, each built from the same rows (``rows``, per model and
+metric: mean ± std over K seeds and the judgement against the golden's seeds): its lines in what
+``reproci run`` prints, its section of the Markdown report and of the HTML report, with a strip
+chart per model."""
 
 from __future__ import annotations
 
+from html import escape
 from typing import TypedDict
 
-from ..stats import number
-from .mdtable import cell, table
-from ..entry_sections import MetricSpread
-from ..results import ModelEntry, ResultsDocument
+from rich.console import Console
+
+from ...stats import number
+from ...reports.mdtable import cell, table
+from ...entry_sections import MetricSpread
+from ...results import ModelEntry, ResultsDocument
 
 NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed … seed+K−1; "
         "final_loss is the last step's training loss, the other metrics come from the model's held-out "
@@ -80,3 +85,33 @@ def terminal_lines(doc: ResultsDocument) -> list[str]:
             f"{x['model']}: {x['metric']} {x['direction']} over {x['k']} seeds: {x['spread']}"
             + (f"; against the golden: {x['golden']}" if x["inside"] is not None else "")
             for x in rows(doc)]
+
+
+def terminal(document: ResultsDocument, console: Console) -> None:
+    """The lines, one per model and metric."""
+    for line in terminal_lines(document):
+        console.print(line, highlight=False, markup=False)
+
+
+def html(doc: ResultsDocument) -> str:
+    """The HTML section: a table per model and metric, and a strip chart per model."""
+    from ...reports import charts, html as page  # matplotlib, imported when a report is made
+
+    found = rows(doc)
+    if not found:
+        return ""
+    cells = [[escape(str(r["model"])), escape(f"{r['metric']} {r['direction']}"), escape(str(r["k"])),
+              escape(r["spread"]), escape(", ".join(f"{v:.4g}" for v in r["values"]) or "-"),
+              f'<span class="bad">{escape(r["golden"] or "")}</span>' if r["inside"] is False else escape(r["golden"] or "")]
+             for r in found]
+    out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
+           page.table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], cells),
+           f"<p>{escape(NOTE)}</p>"]
+    for m in entries(doc):
+        v = m["variance"]
+        if v.get("metrics"):
+            golden = (v.get("against_golden") or {}).get("golden_values") or {}
+            out.append(page.figure(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
+                                   f"seed strip chart of {m.get('model')}",
+                                   f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
+    return "".join(out) + "</section>"

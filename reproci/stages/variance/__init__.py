@@ -13,24 +13,20 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from rich.console import Console
-
-from .. import stats, verdicts
-from ..errors import WorkerFailed
-from ..settings.models import ModelRef
-from ..settings.options import RunOptions
-from ..runner import RunContext, run_many
-from ..worker.process.spec import WorkerSpec
-from ..reports import variance as variance_report
-from ..settings.declared import INTEGER, Option
-from .base import Stage, StageRun
-from ..worker import run_record
-from ..worker.run_record import Launched, RunRecord
-from .determinism import base_spec
-from .model_entry import add_result
-from ..entry_sections import AgainstGolden, MetricSpread
-from ..entry_sections import Variance as VarianceSection
-from ..results import Image, ModelEntry, ResultsDocument
+from ... import stats, verdicts
+from ...errors import WorkerFailed
+from ...settings.models import ModelRef
+from ...settings.options import RunOptions
+from ...runner import RunContext, run_many
+from ...worker.process.spec import WorkerSpec
+from ...worker import run_record
+from ...worker.run_record import Launched, RunRecord
+from ..base import StageRun
+from ..determinism import base_spec
+from ..model_entry import add_result
+from ...entry_sections import AgainstGolden, MetricSpread
+from ...entry_sections import Variance as VarianceSection
+from ...results import Image, ModelEntry
 
 SUMMARY_VERSION = 1
 FINAL_LOSS = "final_loss"  # the last step's training loss
@@ -144,34 +140,3 @@ def variance_summary(entry: ModelEntry) -> VarianceSection:
     return {"version": SUMMARY_VERSION, "k": v["k"], "seeds": v["seeds"], "steps": v.get("steps"),
             "metrics": {name: {"values": m["values"], "mean": m.get("mean"), "std": m.get("std"),
                                "lower_is_better": m["lower_is_better"]} for name, m in v["metrics"].items()}}
-
-
-class Variance(Stage):
-    """K seeds per model, judged against the golden's seed noise."""
-
-    name = "variance"
-    records = ("variance",)
-    options = (
-        Option(name="seeds", group="variance", type=int, yaml=INTEGER, default=5, convert=int,
-               refuse=lambda v: None if v >= 2 else (f"must be at least 2 for a spread (got {v}); "
-                                                     "`reproci compare` needs at least 3 on each side"),
-               help="Variance stage: strict runs per model, seeds --seed .. --seed + K - 1 (default 5)."),
-    )
-
-    def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
-        run_all(run, entries)
-
-    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        for line in variance_report.terminal_lines(document):
-            out.print(line, highlight=False, markup=False)
-
-    def markdown(self, document: ResultsDocument) -> list[str]:
-        return variance_report.markdown(document)
-
-    def html(self, document: ResultsDocument) -> str:
-        from ..reports import html  # matplotlib, imported when a report is made
-
-        return html.variance(document)
-
-
-STAGE = Variance()
