@@ -6,6 +6,7 @@ import still ties two modules together)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
+@functools.cache  # read once for the tests that check it (none changes it)
 def import_graph() -> dict[str, set[str]]:
     mods = modules()
     known = set(mods)
