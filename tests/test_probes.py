@@ -114,3 +114,17 @@ def test_the_webhook_says_which_dependency_failed_the_run() -> None:
     msg = webhook.slack_message(doc)
     assert msg["text"].startswith("reproci: 1 model(s) need attention")
     assert "• *m*: depends on PYTHONHASHSEED (0 → 1)" in msg["text"]
+
+
+def test_the_table_shows_a_status_it_has_no_colour_for_as_plain_text() -> None:
+    """A results.json from a later release may carry a probe status this one does not know:
+    its table still renders, the status shown as written (it raised MarkupError)."""
+    from rich.console import Console
+
+    from reproci.stages.probes import report
+
+    row = {"model": "m", "probe": "threads", "status": "skipped [later]", "message": "not run"}
+    doc = {"models": [{"model": "m", "verdict": verdicts.NOT_CHECKED, "probes": {"depends": [], "rows": [row]}}]}
+    console = Console(record=True, width=120, color_system=None)
+    console.print(report.table(doc))
+    assert "skipped [later]" in console.export_text()

@@ -9,6 +9,7 @@ from html import escape
 from rich.console import Console
 from rich.markup import escape as markup
 from rich.table import Table
+from rich.text import Text
 
 from ...reports.mdtable import plain_table
 from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, rows
@@ -29,7 +30,7 @@ def table(document: ResultsDocument) -> Table | None:
         t.add_column(name, no_wrap=True)
     t.add_column(HEADER[3], overflow="fold")
     for r in found:
-        t.add_row(r["model"], r["probe"], f"[{STYLE.get(r['status'], '')}]{r['status']}[/]", markup(r["message"]))
+        t.add_row(r["model"], r["probe"], Text(r["status"], style=STYLE.get(r["status"], "")), markup(r["message"]))
     return t
 
 
