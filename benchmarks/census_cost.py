@@ -20,9 +20,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from reproci.worker.state import census  # noqa: E402
 from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from reproci.worker.determinism import deterministic_mode  # noqa: E402
+from reproci.worker.state import census  # noqa: E402
 from reproci.worker.train import train_step  # noqa: E402
 
 

@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from reproci.settings import options as options_mod  # noqa: E402
 from reproci.backends.docker_backend import DockerBackend  # noqa: E402
 from reproci.backends.local import LocalBackend  # noqa: E402
+from reproci.settings import options as options_mod  # noqa: E402
 from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import dataclasses
+import importlib.util
 import math
 import os
 import statistics
@@ -43,16 +43,15 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from reproci.backends.local import LocalBackend  # noqa: E402
 from reproci.settings.options import build  # noqa: E402
 from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
-from reproci.worker.determinism import deterministic_mode  # noqa: E402
-from reproci.worker.record import Trace  # noqa: E402
-from reproci.worker.process.spec import WorkerSpec  # noqa: E402
-from reproci.worker.train import train_step  # noqa: E402
-from reproci.worker.data.batchsum import (device_sums, np_weights,  # noqa: E402
-                                          np_words, tensors_of)
+from reproci.worker.data.batchsum import device_sums, np_weights, np_words, tensors_of  # noqa: E402
 from reproci.worker.data.batchtree import to_device  # noqa: E402
+from reproci.worker.determinism import deterministic_mode  # noqa: E402
+from reproci.worker.process.spec import WorkerSpec  # noqa: E402
+from reproci.worker.record import Trace  # noqa: E402
+from reproci.worker.state.state import state_tensors  # noqa: E402
 from reproci.worker.state.tensor_bits import flat_int, np_bits  # noqa: E402
 from reproci.worker.state.wrapping_sums import segment_sums  # noqa: E402
-from reproci.worker.state.state import state_tensors  # noqa: E402
+from reproci.worker.train import train_step  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

@@ -26,9 +26,9 @@ import torch  # noqa: E402
 
 from reproci.backends.local import LocalBackend  # noqa: E402
 from reproci.settings.options import build  # noqa: E402
+from reproci.worker.audit.oprecord import OpRecorder  # noqa: E402
 from reproci.worker.contract import ModelContext, load_factory, validate  # noqa: E402
 from reproci.worker.determinism import deterministic_mode  # noqa: E402
-from reproci.worker.audit.oprecord import OpRecorder  # noqa: E402
 from reproci.worker.process.spec import WorkerSpec  # noqa: E402
 from reproci.worker.train import train_step  # noqa: E402
 

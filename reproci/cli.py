@@ -71,7 +71,21 @@ try:
     from rich.markup import escape
 
     from . import __version__, console, errors
-    from .commands import audit, bisect, blame, compare, golden, images, init, matrix, merge, models, pr_body, report, run
+    from .commands import (
+        audit,
+        bisect,
+        blame,
+        compare,
+        golden,
+        images,
+        init,
+        matrix,
+        merge,
+        models,
+        pr_body,
+        report,
+        run,
+    )
     from .errors import ReprociError
 
     err_console = console.stderr()

@@ -16,15 +16,15 @@ from typing import Any, Callable, TypedDict
 
 from . import __version__, backends, results, verdicts
 from .errors import GoldenError, UsageError
-from .settings.options import RunOptions
 from .golden import check as golden_check
 from .golden import store as golden_store
 from .golden.folder import require_folder
 from .reports import github, history, webhook
+from .results import Alerts, Image, ModelEntry, ResultsDocument
 from .runner import RunContext
+from .settings.options import RunOptions
 from .stages import model_entry, registry
 from .stages.base import StageRun
-from .results import Alerts, Image, ModelEntry, ResultsDocument
 
 
 def project_commit(root: Path) -> str | None:

@@ -17,11 +17,34 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from types import UnionType
-from typing import TYPE_CHECKING, Annotated, Any, Mapping, TypedDict, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Mapping,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 from . import atomic
-from .entry_sections import (AcrossNodes, Audit, Bisect, Blame, ErrorInfo, Evidence, GoldenComparison, Probes, RunSummary,
-                       Throughput, Variance)
+from .entry_sections import (
+    AcrossNodes,
+    Audit,
+    Bisect,
+    Blame,
+    ErrorInfo,
+    Evidence,
+    GoldenComparison,
+    Probes,
+    RunSummary,
+    Throughput,
+    Variance,
+)
 from .errors import ResultsError
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from . import results, stats
+from .entry_sections import Variance
 from .errors import ReprociError, TooFewSeedsError, UsageError
 from .golden import store
 from .reports import build
-from .entry_sections import Variance
 
 SCHEMA = "reproci.compare"
 VERSION = 1

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from reproci.stages.determinism import beyond_tensors
-from reproci.stages.determinism import _decide
 from reproci import verdicts
+from reproci.stages.determinism import _decide, beyond_tensors
 from reproci.worker.run_record import Launched
 
 from .helpers import run_record

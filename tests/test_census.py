@@ -15,10 +15,10 @@ from torch import nn
 from reproci import verdicts
 from reproci.golden.divergence import first_divergence
 from reproci.stages.determinism import census as compare
-from reproci.worker.state import census
-from reproci.worker.state.state import transient_buffers
 from reproci.worker.contract import ModelContext, TrainSetup
 from reproci.worker.record import RunRecord
+from reproci.worker.state import census
+from reproci.worker.state.state import transient_buffers
 
 from .helpers import PLUGINS, Cli, installed, run_record
 

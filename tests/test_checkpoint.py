@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from reproci.worker.state import checkpoint, rng
-from reproci.worker.data import loader
-from reproci.worker.state.checkpoint import CHECKPOINT_VERSION, LoopPosition
 from reproci.worker.contract import TrainSetup
+from reproci.worker.data import loader
+from reproci.worker.state import checkpoint, rng
+from reproci.worker.state.checkpoint import CHECKPOINT_VERSION, LoopPosition
 from reproci.worker.state.state import final_hash
 
 CPU = torch.device("cpu")

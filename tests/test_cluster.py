@@ -155,8 +155,8 @@ def test_a_ray_address_of_the_environment_is_checked_and_named_as_such():
     (8, 1, 1, False, 4, (4, 1)),                  # more threads than the node: all of it, one run
 ])
 def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, given, node_cpus, want):
-    from reproci.settings.options import RunOptions
     from reproci.settings.models import resolve_all
+    from reproci.settings.options import RunOptions
 
     options = RunOptions(models=resolve_all(("conv",)), threads=threads, world_size=world, jobs=jobs)
     node = placement.Node(id="n" * 16, ip="10.0.0.1", labels={}, resources={"CPU": float(node_cpus)})
@@ -164,9 +164,8 @@ def test_a_cell_asks_its_node_for_the_cores_its_runs_use(threads, world, jobs, g
 
 
 def test_an_address_where_no_cluster_answers_is_one_infrastructure_error_at_once(cli, tmp_path, monkeypatch):
-    import socket
-
     import importlib.util
+    import socket
 
     if importlib.util.find_spec("ray") is None:
         unavailable("RAY", "Ray is not installed: `pip install -e '.[test]'` installs it")

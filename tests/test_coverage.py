@@ -9,8 +9,8 @@ import torch
 from reproci.settings.options import build
 from reproci.stages.determinism import coverage
 from reproci.worker.contract import TrainSetup
-from reproci.worker.process.spec import WorkerSpec
 from reproci.worker.data.loader import resume_point
+from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import run_record
 

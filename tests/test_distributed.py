@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from reproci import errors, verdicts
-from reproci.cluster import github_matrix
 from reproci.backends import docker_spec
 from reproci.backends.local import LocalBackend
+from reproci.cluster import github_matrix
 from reproci.golden import drift
 from reproci.golden import store as golden
 from reproci.settings.options import build

@@ -4,15 +4,17 @@ GPU requests, error messages, digests, the preflight's verdict, and options reso
 from __future__ import annotations
 
 import ast
-import json
 import dataclasses
+import json
 from pathlib import Path, PurePosixPath
 
 import docker.errors
 import pytest
 
 from reproci import errors
-from reproci.backends import docker_backend, docker_engine as engine, docker_spec as ds
+from reproci.backends import docker_backend
+from reproci.backends import docker_engine as engine
+from reproci.backends import docker_spec as ds
 from reproci.settings.options import build
 from reproci.worker.process.spec import WorkerSpec
 

@@ -4,10 +4,16 @@ import torch
 
 from reproci.worker.data import batchsum
 from reproci.worker.data.batchsum import batch_checksum, contents_checksum
-from reproci.worker.state.tensor_bits import flat_int
-from reproci.worker.state.fingerprint import (ABSENT, FINGERPRINT_SCHEME, StepFingerprints, bit_checksum, initial_row,
-                                         segment_sums)
+from reproci.worker.state.fingerprint import (
+    ABSENT,
+    FINGERPRINT_SCHEME,
+    StepFingerprints,
+    bit_checksum,
+    initial_row,
+    segment_sums,
+)
 from reproci.worker.state.state import final_hash, state_tensors, tensor_bytes
+from reproci.worker.state.tensor_bits import flat_int
 
 
 def test_checksum_is_exact_and_order_independent():

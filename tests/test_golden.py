@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from reproci import atomic
-from reproci.golden import store as golden
 from reproci.errors import GoldenError
+from reproci.golden import store as golden
 
 from .helpers import ROOT, file_size_limit, record_json
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 from reproci import verdicts
 from reproci.golden import store
-from reproci.stages.determinism import golden_ops
 from reproci.stages.base import StageRun
+from reproci.stages.determinism import golden_ops
 from tests.helpers import PLUGINS, model_entry
 
 

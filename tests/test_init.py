@@ -16,11 +16,9 @@ import pytest
 import torch
 import yaml
 
-from reproci import __version__, atomic, errors, scaffold
-
+from reproci import ModelContext, TrainSetup, __version__, atomic, errors, scaffold
 from reproci.settings import options
 from reproci.settings.config_file import load_config
-from reproci import ModelContext, TrainSetup
 from tests.helpers import ROOT, WORKFLOWS, triggers
 from tests.workflow_helpers import actionlint, check_jsonschema, zizmor
 

@@ -9,6 +9,7 @@ import sys
 
 from .helpers import ROOT, installed
 
+
 def _failure(p: subprocess.CompletedProcess[str]) -> str:
     return f"exit {p.returncode}\n{p.stdout}{p.stderr}"
 

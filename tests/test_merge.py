@@ -19,6 +19,7 @@ from tests.helpers import artifact_layout, run_step, write_shard
 from tests.workflow_helpers import load as load_workflow
 from tests.workflow_helpers import step_named
 
+
 def test_the_fixture_runs_are_real_and_compared_to_a_real_golden(files: dict[str, Path]) -> None:
     recorded, compared = (results.load(files[k]) for k in ("recorded", "compared"))
     assert recorded["golden"]["updated"] is True and recorded["models"][0]["verdict"] == verdicts.NEW

@@ -5,9 +5,8 @@ import sys
 import pytest
 
 from reproci import errors, verdicts
-
-from reproci.settings import models
 from reproci.errors import ModelError
+from reproci.settings import models
 from reproci.settings.models import resolve, resolve_all
 from reproci.worker import contract
 

@@ -13,8 +13,8 @@ import torch
 from reproci import errors, verdicts
 from reproci.stages import probes
 from reproci.worker import inspection, perturb
-from reproci.worker.data import loader
 from reproci.worker.contract import ModelContext
+from reproci.worker.data import loader
 from reproci.worker.determinism import deterministic_mode
 from tests.helpers import PLUGINS, ROOT, model_entry
 

@@ -23,10 +23,10 @@ REPROCI = Path(sys.executable).with_name("reproci")  # the console script an ins
 def test_the_public_names_are_the_objects_the_worker_uses() -> None:
     installed("transformers", "pytorch_lightning")
     import reproci
+    from reproci import EveryEpoch, ModelContext, TrainSetup, hf_setup, lightning_setup
     from reproci.adapters.hf import hf_setup as hf
     from reproci.adapters.lightning import lightning_setup as lightning
     from reproci.worker import contract, steppers
-    from reproci import EveryEpoch, ModelContext, TrainSetup, hf_setup, lightning_setup
 
     assert (ModelContext, TrainSetup, EveryEpoch) == (contract.ModelContext, contract.TrainSetup, steppers.EveryEpoch)
     assert hf_setup is hf and lightning_setup is lightning

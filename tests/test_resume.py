@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from reproci import errors
-from reproci.settings import options
 from reproci.backends.local import LocalBackend
 from reproci.golden.divergence import first_divergence
+from reproci.settings import options
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT

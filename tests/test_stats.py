@@ -10,7 +10,6 @@ import pytest
 from reproci import stats
 
 
-
 @pytest.fixture(scope="module")
 def scipy_stats():
     """scipy.stats, the reference; the hand-worked checks below run without it."""

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
+
 from reproci.reports import webhook
 
 

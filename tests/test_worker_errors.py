@@ -105,9 +105,9 @@ def test_a_finite_loss_with_a_non_finite_trained_state_is_a_non_finite_run():
     import pytest
     import torch
 
-    from reproci.worker.process.exitcodes import EXIT_NON_FINITE
     from reproci.worker.contract import TrainSetup
     from reproci.worker.finite import NonFiniteError, check_finite
+    from reproci.worker.process.exitcodes import EXIT_NON_FINITE
 
     model = torch.nn.Linear(2, 1)
     model.register_buffer("mask", torch.tensor([float("-inf")]))

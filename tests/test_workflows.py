@@ -26,8 +26,18 @@ import yaml
 
 from reproci.cli import cli
 from tests.helpers import ROOT, WORKFLOWS, run_step, steps, triggers
-from tests.workflow_helpers import (ALL, CALLS, REUSABLE, actionlint, check_jsonschema, linter, load, step_named,
-                                    stub_reproci, zizmor)  # noqa: F401 - stub_reproci: a fixture
+from tests.workflow_helpers import (
+    ALL,
+    CALLS,
+    REUSABLE,
+    actionlint,
+    check_jsonschema,
+    linter,
+    load,
+    step_named,
+    stub_reproci,  # noqa: F401 - stub_reproci: a fixture
+    zizmor,
+)
 
 FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from reproci.worker.state.tensor_bits import flat_int, np_bits
 from reproci.worker.state.fingerprint import bit_checksum
+from reproci.worker.state.tensor_bits import flat_int, np_bits
 from reproci.worker.state.wrapping_sums import array_sums
 
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from zoo_common import BATCH, SAMPLES, gen, seeded
 
 from reproci.worker.contract import ModelContext, TrainSetup
-from zoo_common import BATCH, SAMPLES, gen, seeded
 
 SIZE, CHANNELS, TIMESTEPS = 16, 3, 100
 CONTEXT = (4, 16)  # tokens and width of the conditioning embeddings

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from zoo_common import LABELS, SAMPLES, VOCAB, factories, gen
 
 from reproci.worker.contract import ModelContext
-from zoo_common import LABELS, SAMPLES, VOCAB, factories, gen
 
 CTC_VOCAB = 32  # character vocabulary of the CTC heads; id 0 is the pad (CTC blank)
 WAVE = 800  # samples of the longest waveform: 79 frames after the two-layer conv feature extractor

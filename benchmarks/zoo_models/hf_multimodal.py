@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from zoo_common import SEQ, VOCAB, factories, images, token_rows, tokenizer
 
 from reproci.worker.contract import ModelContext
-from zoo_common import SEQ, VOCAB, factories, images, token_rows, tokenizer
 
 IMAGE, PATCH = 32, 8
 PATCHES = (IMAGE // PATCH) ** 2  # image tokens LLaVA puts in the text (CLS dropped: "default" strategy)
@@ -75,7 +75,7 @@ def _vision_encoder_decoder(cfg: Any) -> torch.nn.Module:
 
 
 def _captioner(**_: Any) -> Any:
-    from transformers import GPT2Config, ViTConfig, VisionEncoderDecoderConfig
+    from transformers import GPT2Config, VisionEncoderDecoderConfig, ViTConfig
 
     cfg = VisionEncoderDecoderConfig.from_encoder_decoder_configs(
         ViTConfig(**TOWER), GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2,

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from zoo_common import BATCH, LABELS, SAMPLES, SEQ, VOCAB
 
 from reproci.worker.contract import ModelContext, TrainSetup
-from zoo_common import BATCH, LABELS, SAMPLES, VOCAB, SEQ
 
 try:
     import lightning.pytorch as pl

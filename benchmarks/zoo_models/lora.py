@@ -7,12 +7,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import hf_text
 import torch
-
-from reproci.worker.contract import ModelContext, TrainSetup
 from zoo_common import args, collator, hf, labelled_text, seeded, text
 
-import hf_text
+from reproci.worker.contract import ModelContext, TrainSetup
 
 
 def _peft(ctx: ModelContext, spec: dict[str, Any], lora: dict[str, Any], clock_seed: bool = False) -> Any:

@@ -19,15 +19,15 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import torch
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-
 import hf_audio
 import hf_seq2seq
 import hf_text
 import hf_vision
-from reproci.worker.contract import ModelContext, TrainSetup
+import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from zoo_common import BATCH, HELD_OUT, build, dataset
+
+from reproci.worker.contract import ModelContext, TrainSetup
 
 
 class TokenDropout:

@@ -9,9 +9,9 @@ CUDA builds that fail beside a CPU torch), the zoo skips these entries and says 
 from __future__ import annotations
 
 import torch
+from zoo_common import BATCH, LABELS, images, seeded
 
 from reproci.worker.contract import ModelContext, TrainSetup
-from zoo_common import BATCH, LABELS, images, seeded
 
 
 def _train(ctx: ModelContext, name: str, **kw: object) -> TrainSetup:

@@ -121,8 +121,12 @@ def model(cls_name: str, cfg: Any) -> torch.nn.Module:
 
 def collator(task: str, model: torch.nn.Module) -> Any:
     """The collator a Trainer script uses for the task."""
-    from transformers import (DataCollatorForLanguageModeling, DataCollatorForSeq2Seq, DataCollatorWithPadding,
-                              default_data_collator)
+    from transformers import (
+        DataCollatorForLanguageModeling,
+        DataCollatorForSeq2Seq,
+        DataCollatorWithPadding,
+        default_data_collator,
+    )
 
     if task == "clm":
         return DataCollatorForLanguageModeling(tokenizer=tokenizer(), mlm=False)

@@ -213,8 +213,8 @@ def _autocast(args: Any, device: torch.device) -> Any:
 
 
 def _eval_loss(held: Any, device: torch.device, autocast: Any) -> Any:
-    from reproci.worker.data.batchtree import to_device
     from reproci.worker.contract import loss_of
+    from reproci.worker.data.batchtree import to_device
 
     def eval_fn(model: torch.nn.Module) -> dict[str, float]:
         losses = []

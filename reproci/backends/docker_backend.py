@@ -33,12 +33,23 @@ from ..worker.process.exitcodes import EXIT_MISSING_DEPENDENCY
 from ..worker.process.spec import WorkerSpec
 from .base import Backend, BackendOptions, LaunchResult, OnStart, OnStep
 from .container import Container
+from .docker_engine import Engine, device_requests, image_digest, no_python3_error
 from .docker_forking import server_for
+from .docker_spec import (
+    RUN,
+    Bind,
+    Limits,
+    code_binds,
+    container_config,
+    container_path,
+    container_user,
+    environment,
+    limit_hit,
+    translate_spec,
+    worker_command,
+)
 from .forking import ServerFailed, follow, fresh_reason
 from .forkpool import ForkServers
-from .docker_engine import Engine, device_requests, image_digest, no_python3_error
-from .docker_spec import (RUN, Bind, Limits, code_binds, container_config, container_path, container_user, environment,
-                          limit_hit, translate_spec, worker_command)
 
 LABEL = "reproci"  # every container: reproci=worker|preflight
 MIN_PYTHON = (3, 10)

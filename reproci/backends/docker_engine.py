@@ -14,10 +14,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import docker
 import docker.errors
 import docker.types
 import requests.exceptions
+
+import docker
 
 from ..errors import InfrastructureError, UsageError
 from .docker_spec import Bind

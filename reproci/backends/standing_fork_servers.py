@@ -25,8 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..worker.process.forks import IDLE_END
 from ..errors import how_ended
+from ..worker.process.forks import IDLE_END
 from .forking import READY_TIMEOUT_S, ForkServer, ServerFailed
 
 IDLE_S = 600.0  # a standing server unused this long ends

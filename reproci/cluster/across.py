@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
 from .. import verdicts
+from ..entry_sections import AcrossNodes, Evidence
+from ..errors import UsageError
 from ..golden import drift
 from ..golden.divergence import first_divergence, tensor_magnitude
 from ..golden.environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
-from ..errors import UsageError
+from ..results import ModelEntry, ResultsDocument
 from ..settings.options import RunOptions
 from . import cell as cell_mod
-from ..entry_sections import AcrossNodes, Evidence
-from ..results import ModelEntry, ResultsDocument
 
 TWINS_DIR = "across-nodes"  # under the run directory: each twin cell's own run directory, by cell name
 TWIN = "~twin"  # a twin cell's name: its cell's, and this

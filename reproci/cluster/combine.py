@@ -20,10 +20,10 @@ from .. import errors, results, verdicts
 from ..errors import ReprociError
 from ..golden import store as golden_store
 from ..golden.advice import update_command
+from ..results import GoldenOutcome, ResultsDocument
 from ..settings.options import RunOptions
 from . import across
 from . import cell as cell_mod
-from ..results import GoldenOutcome, ResultsDocument
 
 ONE_RUN_KEYS = ("run_id", "created", "summary")  # set by the driver for the whole run
 

@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 
 from .. import __version__
-from . import github_matrix
 from ..errors import UsageError
 from ..images import load_manifest
+from . import github_matrix
 from .kubernetes_checks import DNS_LABEL, LABEL_VALUE, QUANTITY, check, default_name, model_cells, parse_digests
 from .kubernetes_project import Project, collect
 

@@ -45,7 +45,6 @@ def model_cells(texts: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """(--model text, short name) per model: a reference model, or module:factory installed in
     the image. A FILE.py on this machine never reaches the pods: refused."""
     from ..reference_models import REGISTRY
-
     from ..settings.models import module_model_name
 
     out: list[tuple[str, str]] = []

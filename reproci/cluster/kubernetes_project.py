@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from ..settings.config_file import CONFIG_FILE, find_config, load_config
 from ..errors import UsageError
+from ..settings.config_file import CONFIG_FILE, find_config, load_config
 
 MAX_BYTES = 1024 * 1024  # what the API server stores of one ConfigMap
 KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")

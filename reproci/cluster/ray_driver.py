@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable
 
 from .. import console, errors
 from ..errors import InfrastructureError, UsageError
-from ..results import ResultsDocument
 from ..golden.advice import shown
+from ..results import ResultsDocument
 from ..settings.options import RunOptions
 from . import across, combine
 from . import cell as cell_mod

@@ -46,12 +46,11 @@ from .. import errors
 from ..errors import InfrastructureError, UsageError
 from ..results import ResultsDocument
 from ..settings.options import RunOptions
-from . import across
+from . import across, combine
 from . import cell as cell_mod
-from . import combine
 from . import slurm_job as job_mod
-from .slurm_job import SlurmOptions
 from .placement import Node, cell_cpus
+from .slurm_job import SlurmOptions
 
 POLL_S = 1.0
 CANCEL_WAIT_S = cell_mod.CANCEL_GRACE_S + 30  # a cancelled task's run stops its workers; Slurm's KillWait after that

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..settings.config_file import Settings
 from ..errors import UsageError
+from ..settings.config_file import Settings
 from .run import RunCommand, run_and_report, run_options
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..settings.config_file import Settings
 from ..errors import UsageError
+from ..settings.config_file import Settings
 from .bisect import with_stage
 from .run import RunCommand, run_options
 

@@ -10,8 +10,8 @@ import click
 from .. import console
 from ..errors import UsageError
 from ..golden import store
-from ..golden.image_diff import diff_goldens
 from ..golden.folder import require_folder
+from ..golden.image_diff import diff_goldens
 from ..reports.goldens import print_diff, print_golden
 from .run import RunCommand, run_and_report, run_options
 

@@ -13,11 +13,12 @@ from typing import Any, Callable
 import click
 
 from .. import console, orchestrate
-from ..settings import options as options_mod
 from ..reports.progress import RunProgress
 from ..settings import declared
+from ..settings import options as options_mod
 from ..settings.declared import Option
 from ..stages import registry
+
 
 def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
     """The parameter declarations and settings of a declaration's click option."""

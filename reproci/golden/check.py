@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
-from ..settings.options import RunOptions
 from ..errors import ResultsError
 from ..results import ModelEntry, ResultsDocument
+from ..settings.options import RunOptions
 from ..worker import run_record
 from ..worker.run_record import RunRecord
-from .advice import rerun_command, update_command
 from . import drift, store
+from .advice import rerun_command, update_command
 from .store import Golden
 
 OWN_FAILURES = verdicts.FAILING

@@ -15,9 +15,9 @@ from typing import Any, Callable, TypedDict
 from .. import verdicts
 from ..entry_sections import Evidence, GoldenComparison, GoldenImage
 from ..results import ModelEntry, RecordedOptions, ResultsDocument
+from ..worker.run_record import Run, Trajectory
 from .advice import SETTINGS
 from .divergence import first_divergence, tensor_magnitude
-from ..worker.run_record import Run, Trajectory
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
 

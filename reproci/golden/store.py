@@ -31,9 +31,9 @@ import yaml
 
 from .. import __version__, atomic
 from ..errors import GoldenError
+from ..results import ModelEntry, ResultsDocument
 from ..worker.run_record import Run, Trajectory
 from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
-from ..results import ModelEntry, ResultsDocument
 
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)

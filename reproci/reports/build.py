@@ -8,9 +8,9 @@ from typing import Any
 
 from .. import results
 from ..errors import ReprociError, ResultsError, UsageError
+from ..results import ResultsDocument
 from ..stages import registry
 from . import history, jsonexport, markdown
-from ..results import ResultsDocument
 from .history import Trends
 
 FORMATS = ("md", "html", "json")

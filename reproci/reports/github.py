@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import atomic, errors, verdicts
+from ..cluster.merged import MergedDocument
+from ..results import ModelEntry, ResultsDocument
 from ..stages import probes, registry
+from ..stages.throughput.report import slowdown_text
 from . import markdown
 from .mdtable import cell, code, table
-from ..stages.throughput.report import slowdown_text
-from ..results import ModelEntry, ResultsDocument
-from ..cluster.merged import MergedDocument
 
 
 def escape_data(text: str) -> str:

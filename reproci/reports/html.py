@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
-from . import charts
 from ..results import ModelEntry, ResultsDocument
+from . import charts
 from .history import Trends
 
 STYLE = """

@@ -4,10 +4,10 @@ shows its own sections (``stages.base.Stage.markdown``); ``reports.build.markdow
 from __future__ import annotations
 
 from .. import verdicts
-from .mdtable import cell, code, plain_table
+from ..cluster.merged import MergedDocument, MergedModel
 from ..results import ModelEntry, RecordedOptions, ResultsDocument
 from .history import Trends
-from ..cluster.merged import MergedDocument, MergedModel
+from .mdtable import cell, code, plain_table
 
 
 def _ranks(opts: RecordedOptions) -> str:

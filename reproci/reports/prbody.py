@@ -16,14 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from .. import verdicts
+from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
 from ..errors import NotReproducibleError
+from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
 from ..stages import registry
-from .mdtable import cell, code, table
-from ..stats import number
 from ..stages.throughput.report import slowdown_text
 from ..stages.variance.report import spread as variance_spread
-from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
-from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
+from ..stats import number
+from .mdtable import cell, code, table
 
 MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
 

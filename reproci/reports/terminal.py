@@ -4,7 +4,6 @@ parts together (each stage's own tables are in its ``report.py``)."""
 
 from __future__ import annotations
 
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table

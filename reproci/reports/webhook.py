@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import verdicts
-from ..stages import probes
 from ..results import ResultsDocument
+from ..stages import probes
 
 
 def needs_alert(document: ResultsDocument) -> bool:

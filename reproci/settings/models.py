@@ -15,9 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..reference_models import DESCRIPTIONS, REGISTRY
-
 from ..errors import ModelError
+from ..reference_models import DESCRIPTIONS, REGISTRY
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,12 +13,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, cast
 
-from ..reference_models import REGISTRY
-
 from .. import cpu_flags, images
 from ..backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
 from ..errors import ConfigError, InfrastructureError, UsageError
 from ..golden.folder import golden_file_name, require_folder
+from ..reference_models import REGISTRY
 from ..results import RecordedOptions
 from ..worker.process.spec import FAULTS
 from . import declared

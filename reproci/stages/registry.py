@@ -14,17 +14,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ..settings import declared
 from ..reports.terminal import print_warnings
-from .base import Stage
+from ..results import ResultsDocument
+from ..settings import declared
 from .audit import stage as audit
+from .base import Stage
 from .bisect import stage as bisect
 from .blame import stage as blame
 from .determinism import stage as determinism
 from .probes import stage as probes
 from .throughput import stage as throughput
 from .variance import stage as variance
-from ..results import ResultsDocument
 
 STAGES: tuple[Stage, ...] = (
     determinism.STAGE, throughput.STAGE, variance.STAGE, audit.STAGE, probes.STAGE, bisect.STAGE, blame.STAGE)

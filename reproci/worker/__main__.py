@@ -11,11 +11,20 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
+from .process.exitcodes import (  # noqa: F401
+    EXIT_ATTESTATION,
+    EXIT_CONTRACT,
+    EXIT_CRASH,
+    EXIT_INTERRUPTED,
+    EXIT_MISSING_DEPENDENCY,
+    EXIT_NO_DETERMINISTIC_KERNEL,
+    EXIT_NO_DEVICE,
+    EXIT_NON_FINITE,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from .process.failure import compiler_failure, own_frames
 from .run_record import FailedRun
-from .process.exitcodes import (EXIT_ATTESTATION, EXIT_CONTRACT, EXIT_CRASH, EXIT_INTERRUPTED,  # noqa: F401
-                        EXIT_MISSING_DEPENDENCY, EXIT_NO_DETERMINISTIC_KERNEL, EXIT_NO_DEVICE, EXIT_NON_FINITE, EXIT_OK,
-                        EXIT_USAGE)
 
 _NO_KERNEL = " does not have a deterministic implementation"
 

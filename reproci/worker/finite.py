@@ -13,10 +13,10 @@ from typing import Any, Callable
 
 import torch
 
-from .state.tensor_bits import dense
 from .contract import TrainSetup
 from .overflow import Overflow
 from .state.state import sort_key, state_tensors
+from .state.tensor_bits import dense
 
 GOLDEN = "a run that is not finite is never compared with or recorded as a golden"
 

@@ -43,7 +43,8 @@ import sys
 import time
 from typing import Any
 
-from .process.forks import IDLE_END, Server, send as _send, unsafe  # noqa: F401 - unsafe: the check before every fork
+from .process.forks import IDLE_END, Server, unsafe  # noqa: F401 - unsafe: the check before every fork
+from .process.forks import send as _send
 
 # torch._inductor.config: torch.use_deterministic_algorithms imports it (seconds, on a CPU)
 PRELOAD = ("torch", "numpy", "torch.optim", "torch._dynamo", "torch._inductor.config", "torch.utils.data",

@@ -12,10 +12,11 @@ from typing import Any, Iterator
 
 import torch
 
-from .data import batchtree, loader as loader_mod
+from .contract import TrainSetup
+from .data import batchtree
+from .data import loader as loader_mod
 from .data.batchsum import batch_checksum
 from .data.batchtree import to_device
-from .contract import TrainSetup
 
 FIRST_BATCHES = 16  # batches compared per epoch: enough to tell one order from another
 

@@ -12,10 +12,9 @@ from typing import Any
 
 import torch
 
-from .data import loader as loader_mod
 from .contract import TrainSetup
+from .data import loader as loader_mod
 from .process.spec import other_worker_count
-
 
 
 class _ReversedScandir:

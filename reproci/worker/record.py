@@ -17,23 +17,21 @@ from typing import Any
 
 import torch
 
-from .process import envinfo
-from .data import loader
-from .data import batchtree
-from .data.batchlog import BatchLog
-from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
-from .state.checkpoint import LoopPosition
 from .contract import TrainSetup
 from .controls import ControlWatch
+from .data import batchtree, loader
+from .data.batchlog import BatchLog
+from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
 from .evaluate import evaluate
 from .faults import Faults
+from .process import envinfo
+from .process.spec import WorkerSpec
+from .run_record import RunRecord, Timings
+from .state.checkpoint import LoopPosition
 from .state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
 from .state.state import transient_buffers
-from .process.spec import WorkerSpec
 from .timing import StepClock
 from .turns import Turns
-from .run_record import RunRecord, Timings
-
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import torch
 from .process.spec import PROFILE_STEPS
 from .profiling import op_times, prime_profiler, start_profiler
 
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

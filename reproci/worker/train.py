@@ -16,19 +16,19 @@ from typing import Any
 
 import torch
 
-from .state import census, checkpoint
 from . import determinism, distributed, execution, perturb, record
-from .data.batches import Accumulated, EpochEnds, epoch_batches, next_batch
-from .state.checkpoint import LoopPosition, Resume, extra_sha256
 from .contract import ModelContext, TrainSetup, load_factory, loss_of, validate
 from .controls import ControlWatch
+from .data.batches import Accumulated, EpochEnds, epoch_batches, next_batch
+from .data.loader import resume_point
 from .faults import Faults
+from .finite import check_finite
+from .overflow import first_overflow
 from .process.progress import StepLine
 from .process.spec import WorkerSpec, resolve
 from .run_record import RunRecord
-from .finite import check_finite
-from .overflow import first_overflow
-from .data.loader import resume_point
+from .state import census, checkpoint
+from .state.checkpoint import LoopPosition, Resume, extra_sha256
 from .state.state import dump_state, final_hash
 from .timing import StepClock, steady_allocator, sync
 from .turns import Turns

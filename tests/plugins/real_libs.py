@@ -19,9 +19,18 @@ import torch
 import transformers
 from tokenizers import Tokenizer, models, pre_tokenizers
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
-from transformers import (BertConfig, BertForMaskedLM, DataCollatorForLanguageModeling, DataCollatorForSeq2Seq,
-                          GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, T5Config,
-                          T5ForConditionalGeneration, get_linear_schedule_with_warmup)
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    DataCollatorForLanguageModeling,
+    DataCollatorForSeq2Seq,
+    GPT2Config,
+    GPT2LMHeadModel,
+    PreTrainedTokenizerFast,
+    T5Config,
+    T5ForConditionalGeneration,
+    get_linear_schedule_with_warmup,
+)
 from transformers.optimization import Adafactor
 
 from reproci import ModelContext, TrainSetup

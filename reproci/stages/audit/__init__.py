@@ -11,13 +11,13 @@ import json
 import time
 from typing import TypedDict
 
+from ...entry_sections import Audit
 from ...errors import WorkerFailed
-from ...settings.models import ModelRef
+from ...results import ResultsDocument
 from ...runner import run_worker
+from ...settings.models import ModelRef
 from ..base import StageRun
 from ..determinism import base_spec
-from ...entry_sections import Audit
-from ...results import ResultsDocument
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}

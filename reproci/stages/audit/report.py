@@ -11,8 +11,8 @@ from rich.markup import escape as markup
 from rich.table import Table
 
 from ...reports.mdtable import code, plain_table
-from . import rows, summary
 from ...results import ModelEntry, ResultsDocument
+from . import rows, summary
 
 TITLE = "Op audit: what strict determinism does to these ops on CUDA"
 HEADER = ["model", "op", "count", "on CUDA", "where", "fix or cost"]

@@ -5,12 +5,11 @@ module reads its report."""
 
 from __future__ import annotations
 
-
 from rich.console import Console
 
+from ...results import ModelEntry, ResultsDocument
 from ..base import Stage, StageRun, attach_results
 from . import report, run_model
-from ...results import ModelEntry, ResultsDocument
 
 
 class Audit(Stage):

@@ -22,18 +22,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ... import verdicts
+from ...entry_sections import Bisect, BisectRow
 from ...errors import WorkerFailed
 from ...golden.divergence import first_divergence
-from ...settings.models import ModelRef
-from ...runner import RunContext, run_worker
-from ...worker.process.spec import WorkerSpec
-from ..base import StageRun
-from ..determinism import beyond_tensors, golden_cause
-from ..determinism import STAGGER_S, plan, warm_spec
-from ...worker import run_record
-from ...worker.run_record import RunRecord
-from ...entry_sections import Bisect, BisectRow
 from ...results import ModelEntry, ResultsDocument
+from ...runner import RunContext, run_worker
+from ...settings.models import ModelRef
+from ...worker import run_record
+from ...worker.process.spec import WorkerSpec
+from ...worker.run_record import RunRecord
+from ..base import StageRun
+from ..determinism import STAGGER_S, beyond_tensors, golden_cause, plan, warm_spec
 
 Records = dict[str, dict[str, Any]]
 

@@ -12,8 +12,8 @@ from rich.markup import escape as markup
 from rich.table import Table
 
 from ...reports.mdtable import plain_table
-from . import nothing, rows, stages_text
 from ...results import ResultsDocument
+from . import nothing, rows, stages_text
 
 TITLE = "Bisection: the first factor whose removal restores equality"
 

@@ -23,20 +23,20 @@ import time
 from typing import Any
 
 from ... import backends, verdicts
-from . import images as blame_images
+from ...entry_sections import Blame as BlameSection
+from ...entry_sections import BlameTry
 from ...errors import InfrastructureError, WorkerFailed
 from ...golden.divergence import step_rows
 from ...golden.drift import move
 from ...golden.environment import affects_results, package_diff
+from ...results import ModelEntry, ResultsDocument
 from ...runner import run_worker
-from ..base import StageRun
 from ...worker import run_record
 from ...worker.run_record import RunRecord
+from ..base import StageRun
 from ..determinism import base_spec
 from ..determinism.golden_cause import matches
-from ...entry_sections import Blame as BlameSection
-from ...entry_sections import BlameTry
-from ...results import ModelEntry, ResultsDocument
+from . import images as blame_images
 
 MAX_PAIRS = 10
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from . import nothing
 from ...results import ResultsDocument
+from . import nothing
 
 
 def terminal(document: ResultsDocument, console: Console) -> None:

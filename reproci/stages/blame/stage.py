@@ -6,13 +6,12 @@ module reads its report."""
 
 from __future__ import annotations
 
-
 from rich.console import Console
 
+from ...results import ResultsDocument
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
 from . import conclude, report
-from ...results import ResultsDocument
 
 
 class Blame(Stage):

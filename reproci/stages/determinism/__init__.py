@@ -24,20 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from ... import verdicts
+from ...entry_sections import RunSummary
 from ...errors import WorkerFailed
 from ...golden import ops
 from ...golden.divergence import Divergence, first_divergence, step_rows, tensor_magnitude
+from ...results import Coverage, Image, ModelEntry
+from ...runner import RunContext, background, run_worker, settle
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
-from ...runner import RunContext, background, run_worker, settle
 from ...worker.process.spec import WorkerSpec
-from ..base import StageRun
-from .. import model_entry
-from . import causes, census, coverage, epochs, replicas, beyond_tensors
-from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 from ...worker.run_record import RunRecord
-from ...entry_sections import RunSummary
-from ...results import Coverage, Image, ModelEntry
+from .. import model_entry
+from ..base import StageRun
+from . import beyond_tensors, causes, census, coverage, epochs, replicas
+from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 
 
 def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,

@@ -11,7 +11,6 @@ the checkpoint misses.
 
 from __future__ import annotations
 
-
 from ...golden.divergence import Divergence
 from ...worker.run_record import RunRecord
 

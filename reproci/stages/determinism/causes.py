@@ -4,7 +4,6 @@ bucket rebuild at three ranks or more."""
 
 from __future__ import annotations
 
-
 from ... import verdicts
 from ...golden.divergence import Divergence
 from ...worker.run_record import RunRecord

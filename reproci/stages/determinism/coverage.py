@@ -10,7 +10,6 @@ when the run holds one (``worker.train.resume_point``); this says what came of i
 
 from __future__ import annotations
 
-
 from ...results import Coverage
 from ...settings.options import RunOptions
 from ...worker.run_record import RunRecord

@@ -8,8 +8,8 @@ from typing import Any
 from ... import verdicts
 from ...entry_sections import Evidence, SwitchedControl
 from ...golden.divergence import Divergence, presence_text
-from . import beyond_tensors
 from ...worker.run_record import RunRecord
+from . import beyond_tensors
 
 
 def controls_switched_off(records: dict[str, RunRecord]) -> list[SwitchedControl]:

@@ -22,12 +22,12 @@ from ... import cpu_flags, verdicts
 from ...errors import WorkerFailed
 from ...golden.divergence import step_rows
 from ...golden.environment import host_text
+from ...results import ResultsDocument
 from ...runner import run_worker
 from ...worker.process.launch import CPU_ISA_CAPABILITY
+from ...worker.run_record import RunRecord, Trajectory
 from ..base import StageRun
 from . import base_spec
-from ...worker.run_record import RunRecord, Trajectory
-from ...results import ResultsDocument
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
 _RANK = ("DEFAULT", "AVX2", "AVX512")

@@ -19,17 +19,17 @@ import sys
 from typing import Any
 
 from ... import verdicts
+from ...entry_sections import FirstOp
 from ...errors import WorkerFailed
 from ...golden import ops
 from ...golden.store import Golden
+from ...results import Image, ResultsDocument
+from ...runner import RunContext, run_worker
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
-from ...runner import RunContext, run_worker
 from ...worker.process.spec import WorkerSpec
 from ..base import StageRun
 from . import base_spec
-from ...entry_sections import FirstOp
-from ...results import Image, ResultsDocument
 
 OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps
 

@@ -21,8 +21,8 @@ from typing import Callable
 from ... import verdicts
 from ...errors import WorkerFailed
 from ...golden.divergence import Divergence, first_divergence
-from ...worker.process.spec import rank_path
 from ...worker import run_record
+from ...worker.process.spec import rank_path
 from ...worker.run_record import FailedRun, RunRecord, Trajectory
 
 Records = dict[str, RunRecord]

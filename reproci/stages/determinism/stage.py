@@ -4,15 +4,14 @@ the package's helpers (``golden_cause``) import the package."""
 
 from __future__ import annotations
 
-
 from rich.console import Console
 
 from ... import verdicts
 from ...golden import check as golden_check
 from ...reports.terminal import print_report
+from ...results import ModelEntry, ResultsDocument
 from ..base import Stage, StageRun, per_model
 from . import golden_cause, golden_ops, run_model
-from ...results import ModelEntry, ResultsDocument
 
 
 class Determinism(Stage):

@@ -18,18 +18,17 @@ import time
 from typing import Callable
 
 from ... import verdicts
+from ...entry_sections import ProbeRow, Probes
 from ...errors import WorkerFailed
 from ...golden.divergence import first_divergence
+from ...results import Image, ResultsDocument
+from ...runner import RunContext, run_many
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
-from ...runner import RunContext, run_many
 from ...worker.process.spec import WorkerSpec, other_worker_count
-from ..base import StageRun
-from ..determinism import epochs
 from ...worker.run_record import RunRecord
-from ..determinism import base_spec, measure
-from ...entry_sections import ProbeRow, Probes
-from ...results import Image, ResultsDocument
+from ..base import StageRun
+from ..determinism import base_spec, epochs, measure
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
 # probe -> (the factor, how a spec is perturbed)

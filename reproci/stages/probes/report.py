@@ -12,8 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ...reports.mdtable import plain_table
-from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, rows
 from ...results import ResultsDocument
+from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, rows
 
 TITLE = "Portability probes: what the results depend on"
 HEADER = ["model", "probe", "result", "evidence"]

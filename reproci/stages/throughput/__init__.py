@@ -29,17 +29,17 @@ from typing import Any
 
 import numpy as np
 
+from ...entry_sections import ModeSummary, Slowdown, Throughput, ThroughputSummary
+from ...errors import WorkerFailed
+from ...results import Image, ModelEntry
+from ...runner import RunContext, run_worker
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
-from ...errors import WorkerFailed
-from ...runner import RunContext, run_worker
 from ...worker.process.spec import PROFILE_STEPS, WorkerSpec
-from ..base import StageRun
 from ...worker.run_record import RunRecord
-from . import lockstep, sampling
+from ..base import StageRun
 from ..model_entry import add_result
-from ...entry_sections import ModeSummary, Slowdown, Throughput, ThroughputSummary
-from ...results import Image, ModelEntry
+from . import lockstep, sampling
 
 SUMMARY_VERSION = 1
 BASELINE = "default"

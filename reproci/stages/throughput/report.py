@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.markup import escape as markup
 from rich.table import Table
 
-from ...reports.mdtable import cell, plain_table
-from . import NOISY_WIDTH
 from ...entry_sections import ModeSummary, Slowdown, Throughput
+from ...reports.mdtable import cell, plain_table
 from ...results import ModelEntry, ResultsDocument
+from . import NOISY_WIDTH
 
 
 def ranked_job(world_size: int) -> str:
@@ -226,7 +226,8 @@ def _budget(t0: Throughput) -> str:
 
 def html(doc: ResultsDocument) -> str:
     """The HTML section, with the slowdown chart; empty where no model has a throughput result."""
-    from ...reports import charts, html as page  # matplotlib, imported when a report is made
+    from ...reports import charts  # matplotlib, imported when a report is made
+    from ...reports import html as page
 
     found = rows(doc)
     if not found:

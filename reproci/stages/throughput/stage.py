@@ -8,10 +8,10 @@ import math
 
 from rich.console import Console
 
+from ...results import ModelEntry, ResultsDocument
 from ...settings.declared import BOOLEAN, INTEGER, NUMBER, SECONDS, Option
 from ..base import Stage, StageRun
 from . import attach, report, run_model
-from ...results import ModelEntry, ResultsDocument
 
 # Seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed up, 30 steps timed)
 # took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s a model, plus the last

@@ -14,19 +14,19 @@ import dataclasses
 import json
 
 from ... import stats, verdicts
+from ...entry_sections import AgainstGolden, MetricSpread
+from ...entry_sections import Variance as VarianceSection
 from ...errors import WorkerFailed
+from ...results import Image, ModelEntry
+from ...runner import RunContext, run_many
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
-from ...runner import RunContext, run_many
-from ...worker.process.spec import WorkerSpec
 from ...worker import run_record
+from ...worker.process.spec import WorkerSpec
 from ...worker.run_record import Launched, RunRecord
 from ..base import StageRun
 from ..determinism import base_spec
 from ..model_entry import add_result
-from ...entry_sections import AgainstGolden, MetricSpread
-from ...entry_sections import Variance as VarianceSection
-from ...results import Image, ModelEntry
 
 SUMMARY_VERSION = 1
 FINAL_LOSS = "final_loss"  # the last step's training loss

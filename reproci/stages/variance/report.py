@@ -10,10 +10,10 @@ from typing import TypedDict
 
 from rich.console import Console
 
-from ...stats import number
-from ...reports.mdtable import cell, table
 from ...entry_sections import MetricSpread
+from ...reports.mdtable import cell, table
 from ...results import ModelEntry, ResultsDocument
+from ...stats import number
 
 NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed … seed+K−1; "
         "final_loss is the last step's training loss, the other metrics come from the model's held-out "
@@ -95,7 +95,8 @@ def terminal(document: ResultsDocument, console: Console) -> None:
 
 def html(doc: ResultsDocument) -> str:
     """The HTML section: a table per model and metric, and a strip chart per model."""
-    from ...reports import charts, html as page  # matplotlib, imported when a report is made
+    from ...reports import charts  # matplotlib, imported when a report is made
+    from ...reports import html as page
 
     found = rows(doc)
     if not found:

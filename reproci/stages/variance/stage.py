@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from ...results import ModelEntry, ResultsDocument
 from ...settings.declared import INTEGER, Option
 from ..base import Stage, StageRun
 from . import report, run_all
-from ...results import ModelEntry, ResultsDocument
 
 
 class Variance(Stage):

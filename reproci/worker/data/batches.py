@@ -7,13 +7,13 @@ from typing import Any, Iterator
 
 import torch
 
-from . import loader
-from ..state import rng
-from .batchtree import to_device
-from ..state.checkpoint import LoopPosition, Resume
 from ..contract import ContractError, TrainSetup
 from ..faults import Faults
 from ..process.spec import WorkerSpec
+from ..state import rng
+from ..state.checkpoint import LoopPosition, Resume
+from . import loader
+from .batchtree import to_device
 
 
 class Accumulated(list):

@@ -17,8 +17,16 @@ import torch
 
 from .. import kernels
 from ..state.tensor_bits import flat_int
-from .batchsum import (batch_checksum, contents_checksum, cpu_checksum, device_sums, mix_rows, np_words, row_sums,
-                       tensors_of)
+from .batchsum import (
+    batch_checksum,
+    contents_checksum,
+    cpu_checksum,
+    device_sums,
+    mix_rows,
+    np_words,
+    row_sums,
+    tensors_of,
+)
 
 PENDING_ROWS = 1 << 18  # row sums held before they are mixed (1 MiB of int32)
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import batchtree
 from ..state.tensor_bits import dense, flat_int, no_fill, np_bits
+from . import batchtree
 
 BATCH_CHECKSUM = "position-weighted-v2"
 # Beside it, per step, an order-free checksum of the batch's samples: each row (the first

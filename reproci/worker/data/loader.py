@@ -37,8 +37,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from ..state import rng
 from ..contract import ContractError, TrainSetup
+from ..state import rng
 
 
 @dataclass

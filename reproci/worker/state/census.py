@@ -42,10 +42,10 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from ..contract import TrainSetup
 from . import census_walk, rng
 from .census_walk import MAX_CONTAINER
 from .tensor_bits import no_fill
-from ..contract import TrainSetup
 
 MAX_DEPTH = 6  # attribute hops from a root
 MAX_ITEMS = 4000  # objects visited per census

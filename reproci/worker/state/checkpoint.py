@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from . import rng
 from ..contract import TrainSetup
 from ..data.loader import EpochStart, extra_state
+from . import rng
 from .census import is_metric
 from .state import object_sha256
 

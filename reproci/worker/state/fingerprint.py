@@ -27,10 +27,10 @@ import numpy as np
 import torch
 
 from .. import kernels
-from .tensor_bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
 from .state import Modules, sort_key, state_tensors
-from .wrapping_sums import array_sums, grouped_sums, segment_sums
+from .tensor_bits import INT_VIEW, flat_int, no_fill, np_bits, stored_values
 from .watch import StateWatch
+from .wrapping_sums import array_sums, grouped_sums, segment_sums
 
 __all__ = ["ABSENT", "FINGERPRINT_SCHEME", "StepFingerprints", "bit_checksum", "grouped_sums", "initial_row",
            "segment_sums"]
