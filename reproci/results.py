@@ -1,6 +1,5 @@
-"""The results file: the versioned contract that goldens and reports build on. Its document and a
-model's entry are declared here (``ResultsDocument``, ``ModelEntry``), each section of an entry in
-``entry_sections``; the merged document of a CI matrix in ``cluster.merged``.
+"""The results file, the versioned contract that goldens and reports build on: its document (``ResultsDocument``) and
+a model's entry (``ModelEntry``), each entry's sections in ``entry_sections``, a matrix's merge in ``cluster.merged``.
 
 Layout of one invocation's output, under ``results/`` (see docs/results-format.md):
 
