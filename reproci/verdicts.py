@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, TypeVar
 from . import errors, results
 from .entry_sections import Evidence, FirstOp, GoldenComparison
 from .results import ModelEntry, ResultsDocument
+from .worker.audit import module_text
 
 M = TypeVar("M", bound=ModelEntry)  # a model entry, or a merged document's row (which adds its image)
 
@@ -241,7 +242,7 @@ def op_text(op: FirstOp | None) -> str:
                 "inductor's kernels are not seen op by op; bisect (--bisect) or run eager to see the op")
     if not op.get("found"):
         return f"no op output differs in that step ({op.get('ops')} ops compared): the difference entered outside them"
-    where = "".join([f" in {op['module']}" if op.get("module") else "", f" at {op['source']}" if op.get("source") else ""])
+    where = "".join([f" in {module_text(op['module'])}" if op.get("module") else "", f" at {op['source']}" if op.get("source") else ""])
     pass_ = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}.get(str(op.get("phase")), "")
     if op.get("kind") == "sequence":
         return f"the ops themselves differ from op {op['index']}: {op['op']}{where}" + (f", {pass_}" if pass_ else "")
@@ -249,7 +250,7 @@ def op_text(op: FirstOp | None) -> str:
     aside = op.get("aside")
     earlier = ""
     if aside:  # an earlier op differs too, but nothing the step trains on reads it
-        at = "".join([f" in {aside['module']}" if aside.get("module") else "",
+        at = "".join([f" in {module_text(aside['module'])}" if aside.get("module") else "",
                       f" at {aside['source']}" if aside.get("source") else ""])
         earlier = f" (earlier, {aside['op']}{at} differs too, but neither the loss nor the gradients read it)"
     return f"{op['op']}{where}" + (f", {pass_}" if pass_ else "") + (f", {mag}" if mag else "") + earlier

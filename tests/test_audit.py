@@ -90,7 +90,7 @@ def test_audit_names_the_op_strict_mode_refuses_and_spares_the_twin(reproci) -> 
     pooled = model_entry(doc, "portability.pooled")["audit"]
     first = pooled["findings"][0]
     assert first["op"] == "aten::_adaptive_avg_pool2d_backward" and first["cuda"] == "raises"
-    assert first["where"][0].startswith("1 at portability.py:") and "mean" in first["advice"]
+    assert first["where"][0].startswith("module 1 at portability.py:") and "mean" in first["advice"]
     assert first["checked"].startswith("torch ")
     clean = model_entry(doc, "portability.pooled_clean")["audit"]
     assert not [f for f in clean["findings"] if f["cuda"] in ("raises", "slower")]

@@ -96,6 +96,13 @@ def test_evidence_sentences():
     assert verdicts.magnitude_text({"step": 3}) == ""
 
 
+
+def test_an_op_in_a_child_of_a_sequential_is_named_as_a_module_not_a_bare_number():
+    """An nn.Sequential's children are named 0, 1, 2: "in 1 at model.py:41" would read as a count."""
+    op = {"found": True, "op": "aten::relu", "module": "1", "source": "model.py:41 (forward)", "phase": "forward"}
+    assert verdicts.op_text(op) == "aten::relu in module 1 at model.py:41 (forward), forward pass"
+    assert verdicts.op_text({**op, "module": "encoder.1"}).startswith("aten::relu in encoder.1 at model.py:41")
+
 def test_drift_shows_the_golden_comparisons_evidence_and_failures_their_own():
     golden_ev, own_ev = {"step": 3, "tensor": "param:a"}, {"step": 1, "tensor": "grad:b"}
     drifted = {"verdict": verdicts.UPGRADE_CHANGED, "evidence": own_ev, "golden": {"evidence": golden_ev}}

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from . import module_text
 from .audit_table import EXCLUDED, FILLS, RAISES, SLOWER, TABLE, Entry  # noqa: F401 (the table's names, here too)
 
 SEVERITY = {RAISES: 0, SLOWER: 1, FILLS: 2}
@@ -106,7 +107,7 @@ def inventory(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _place(row: dict[str, Any]) -> str | None:
-    parts = [p for p in (row.get("module"), row.get("where")) if p]
+    parts = [p for p in (module_text(row["module"]) if row.get("module") else None, row.get("where")) if p]
     return " at ".join(parts) if parts else None
 
 

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ..state.tensor_bits import dense
+from . import module_text
 
 MODULE_KEY = "reproci_module"
 KEEP_BYTES = 64 * 1024 * 1024  # output copies kept for magnitudes; past this, digests only
@@ -131,7 +132,7 @@ class _Tagger(TorchFunctionMode):
         start = len(self.recorder.rows)
         calls.append(facts)
         out = func(*args, **kwargs)
-        place = [p for p in (self.recorder.module(), user_frame([(f.filename, f.lineno or 0, f.name)
+        place = [p for p in (module_text(self.recorder.module()), user_frame([(f.filename, f.lineno or 0, f.name)
                                                                    for f in traceback.extract_stack()])) if p]
         facts.update(ran=attention.ran(self.recorder.rows[start:]), place=" at ".join(place) or None)
         return out
