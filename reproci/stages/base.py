@@ -22,7 +22,9 @@ nothing, so a stage writes only the ones it has:
 A stage in a package renders its own parts in its ``report.py`` (``terminal``, ``markdown``,
 ``html``), each built from the same rows of the results, with the reports' primitives (Markdown
 tables in ``reports.mdtable``; ``reports.html``'s ``table``, ``prose``, ``figure`` and ``page``;
-``reports.charts``); the package's ``stage.py`` holds its ``Stage``, which calls that module.
+``reports.charts``); the package's ``stage.py`` holds its ``Stage``, which names that module
+(``report = report``): the default ``terminal``, ``markdown``, ``markdown_verdicts`` and ``html``
+call the function of that name in it, where it has one.
 ``reports/`` keeps what the whole document shows: the head and verdicts, the warnings, the loss
 curves, the trends, the exports.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from .. import results
@@ -94,6 +97,8 @@ class Stage:
     options: tuple[Option, ...] = ()  # its knobs (settings.declared.Option)
     needs: tuple[str, ...] = ()  # the stages it starts from, run before it when not asked for
     needs_image: str | None = None  # why it needs --image (said after the flag that asked for it)
+    report: ModuleType | None = None  # its report.py, whose terminal, markdown, markdown_verdicts
+    # and html (those it has) are this stage's parts of every report
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         """Nothing before the golden comparison."""
@@ -102,16 +107,23 @@ class Stage:
         """Nothing to add once every stage's results are in."""
 
     def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        """Its tables and lines on ``out`` (the results), its warnings on ``err``; nothing by default."""
+        """Its tables and lines on ``out`` (the results), its warnings on ``err``: its report's
+        ``terminal(document, out)``; nothing without one."""
+        if (show := getattr(self.report, "terminal", None)) is not None:
+            show(document, out)
 
     def markdown_verdicts(self, document: ResultsDocument) -> list[str]:
-        """A verdict table with this stage's figures beside the verdicts; none by default."""
-        return []
+        """A verdict table with this stage's figures beside the verdicts: its report's; none without one."""
+        return self._drawn("markdown_verdicts", document, [])
 
     def markdown(self, document: ResultsDocument) -> list[str]:
-        """Its sections of the Markdown report; none by default."""
-        return []
+        """Its sections of the Markdown report: its report's; none without one."""
+        return self._drawn("markdown", document, [])
 
     def html(self, document: ResultsDocument) -> str:
-        """Its sections of the HTML report; none by default."""
-        return ""
+        """Its sections of the HTML report: its report's; none without one."""
+        return self._drawn("html", document, "")
+
+    def _drawn(self, part: str, document: ResultsDocument, nothing: R) -> R:
+        draw = getattr(self.report, part, None)
+        return nothing if draw is None else draw(document)

@@ -5,9 +5,7 @@ module reads its report."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
-from ...results import ModelEntry, ResultsDocument
+from ...results import ModelEntry
 from ..base import Stage, StageRun, attach_results
 from . import report, run_model
 
@@ -16,18 +14,10 @@ class Audit(Stage):
     """The ops each model runs, and what strict determinism does to them on CUDA."""
 
     name = "audit"
+    report = report
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         attach_results(self.name, run_model, run, entries)
-
-    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        report.terminal(document, out)
-
-    def markdown(self, document: ResultsDocument) -> list[str]:
-        return report.markdown(document)
-
-    def html(self, document: ResultsDocument) -> str:
-        return report.html(document)
 
 
 STAGE = Audit()

@@ -6,8 +6,6 @@ its report."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from ...results import ResultsDocument
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
@@ -18,6 +16,7 @@ class Bisect(Stage):
     """Each failing model's check again, one factor after another turned off."""
 
     name = "bisect"
+    report = report
     needs = ("determinism",)  # it bisects what that stage's verdicts and the golden comparison found
     options = (
         Option(name="bisect", group="bisect", flag=True, yaml=BOOLEAN, adds_stage="bisect",
@@ -27,15 +26,6 @@ class Bisect(Stage):
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)
-
-    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        report.terminal(document, out)
-
-    def markdown(self, document: ResultsDocument) -> list[str]:
-        return report.markdown(document)
-
-    def html(self, document: ResultsDocument) -> str:
-        return report.html(document)
 
 
 STAGE = Bisect()

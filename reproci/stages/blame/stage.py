@@ -6,8 +6,6 @@ module reads its report."""
 
 from __future__ import annotations
 
-from rich.console import Console
-
 from ...results import ResultsDocument
 from ...settings.declared import BOOLEAN, Option
 from ..base import Stage, StageRun
@@ -18,6 +16,7 @@ class Blame(Stage):
     """Each UPGRADE_CHANGED model with one changed package group of the new image at a time."""
 
     name = "blame"
+    report = report
     needs = ("determinism",)  # it explains the UPGRADE_CHANGED verdicts of the golden comparison
     needs_image = ("compares images: name the new one with --image (the golden names the old one); "
                    "the local backend has one environment only")  # it builds images: Docker only
@@ -29,9 +28,6 @@ class Blame(Stage):
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)
-
-    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        report.terminal(document, out)
 
 
 STAGE = Blame()

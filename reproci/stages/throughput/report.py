@@ -159,7 +159,7 @@ def terminal(document: ResultsDocument, console: Console) -> None:
             console.print(f"[bold]{r['model']}[/]: throughput failed: {markup(str(r['error']))}", highlight=False)
 
 
-def markdown(doc: ResultsDocument) -> list[str]:
+def markdown_verdicts(doc: ResultsDocument) -> list[str]:
     """The throughput stage's verdict table: each model's verdict beside its strict and default
     rates, slowdown, memory and the op that grew most, then how it was measured."""
     found = rows(doc)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import math
 
-from rich.console import Console
-
-from ...results import ModelEntry, ResultsDocument
+from ...results import ModelEntry
 from ...settings.declared import BOOLEAN, INTEGER, NUMBER, SECONDS, Option
 from ..base import Stage, StageRun
 from . import attach, report, run_model
@@ -45,21 +43,13 @@ class Throughput(Stage):
     """Strict against default mode, per model, in turns; a failed measurement makes the entry an ERROR."""
 
     name = "throughput"
+    report = report
     records = ("throughput",)
     options = OPTIONS
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         for model, entry in zip(run.options.models, entries):
             attach(entry, run_model(run, model))
-
-    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        report.terminal(document, out)
-
-    def markdown_verdicts(self, document: ResultsDocument) -> list[str]:
-        return report.markdown(document)
-
-    def html(self, document: ResultsDocument) -> str:
-        return report.html(document)
 
 
 STAGE = Throughput()

@@ -4,9 +4,7 @@ In a module of its own, beside the package's runs and judgement, as the other st
 
 from __future__ import annotations
 
-from rich.console import Console
-
-from ...results import ModelEntry, ResultsDocument
+from ...results import ModelEntry
 from ...settings.declared import INTEGER, Option
 from ..base import Stage, StageRun
 from . import report, run_all
@@ -16,6 +14,7 @@ class Variance(Stage):
     """K seeds per model, judged against the golden's seed noise."""
 
     name = "variance"
+    report = report
     records = ("variance",)
     options = (
         Option(name="seeds", group="variance", type=int, yaml=INTEGER, default=5, convert=int,
@@ -26,15 +25,6 @@ class Variance(Stage):
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         run_all(run, entries)
-
-    def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
-        report.terminal(document, out)
-
-    def markdown(self, document: ResultsDocument) -> list[str]:
-        return report.markdown(document)
-
-    def html(self, document: ResultsDocument) -> str:
-        return report.html(document)
 
 
 STAGE = Variance()
