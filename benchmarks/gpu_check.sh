@@ -49,7 +49,7 @@ if [ "$DEVICE" = cuda ]; then
     ZOO=(--steps 6 --resume-at 3); BUDGET=${REPROCI_GPU_CHECK_BUDGET:-470}; LANES=${REPROCI_GPU_CHECK_LANES:-270}
 else  # the rehearsal: the same lanes, small, and no limit that a 2-core machine cannot keep
     PROFILE=quick; BENCH_STEPS=8; STRICT=(--steps 8 --resume-at 4); COMPILED=(--steps 4 --resume-at 2 -m embedding)
-    DDP=(--steps 8 --resume-at 4 -m embedding); ZOO=(--steps 4 --resume-at 2)
+    DDP=(--steps 8 --resume-at 4 -m embedding); ZOO=(--steps 4 --resume-at 3)
     BUDGET=${REPROCI_GPU_CHECK_BUDGET:-3600}; LANES=${REPROCI_GPU_CHECK_LANES:-2400}
     export REPROCI_GPU_TEST_DEVICE=cpu
 fi

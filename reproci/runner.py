@@ -129,6 +129,8 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
     if result.limit is not None:  # before the record: a run stopped by a limit may still have written one
         raise WorkerFailed(f"run {spec.role} stopped: {result.limit}", kind="limit")
     record, record_file = _read(out), out
+    if spec.script is not None and result.returncode != 0 and not (isinstance(record, FailedRun) and record.traceback):
+        raise WorkerFailed(f"run {spec.role}: the command {how_ended(result.returncode)}: {last_lines(result.log_tail)}")
     if record is None and spec.world_size > 1:
         record, record_file = rank_failure(work, spec) or (None, out)
     if record is None:
@@ -152,6 +154,13 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
     ctx.progress(f"{spec.model_name}: run {spec.role} done: {done} steps, "
                  f"{f'{rate:.1f} steps/s, ' if rate else ''}{record.launched.wall_s:.1f} s")
     return record
+
+
+def last_lines(tail: str, n: int = 3) -> str:
+    """A command's last ``n`` lines of output as one line (a traceback's last lines say what failed)."""
+    lines = [line.strip() for line in tail.strip().splitlines() if line.strip()][-n:]
+    text = " | ".join(lines) if lines else "(no output)"
+    return text if len(text) <= 600 else "..." + text[-597:]
 
 
 def _read(path: Path) -> RunRecord | FailedRun | None:

@@ -141,7 +141,7 @@ class DockerBackend(Backend):
         inner = container_path(spec_file, run_dir)
         labels = {"reproci.run_id": run_dir.name, "reproci.model": spec.model_name, "reproci.role": spec.role}
         t0 = time.monotonic()
-        if self.servers is not None:
+        if self.servers is not None and spec.script is None:  # a script's command starts its own interpreter
             forked = self._forked(spec, binds, run_dir, inner, timeout, on_step, on_start)
             if forked is not None:
                 return forked

@@ -29,6 +29,7 @@ from ..worker.process.spec import WorkerSpec
 CODE = PurePosixPath("/reproci/code")
 RUN = PurePosixPath("/reproci/run")
 PLUGINS = PurePosixPath("/reproci/plugins")
+REPO = PurePosixPath("/reproci/repo")  # a script model's working directory (read-write: it is the script's)
 CODE_PACKAGES = ("reproci",)  # what the worker and plugins import from the project (the reference models in it)
 PATH_FIELDS = ("output", "resume_from")  # spec fields holding paths besides *_path (relative: to the spec's directory)
 
@@ -128,7 +129,8 @@ def environment(spec: WorkerSpec) -> dict[str, str]:
 def worker_command(spec: WorkerSpec, inner_spec_file: PurePosixPath) -> list[str]:
     """The container's command: the worker on the image's python3, under torchrun when the
     spec asks for more than one rank (all ranks in this one container, GPUs as requested)."""
-    return launch.worker_command("python3", str(inner_spec_file), world_size=spec.world_size)
+    return launch.worker_command("python3", str(inner_spec_file), world_size=spec.world_size,
+                                 script=spec.script is not None)
 
 
 def translate_spec(spec: WorkerSpec, run_dir: Path, *, registry: tuple[str, ...] = ()) -> tuple[WorkerSpec, list[Bind]]:
@@ -142,7 +144,8 @@ def translate_spec(spec: WorkerSpec, run_dir: Path, *, registry: tuple[str, ...]
     mounted and put on the worker's sys.path; one that does not is looked for in the image.
     """
     binds: dict[PurePosixPath, Bind] = {}
-    model_ref, extra_paths = _translate_model_ref(spec.model_ref, registry, binds)
+    model_ref, extra_paths = (_translate_model_ref(spec.model_ref, registry, binds) if spec.script is None
+                              else (spec.model_ref, []))  # a script's reference is its command
     plugin_paths: list[str] = []
     for p in spec.plugin_paths:
         if Path(p).is_absolute():
@@ -152,6 +155,10 @@ def translate_spec(spec: WorkerSpec, run_dir: Path, *, registry: tuple[str, ...]
         plugin_paths.append(p)
     plugin_paths += [p for p in extra_paths if p not in plugin_paths]
     paths: dict[str, Any] = {name: _inside(getattr(spec, name), run_dir) for name in _path_fields(spec)}
+    if spec.script is not None:  # the directory the command runs from, where the container sees it
+        host = Path(spec.script.cwd).resolve()
+        binds.setdefault(REPO, Bind(host, REPO, read_only=False))
+        paths["script"] = replace(spec.script, cwd=str(REPO))
     return replace(spec, model_ref=model_ref, plugin_paths=tuple(plugin_paths), **paths), list(binds.values())
 
 

@@ -107,7 +107,8 @@ class LocalBackend(Backend):
                env: dict[str, str]) -> tuple[subprocess.Popen[bytes] | ForkedRun, dict[str, str | None]]:
         """The run's process, forked where a server can give it what a fresh interpreter would,
         and how it started ({"mode": "forked"} or {"mode": "fresh", "why": ...})."""
-        why = "--no-fork-server" if self.servers is None else fresh_reason(env, world_size=spec.world_size)
+        why = ("a script model's command starts its own interpreter" if spec.script is not None
+               else "--no-fork-server" if self.servers is None else fresh_reason(env, world_size=spec.world_size))
         if why is None and self.servers is not None:
             try:
                 key, make = self.servers.local(sys.executable, env, CODE_ROOT)
@@ -119,7 +120,7 @@ class LocalBackend(Backend):
                     self.servers.warned.add(why)
                     print(f"warning: {why}; runs with this environment start as fresh processes", file=sys.stderr)
         proc = subprocess.Popen(
-            worker_command(sys.executable, str(spec_file), world_size=spec.world_size),
+            worker_command(sys.executable, str(spec_file), world_size=spec.world_size, script=spec.script is not None),
             env=env,
             cwd=str(spec_file.parent),
             stdout=subprocess.PIPE,

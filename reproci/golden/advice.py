@@ -37,7 +37,11 @@ def _command(options: RunOptions, verb: list[str]) -> str:
     if options.image_name != (golden_name(options.image, options.image_entry) if options.image else "local"):
         args += ["--image-name", options.image_name]
     if [m.name for m in options.models] != list(REGISTRY):
-        args += [a for m in options.models for a in ("-m", shown(m, options.project_root))]
+        args += [a for m in options.models if m.script is None for a in ("-m", shown(m, options.project_root))]
+        for m in options.models:  # a script model by its commands (and its name, where it is not the file's)
+            if m.script is not None:
+                args += ["--script", m.script.command, "--resume-script", m.script.resume]
+                args += ["--name", m.name] if m.name != m.source.stem else []
     if options.profile != "quick":
         args += ["--profile", options.profile]
     if options.steps != PROFILES[options.profile]:

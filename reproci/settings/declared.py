@@ -144,6 +144,15 @@ OPTIONS: list[Option] = [
     Option(name="models", cell=False, flags=("--model", "-m"), group=SHAPE, multiple=True, yaml=(NAMES, _is_names), aliases=("model",),
            help="Model to run: conv, transformer, embedding, FILE.py:factory or module:factory. Repeatable. "
                 "Default: all reference models."),
+    Option(name="script", cell=False, group=SHAPE, yaml=("a command (a string)", _is_str), metavar="COMMAND",
+           help="Your own training script as a model, unchanged: the command that trains from scratch, with "
+                "{steps} (N), {resume_at} (k) and {out} (the run's own output folder), e.g. \"python train.py "
+                "--max_iters {steps} --out_dir {out}\". Runs from this directory; a leading python is reproci's."),
+    Option(name="resume_script", cell=False, group=SHAPE, yaml=("a command (a string)", _is_str), metavar="COMMAND",
+           help="With --script: the command that resumes from the checkpoint in {out} (run C's {out} is a copy of "
+                "run A's as its step k+1 began), e.g. \"python train.py --out_dir {out} --init_from resume\"."),
+    Option(name="script_name", flags=("--name",), cell=False, group=SHAPE, yaml=("a model name (a string)", _is_str),
+           metavar="NAME", help="With --script: the model's name in results and goldens (default: the script's file name)."),
     Option(name="stages", flags=("--stage", "-s"), group=SHAPE, multiple=True, record=True,
            yaml=("a stage name or a list of them", _is_names),  # every stage of the registry
            help="Stage: {stages}. Repeatable."),  # the stages, as options() lists them

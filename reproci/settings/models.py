@@ -11,12 +11,29 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import re
+import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
 from ..reference_models import DESCRIPTIONS, REGISTRY
+from ..worker.script import PLACEHOLDERS, placeholders
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptModel:
+    """A team's own training script run as a model (``--script``): its commands, as given."""
+
+    command: str  # trains from scratch: {steps}, {resume_at}, {out}
+    resume: str  # resumes from the checkpoint in {out}
+    cwd: Path  # where both run: the directory reproci was started in (or its reproci.yaml's)
+
+    def config(self) -> dict[str, str]:
+        """The model's identity beside its file: both commands, as given."""
+        return {"script": self.command, "resume_script": self.resume}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +43,7 @@ class ModelRef:
     source: Path  # the file holding the factory
     plugin: bool
     description: str = ""
+    script: ScriptModel | None = None  # a training script run unchanged (--script), not a factory
 
     @property
     def code_sha256(self) -> str:
@@ -125,11 +143,68 @@ def module_model_name(module: str, factory: str) -> str:
     return f"{last}.{factory}" if factory != "build" else last
 
 
-def resolve_all(texts: tuple[str, ...]) -> tuple[ModelRef, ...]:
-    refs = tuple(resolve(t) for t in texts)
+def resolve_all(texts: tuple[str, ...], more: tuple[ModelRef, ...] = ()) -> tuple[ModelRef, ...]:
+    refs = tuple(resolve(t) for t in texts) + more
     seen: dict[str, str] = {}
     for r in refs:
         if r.name in seen:
             raise ModelError(f"two models are both named {r.name!r} ({seen[r.name]} and {r.ref}); rename one factory or file")
         seen[r.name] = r.ref
     return refs
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_PROGRAMS = ("python", "torchrun", "accelerate", "env")  # not the script: what runs it
+
+
+def resolve_script(command: str, resume: str | None, name: str | None, cwd: Path, *, said: str = "--script",
+                   said_resume: str = "--resume-script") -> ModelRef:
+    """The model of ``--script COMMAND --resume-script COMMAND [--name NAME]``, checked before
+    any run: each command's placeholders are known ones and name {out}, the file it runs exists
+    (its sha256 is the model's code identity), and the name is a safe folder name."""
+    if resume is None:
+        raise ModelError(f"{said} needs {said_resume}: the command that resumes from the checkpoint the script "
+                         "wrote in {out} (e.g. \"python train.py --out_dir {out} --init_from resume\")")
+    for flag, text in ((said, command), (said_resume, resume)):
+        try:
+            fields = placeholders(text)
+            words = shlex.split(text)
+        except ValueError as e:
+            raise ModelError(f"{flag} {text!r} cannot be read: {e}; write a literal brace as {{{{ or }}}}") from None
+        unknown = [f for f in fields if f not in PLACEHOLDERS]
+        if unknown:
+            raise ModelError(f"{flag}: unknown placeholder {{{unknown[0]}}}; the placeholders are "
+                             f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+        if "out" not in fields:
+            raise ModelError(f"{flag} has no {{out}}: pass it where the script writes its checkpoints (its output "
+                             "folder), so that each run writes its own and run C resumes from a copy of run A's")
+        if not words:
+            raise ModelError(f"{flag} is empty: give the command that runs your training script")
+    source = _script_source(shlex.split(command), cwd, said)
+    name = name or source.stem
+    if not _NAME.fullmatch(name) or name in (".", ".."):
+        raise ModelError(f"model name {name!r} cannot name a folder: use letters, digits, '.', '_' and '-' (--name)")
+    return ModelRef(name=name, ref=command, source=source, plugin=True, description=f"script {source.name}",
+                    script=ScriptModel(command=command, resume=resume, cwd=cwd))
+
+
+def _script_source(words: list[str], cwd: Path, said: str) -> Path:
+    """The file a command runs: its first ``*.py`` word, else the module after ``-m``, else the
+    program itself where it is not an interpreter or a launcher."""
+    words = [w for w in words if "=" not in w or w.startswith("-")]  # NAME=value assignments are not the program
+    for i, w in enumerate(words):
+        if w.endswith(".py") and "{" not in w:
+            path = (cwd / w).resolve()
+            if not path.is_file():
+                raise ModelError(f"{said}: the script {w} does not exist (from {cwd}); check the path")
+            return path
+        if w == "-m" and i + 1 < len(words):
+            spec = importlib.util.find_spec(words[i + 1]) if "{" not in words[i + 1] else None
+            if spec is None or spec.origin is None:
+                raise ModelError(f"{said}: cannot find the module {words[i + 1]!r}; install its package or give the file")
+            return Path(spec.origin)
+    program = words[0] if words else ""
+    found = shutil.which(program) if not any(program.startswith(p) for p in _PROGRAMS) else None
+    if found is None:
+        raise ModelError(f"{said}: cannot tell which script the command runs; name it as FILE.py or -m MODULE")
+    return Path(found).resolve()

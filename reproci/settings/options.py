@@ -23,7 +23,7 @@ from ..worker.process.spec import FAULTS
 from . import declared
 from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
 from .declared import PROFILES  # noqa: F401 (re-exported)
-from .models import ModelRef, resolve_all
+from .models import ModelRef, resolve_all, resolve_script
 
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
 MAX_THREADS = 1024  # a bound on --threads: more than any host's cores; a typo is refused before a pool is made
@@ -129,9 +129,11 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
     for stage in declared.STAGES:
         if stage.name in shape["stages"] and stage.needs_image and image["image"] is None:
             raise UsageError(f"{_asked(pick, stage.name)} {stage.needs_image}")
-    model_texts = pick("models", tuple(REGISTRY))
+    script = _script(pick, shape)
+    model_texts = pick("models", () if script is not None else tuple(REGISTRY))
     model_texts = (model_texts,) if isinstance(model_texts, str) else tuple(model_texts)
-    models = resolve_all(model_texts if pick.given("models") else tuple(map(pick.beside, model_texts)))
+    models = resolve_all(model_texts if pick.given("models") else tuple(map(pick.beside, model_texts)),
+                         () if script is None else (script,))
     for o in declared.options():
         if o.needs_stage is not None and pick(o.name, None) and o.needs_stage[0] not in shape["stages"]:
             raise UsageError(f"{pick.said(o.name)} {o.needs_stage[1]}: add --stage {o.needs_stage[0]}")
@@ -219,6 +221,32 @@ def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
     return {"profile": profile, "steps": steps, "steps_given": pick("steps", None) is not None,
             "resume_at": resume_at, "resume_at_auto": resume_at_auto,
             "stages": stages, "fault": fault}
+
+
+def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
+    """The model of ``--script`` (or reproci.yaml's ``script:``), checked; None when there is none.
+    A script's runs are its own processes: the determinism stage runs them; compile, autocast
+    and ranks are the script's to choose, not reproci's."""
+    command = pick("script", None)
+    for name in ("resume_script", "script_name"):
+        if command is None and pick(name, None) is not None:
+            raise UsageError(f"{pick.said(name)} goes with --script (or script: in reproci.yaml): give the command "
+                             "that trains")
+    if command is None:
+        return None
+    other = [s for s in shape["stages"] if s != "determinism"]
+    if other:
+        raise UsageError(f"{pick.said('script')}: the {other[0]} stage does not run a script model; a script's "
+                         "runs are checked by the determinism stage (drop --stage " + other[0] + ")")
+    for name, what in (("compile", "compiles"), ("amp", "runs under autocast"), ("world_size", "runs ranks")):
+        value = pick(name, None)
+        if value not in (None, False, 1, ()):
+            raise UsageError(f"{pick.said(name)} with {pick.said('script')}: your script decides whether it {what}; "
+                             f"drop {pick.said(name)}")
+    from_file = not pick.given("script") and pick.root is not None
+    return resolve_script(command, pick("resume_script", None), pick("script_name", None),
+                          pick.root.resolve() if from_file and pick.root is not None else Path.cwd(),
+                          said=pick.said("script"), said_resume=pick.said("resume_script"))
 
 
 def _execution(pick: Settings, models: tuple[ModelRef, ...]) -> dict[str, Any]:

@@ -110,6 +110,7 @@ class RunRecord:
     extra_state_sha256: dict[str, str | None] | None  # what get_extra_state returns, hashed
     distributed: dict[str, Any] | None  # ranks and how the model was wrapped
     eval: dict[str, Any] | None = field(default=None)  # the plugin's held-out evaluation, when asked for
+    script: dict[str, Any] | None = field(default=None)  # a script model's run: what was found and taken
     launched: Launched | None = field(default=None, compare=False)  # set by the orchestrator, never written
 
     def launched_at(self) -> float:
@@ -121,7 +122,7 @@ class RunRecord:
         out: dict[str, Any] = {"schema": SCHEMA, "version": RECORD_VERSION, "status": "ok"}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "launched" or (f.name == "eval" and value is None):
+            if f.name == "launched" or (f.name in ("eval", "script") and value is None):
                 continue
             out[f.name] = dataclasses.asdict(value) if isinstance(value, Timings) else value
         return out

@@ -77,12 +77,14 @@ def torchrun_dir(spec_file: str) -> str:
     return os.path.join(os.path.dirname(spec_file), "torchrun")
 
 
-def worker_command(python: str, spec_file: str, *, world_size: int = 1) -> list[str]:
+def worker_command(python: str, spec_file: str, *, world_size: int = 1, script: bool = False) -> list[str]:
     """The command line of one worker run: ``python -m reproci.worker SPEC``, or, above one
     rank, the same module under torchrun (``torch.distributed.run``: one node, ``world_size``
     processes, a free rendezvous port, its files in ``torchrun_dir``), so it works alike on the
     host and in a container. The rendezvous is on the loopback address: a container without a
     network cannot resolve its own host name, which torchrun would otherwise advertise to the ranks."""
+    if script:  # a script model: the launcher prepares {out}, then becomes the team's own command
+        return [python, "-m", "reproci.worker.script", spec_file]
     worker = ["-m", "reproci.worker", spec_file]
     if world_size <= 1:
         return [python, *worker]

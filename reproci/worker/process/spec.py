@@ -41,6 +41,16 @@ GO, END_TIMING = b"g", b"e"  # a turn: take a step; or stop timing (the profiled
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScriptCommand:
+    """A script model's run (``reproci.worker.script``): the team's own command, not a factory."""
+
+    command: str  # the command this run executes, its placeholders unfilled (run C's: the resume command)
+    cwd: str  # where it runs: the directory reproci was started in (in a container, where that is mounted)
+    resume_at: int  # k: what {resume_at} says, and the step run C resumes at
+    config: dict[str, Any] = field(default_factory=dict)  # the model's identity: both commands, as given
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkerSpec:
     model_ref: str  # "conv", "path/to/file.py:factory" or "package.module:factory"
     model_name: str
@@ -90,6 +100,9 @@ class WorkerSpec:
     compile_cache: str | None = None  # inductor's and Triton's cache directory for this run (cold unless shared)
     eager: bool = False  # run a plugin's own compiled model uncompiled (the bisection's compile factor)
     amp: str | None = None  # "bf16" or "fp16": each forward and loss under torch.autocast (fp16 with a GradScaler)
+    # A script model: the command runs instead of a factory; A's checkpoint_path is then the folder
+    # that keeps a copy of {out} as step k + 1 begins, C's resume_from that copy
+    script: ScriptCommand | None = None
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:
@@ -114,6 +127,8 @@ class WorkerSpec:
         data["plugin_paths"] = tuple(data.get("plugin_paths", ()))
         data["checkpoint_steps"] = tuple(data.get("checkpoint_steps", ()))
         data["ops_steps"] = tuple(data.get("ops_steps", ()))
+        if isinstance(data.get("script"), dict):
+            data["script"] = ScriptCommand(**data["script"])
         return cls(**data)
 
     def write(self, path: Path) -> None:

@@ -1,0 +1,333 @@
+"""What a script model's run records, from inside the team's own unchanged script.
+
+``install`` runs from the ``sitecustomize`` before the script's first line: it seeds every RNG
+and switches strict determinism on (as a factory model's run does), watches the determinism
+controls (a script that switches one off is named at file:line), and registers torch's global
+hooks. ``ScriptTrace`` then follows the training as it happens:
+
+- a step is an optimizer step (``register_optimizer_step_pre_hook``/``post_hook``), of every
+  optimizer the script makes;
+- the training state is found once, before the first training forward (or the first step):
+  every ``torch.optim.Optimizer`` alive, and the smallest module tree that holds all their
+  parameters, whose names name the tensors (``grad:NAME``, ``optim:NAME.exp_avg``);
+- the batch of a step is what the outermost module was called with in training mode since the
+  last step (``register_module_forward_pre_hook``/``forward_hook``; several calls under
+  gradient accumulation); its loss, the scalars ``backward`` was called on;
+- after each step, the fingerprints of every parameter, gradient, buffer and optimizer-state
+  tensor; after step N, the final hash; where a probe asks, a dump of the state at its step.
+
+Run A copies its ``{out}`` as its step k + 1 begins: whatever checkpoint the script wrote after k
+steps, whatever its name or format, is what run C resumes from. Only rank 0 records (``RANK``);
+the record is written as the process ends (``atexit``), or at a probe's step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import determinism
+from ..__main__ import _write
+from ..controls import ControlWatch
+from ..data import batchtree
+from ..data.batches import Accumulated
+from ..data.batchlog import BatchLog
+from ..data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
+from ..process import envinfo
+from ..process.spec import WorkerSpec, resolve
+from ..run_record import FailedRun, RunRecord, Timings
+from ..state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
+from ..state.state import dump_state, final_hash, transient_buffers
+from ..steppers import Optimizers
+from . import TOP_PID_VARIABLE
+
+_TRACE: ScriptTrace | None = None
+
+
+def install(spec_path: str) -> None:
+    """Strict determinism and the hooks, in this process, before the script's first line."""
+    global _TRACE
+    if _TRACE is not None:
+        return
+    spec_file = Path(spec_path)
+    spec = WorkerSpec.from_json(spec_file.read_text())
+    strict = spec.mode == "strict"
+    determinism.make_deterministic(seed=spec.seed, threads=spec.threads, strict=strict)
+    attestation = determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict, hash_seed=spec.hash_seed,
+                                     cpu_isa=spec.cpu_isa)
+    if int(os.environ.get("RANK", "0") or 0) != 0:
+        return  # another rank: the same controls, no record
+    _TRACE = ScriptTrace(spec, spec_file, attestation)
+    _TRACE.install()
+
+
+def _optimizers(objects: list[Any]) -> list[torch.optim.Optimizer]:
+    """Every optimizer alive, once each: a wrapper that shares its optimizer's state (accelerate's
+    ``AcceleratedOptimizer``) stands for it, and torch's own class is taken over a wrapper."""
+    by_state: dict[int, torch.optim.Optimizer] = {}
+    for o in objects:
+        if not isinstance(o, torch.optim.Optimizer) or isinstance(o, Optimizers):
+            continue
+        try:
+            key, groups = id(o.state), o.param_groups
+        except Exception:  # noqa: BLE001 - a half-made wrapper
+            continue
+        if not any(g.get("params") for g in groups):
+            continue
+        held = by_state.get(key)
+        if held is None or (type(o).__module__.startswith("torch.optim")
+                            and not type(held).__module__.startswith("torch.optim")):
+            by_state[key] = o
+    return list(by_state.values())
+
+
+def _model(objects: list[Any], optimizers: list[torch.optim.Optimizer],
+           called: torch.nn.Module | None) -> torch.nn.Module:
+    """The smallest module tree alive that holds every parameter the optimizers update (the one
+    being called on a tie); where none holds them all, a module gathering the trees that hold
+    some, and the parameters no module holds."""
+    wanted = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
+    modules = [o for o in objects if isinstance(o, torch.nn.Module)]
+    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
+    roots = [m for m in modules if id(m) not in children]
+    best: tuple[int, int, torch.nn.Module] | None = None
+    partial: list[torch.nn.Module] = []
+    for r in roots:
+        held = {id(p) for p in r.parameters()}
+        if wanted <= held:
+            key = (len(held), 0 if r is called else 1)
+            if best is None or key < best[:2]:
+                best = (*key, r)
+        elif wanted & held:
+            partial.append(r)
+    if best is not None:
+        return best[2]
+    holder = torch.nn.Module()
+    seen: set[int] = set()
+    for i, r in enumerate(partial):
+        holder.add_module(f"{type(r).__name__}{i}", r)
+        seen |= {id(p) for p in r.parameters()}
+    loose = [p for o in optimizers for g in o.param_groups for p in g["params"] if id(p) not in seen]
+    for i, p in enumerate(dict.fromkeys(loose)):
+        holder.register_parameter(f"param{i}", p if isinstance(p, torch.nn.Parameter) else torch.nn.Parameter(p))
+    return holder
+
+
+class ScriptTrace:
+    """One script process's steps, as a factory run's ``record.Trace`` keeps them."""
+
+    def __init__(self, spec: WorkerSpec, spec_file: Path, attestation: dict[str, Any]) -> None:
+        assert spec.script is not None
+        self.spec, self.spec_file, self.attestation = spec, spec_file, attestation
+        self.t0 = time.perf_counter()
+        self.resumed = spec.resume_from is not None
+        self.start = spec.script.resume_at if self.resumed else 0  # the step before this process's first
+        self.taken = 0  # optimizer steps recorded (up to N)
+        self.beyond = 0  # optimizer steps after step N: not recorded
+        self.model: torch.nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer_names: list[str] = []
+        self.fps: StepFingerprints | None = None
+        self.initial: dict[str, Any] | None = None
+        self.batches = BatchLog()
+        self.opaque: list[str] = []
+        self.calls: list[tuple[Any, Any]] = []  # the outermost training calls since the last step
+        self.open: list[bool] = []  # per forward under way: whether it is an outermost training call
+        self.losses: list[torch.Tensor] = []
+        self.loss: torch.Tensor | None = None  # what backward was called on since the last step
+        self.final: tuple[str, dict[str, str]] | None = None
+        self.step_times: list[float] = []
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.copied = False
+        self.written = False
+        self.watch = ControlWatch(step=lambda: self.start + self.taken + 1)
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def install(self) -> None:
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        register_module_forward_pre_hook(self._forward_pre)
+        register_module_forward_hook(self._forward, with_kwargs=True, always_call=True)
+        register_optimizer_step_pre_hook(self._before_step)
+        register_optimizer_step_post_hook(self._after_step)
+        original = torch.Tensor.backward
+
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if self.final is None and tensor.numel() == 1:
+                value = tensor.detach().float().reshape(()).clone()
+                self.loss = value if self.loss is None else self.loss + value
+            return original(tensor, *args, **kwargs)
+
+        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        if self.spec.mode == "strict":
+            self.watch.__enter__()
+        atexit.register(self.finish)
+
+    def _discover(self, called: torch.nn.Module | None) -> None:
+        """The optimizers and the model, once: before the first training forward, or the first step."""
+        objects = gc.get_objects()
+        optimizers = _optimizers(objects)
+        if not optimizers:
+            return
+        self.model = _model(objects, optimizers, called)
+        self.optimizer = optimizers[0] if len(optimizers) == 1 else Optimizers(optimizers)
+        self.optimizer_names = [type(o).__name__ for o in optimizers]
+        if self.spec.fingerprints:
+            names, row = initial_row(self.model, self.optimizer)
+            self.initial = {"step": self.start, "names": names, "row": row.tolist(),
+                            "transient": transient_buffers(self.model)}
+            self.fps = StepFingerprints(self.model, self.optimizer)
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
+        outer = not self.open and module.training and torch.is_grad_enabled() and self.final is None
+        self.open.append(outer)
+        if outer and self.model is None:
+            self._discover(module)
+
+    def _forward(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if self.open and self.open.pop():
+            self.calls.append((args, kwargs) if kwargs else args)
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.final is not None:
+            return
+        if self.model is None:
+            self._discover(None)
+        if self.t_first is None:
+            self.t_first = self.t_last = time.perf_counter()
+        k = self.spec.checkpoint_at
+        if not self.resumed and k is not None and self.taken == k and not self.copied:
+            self._copy_out()
+        calls, self.calls = self.calls, []
+        batch = calls[0] if len(calls) == 1 else Accumulated(calls) if calls else None
+        if self.fps is not None:
+            self.batches.add(batch)
+            if len(self.batches) == 1 and batch is not None:
+                self.opaque = batchtree.opaque(batch)
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if self.final is not None:
+            self.beyond += 1
+            return
+        self.taken += 1
+        step = self.start + self.taken
+        loss, self.loss = self.loss, None
+        self.losses.append(loss if loss is not None else torch.zeros(()))
+        if self.fps is not None:
+            self.fps.record()
+        now = time.perf_counter()
+        self.step_times.append(now - (self.t_last or now))
+        self.t_last = now
+        spec = self.spec
+        if spec.dump_at is not None and step >= spec.dump_at:
+            self._dump_and_leave()
+        if step >= spec.steps:
+            self._final()
+
+    # -- state ----------------------------------------------------------------------------------
+    def _copy_out(self) -> None:
+        """Run A's {out} as its step k + 1 begins: what run C resumes from."""
+        from . import __main__ as launcher
+
+        target = resolve(self.spec_file, self.spec.checkpoint_path)
+        assert target is not None
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(launcher.out_folder(self.spec_file, self.spec.role), target, symlinks=True)
+        self.copied = True
+
+    def _final(self) -> None:
+        assert self.model is not None and self.optimizer is not None
+        self.final = final_hash(self.model, self.optimizer)
+        path = resolve(self.spec_file, self.spec.final_dump_path)
+        if path is not None:
+            dump_state(self.model, self.optimizer, str(path))
+
+    def _dump_and_leave(self) -> None:
+        """A probe's step: the state dumped, the record written, the process ended here."""
+        assert self.model is not None and self.optimizer is not None
+        path = resolve(self.spec_file, self.spec.dump_path)
+        if path is not None:
+            dump_state(self.model, self.optimizer, str(path))
+        self.final = final_hash(self.model, self.optimizer)
+        self.finish()
+        os._exit(0)
+
+    # -- the record -----------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Write the record as the process ends: the steps taken, or why they do not do."""
+        if self.written:
+            return
+        self.written = True
+        if self.spec.mode == "strict":
+            self.watch.__exit__(None, None, None)
+        out = resolve(self.spec_file, self.spec.output)
+        assert out is not None
+        failure = self._failure()
+        if failure is None:
+            _write(out, self.record().to_json())
+        elif self.taken or (os.environ.get(TOP_PID_VARIABLE) == str(os.getpid()) and not out.exists()):
+            _write(out, FailedRun(error_kind="contract", message=failure, traceback="", model=self.spec.model_name,
+                                  role=self.spec.role).to_json())
+
+    def _failure(self) -> str | None:
+        spec, n = self.spec, self.spec.steps
+        if self.taken == 0:
+            return ("the command ended without an optimizer step (reproci counts the steps of torch.optim "
+                    "optimizers): check that it trains, and that {steps} reaches its step limit")
+        if self.final is not None:
+            return None
+        if self.resumed:
+            return (f"the resume command took {self.taken} optimizer steps and ended; resumed at k = {self.start} it "
+                    f"needs {n - self.start} to reach N = {n}: pass {{steps}} to its step limit")
+        return (f"the command took {self.taken} optimizer steps and ended, fewer than N = {n}: pass {{steps}} to "
+                "the script's own step limit (--max_steps {steps}, say)")
+
+    def record(self) -> RunRecord:
+        spec = self.spec
+        assert self.final is not None
+        strict = spec.mode == "strict"
+        n = self.taken
+        sums, contents = self.batches.values()
+        values = torch.stack(self.losses).cpu().tolist() if self.losses else []
+        train_s = (self.t_last or self.t0) - (self.t_first or self.t0)
+        steps_per_s = 1.0 / statistics.median(self.step_times[1:]) if len(self.step_times) > 1 and \
+            statistics.median(self.step_times[1:]) > 0 else None
+        assert spec.script is not None
+        return RunRecord(
+            model=spec.model_name, model_ref=spec.model_ref, role=spec.role, mode=spec.mode, seed=spec.seed,
+            start_step=self.start, end_step=self.start + n, steps=spec.steps, fault=None, fault_detail=None,
+            attestation=self.attestation,
+            attestations={"start": self.attestation,
+                          "end": determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict,
+                                                    hash_seed=spec.hash_seed, cpu_isa=spec.cpu_isa)},
+            controls={"events": self.watch.events, "switched_off": self.watch.switched_off()} if strict else None,
+            replayed=None, loader=None,
+            environment=envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
+            packages=envinfo.packages() if spec.role in ("A", "golden") else None,
+            config=dict(spec.script.config), batch_size=None, accumulate=1, initial_fingerprint=self.initial,
+            batch_checksum=BATCH_CHECKSUM, fingerprint_scheme=FINGERPRINT_SCHEME,
+            tensor_names=list(self.fps.names or []) if self.fps is not None else [],
+            fingerprints=self.fps.to_lists() if self.fps is not None else [],
+            batch_fingerprints=sums, batch_contents_scheme=BATCH_CONTENTS, batch_contents=contents,
+            batch_opaque=self.opaque, batch_epochs=[],  # epochs are the script's own: not known here
+            losses=[v if v == v and abs(v) != float("inf") else repr(v) for v in values],
+            final_sha256=self.final[0], tensor_sha256=self.final[1],
+            timings=Timings(setup_s=(self.t_first or self.t0) - self.t0, train_s=train_s, timed_steps=n, timed_s=train_s),
+            step_times_s=self.step_times, data_times_s=[], steps_per_s=steps_per_s, samples_per_s=None,
+            peak_memory_bytes=None, peak_memory_kind=None, profiled_steps=0, cpus=None, steady_allocator=False,
+            ops=None, execution=None, compile_cache=None, compile_attestation=None, scaler_state=None, perturbed=None,
+            checkpoint_at=spec.checkpoint_at, census=None, extra_state_sha256=None, distributed=None,
+            script={"model": type(self.model).__name__, "optimizers": self.optimizer_names,
+                    "steps_taken": self.taken + self.beyond, "copied_out": self.copied},
+        )
