@@ -240,7 +240,7 @@ def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
                          "runs are checked by the determinism stage (drop --stage " + other[0] + ")")
     for name, what in (("compile", "compiles"), ("amp", "runs under autocast"), ("world_size", "runs ranks")):
         value = pick(name, None)
-        if value not in (None, False, 1, ()):
+        if value is True or (value not in (None, False, 1, ()) and not isinstance(value, bool)):
             raise UsageError(f"{pick.said(name)} with {pick.said('script')}: your script decides whether it {what}; "
                              f"drop {pick.said(name)}")
     from_file = not pick.given("script") and pick.root is not None

@@ -113,3 +113,4 @@ while True:
     if iter_num >= max_iters:
         break
 print(f"iter {iter_num}: loss {loss.item():.4f}")
+torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, os.path.join(out_dir, "final.pt"))
