@@ -28,8 +28,9 @@ from .settings.models import resolve
 from .settings.options import RunOptions
 
 REPOSITORY = "reproci/reproci"  # where reproci and its reusable workflows live: github.com/OWNER/NAME
-ADAPTERS = {"plain": "plugin_plain.py", "hf": "plugin_hf.py", "lightning": "plugin_lightning.py"}
-EXTRAS = {"plain": "", "hf": "[hf]", "lightning": "[lightning]"}  # what the runner's reproci needs for the adapter
+ADAPTERS = {"plain": "plugin_plain.py", "hf": "plugin_hf.py", "lightning": "plugin_lightning.py",
+            "script": None}  # script: no plugin; reproci.yaml names the team's own training script
+EXTRAS = {"plain": "", "hf": "[hf]", "lightning": "[lightning]", "script": ""}  # what the runner's reproci needs for the adapter
 WORKFLOWS = Path(".github", "workflows")
 NEXT_WHY = ("the first run: NEW, no golden yet", "record the golden the next runs compare with", "commit them")
 IGNORES = {  # what init has git ignore: path -> (its comment, its rules)
@@ -142,8 +143,11 @@ def files(options: InitOptions, branch: str = "main") -> dict[Path, str]:
               "image_line": (f"image: {options.image} # every run trains in a container of this manifest image"
                              if options.image else
                              "# image: cpu-torch2.13 # train in containers of a manifest image (reproci images list)")}
-    return {Path("reproci.yaml"): _template("reproci.yaml").substitute(values),
-            Path(options.plugin): _template(ADAPTERS[options.adapter]).substitute(values),
+    plugin = ADAPTERS[options.adapter]
+    made = ({Path("reproci.yaml"): _template("reproci.yaml").substitute(values),
+             Path(options.plugin): _template(plugin).substitute(values)} if plugin is not None
+            else {Path("reproci.yaml"): _template("reproci_script.yaml").substitute(values)})
+    return {**made,
             Path("goldens", "README.md"): _template("goldens-README.md").substitute(values),
             WORKFLOWS / "reproci.yml": _template("reproci.yml").substitute(values),
             WORKFLOWS / "golden-update.yml": _template("golden-update.yml").substitute(values)}
@@ -218,6 +222,12 @@ def write(options: InitOptions, planned: dict[Path, str], appended: dict[Path, s
 def next_commands(options: InitOptions) -> list[str]:
     """The three commands to run next, from the repository's top level: the first run (NEW),
     the golden update exactly as that run will advise it, and the commit."""
+    if ADAPTERS[options.adapter] is None:  # the script's commands are reproci.yaml's: the commands need no flags
+        add = shlex.join(["git", "add", ".gitignore", "reproci.yaml", "goldens", ".github"])
+        image = ["--image", options.image] if options.image else []
+        first = "reproci run" if options.image is None else f"reproci images build {options.image} && reproci run"
+        return [first, shlex.join(["reproci", "golden", "update", *(image or ["--image", "local"])]),
+                f'{add} && git commit -m "Check the training script\'s reproducibility with reproci"']
     model = resolve(f"{options.directory / options.plugin}:build")
     entry = images.resolve(options.image, _manifest(options))[1] if options.image else None
     run_options = RunOptions(models=(model,), image=options.image, image_entry=entry, image_name=options.image_name,

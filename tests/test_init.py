@@ -336,4 +336,4 @@ def test_the_templates_are_package_data() -> None:
     assert '"templates/*.tmpl"' in pyproject
     assert {p.name for p in (ROOT / "reproci" / "templates").iterdir()} == {
         "plugin_plain.py.tmpl", "plugin_hf.py.tmpl", "plugin_lightning.py.tmpl", "reproci.yaml.tmpl",
-        "goldens-README.md.tmpl", "reproci.yml.tmpl", "golden-update.yml.tmpl"}
+        "goldens-README.md.tmpl", "reproci.yml.tmpl", "golden-update.yml.tmpl", "reproci_script.yaml.tmpl"}

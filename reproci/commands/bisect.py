@@ -24,7 +24,8 @@ def with_stage(kwargs: dict[str, Any], stage: str, verb: str, settings: Settings
 
 
 @click.command("bisect", cls=RunCommand)
-@run_options(helps={"models": "The model that failed (required, here or as models: in reproci.yaml): conv, transformer, "
+@run_options(without=("script", "resume_script", "script_name"),  # a script model is checked, not bisected
+             helps={"models": "The model that failed (required, here or as models: in reproci.yaml): conv, transformer, "
                               "embedding, FILE.py:factory or module:factory. Repeatable."})
 def bisect_cmd(**kwargs: Any) -> None:
     """Run the determinism check of -m MODEL with the failing run's options; when it fails (or

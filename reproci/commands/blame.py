@@ -14,7 +14,8 @@ from .run import RunCommand, run_options
 
 
 @click.command("blame", cls=RunCommand)
-@run_options(helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
+@run_options(without=("script", "resume_script", "script_name"),  # blame re-runs factory models in images
+             helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
                              "reference): the golden names the old one."})
 def blame_cmd(**kwargs: Any) -> None:
     """Run the determinism check in --image and compare with the golden; for each model an upgrade

@@ -14,7 +14,8 @@ from ..cluster import github_matrix
 @click.command("init")
 @click.option("--adapter", type=click.Choice(list(scaffold.ADAPTERS)), default="plain", show_default=True,
               help="The plugin's template: plain (a torch model of your own), hf (a Hugging Face model as Trainer "
-                   "trains it) or lightning (a LightningModule).")
+                   "trains it) or lightning (a LightningModule); script: no plugin, your own training script run "
+                   "unchanged (reproci.yaml's script: and resume_script: to fill in).")
 @click.option("--image", metavar="NAME", help="A manifest image every run trains in (default: the local backend, "
                                               "no container).")
 @click.option("--runner-labels", default=",".join(github_matrix.DEFAULT_RUNNER_LABELS), show_default=True,
@@ -45,6 +46,9 @@ def init_cmd(adapter: str, image: str | None, runner_labels: str, model_name: st
     for path, text in ignored.items():
         click.echo(f"ignored {', '.join(line for line in text.splitlines()[1:])} in {path}")
     here = "" if Path.cwd().resolve() == top else f", from {os.path.relpath(top)}"
-    click.echo(f"\nNext{here} ({options.plugin} trains a stand-in model until you answer its TODO(reproci) questions):")
+    stand_in = (f"{options.plugin} trains a stand-in model until you answer its TODO(reproci) questions"
+                if scaffold.ADAPTERS[adapter] is not None
+                else "first answer reproci.yaml's TODO(reproci) questions: your script's two commands")
+    click.echo(f"\nNext{here} ({stand_in}):")
     for command, why in zip(scaffold.next_commands(options), scaffold.NEXT_WHY):
         click.echo(f"  # {why}\n  {command}")

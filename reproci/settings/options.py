@@ -234,7 +234,10 @@ def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
                              "that trains")
     if command is None:
         return None
-    other = [s for s in shape["stages"] if s != "determinism"]
+    if pick("backend", None) in ("ray", "slurm"):
+        raise UsageError(f"{pick.said('script')} runs on this machine or in --image: --backend "
+                         f"{pick('backend', None)} cells run factory models (-m); drop --backend")
+    other = [s for s in shape["stages"] if s != declared.stage_names()[0]]  # the first stage: A, B and C
     if other:
         raise UsageError(f"{pick.said('script')}: the {other[0]} stage does not run a script model; a script's "
                          "runs are checked by the determinism stage (drop --stage " + other[0] + ")")

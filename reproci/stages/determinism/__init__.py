@@ -1,16 +1,12 @@
 """The strict-determinism stage (this package holds its helpers: the golden's per-op hashes and
 the re-run that confirms a drift's cause, the comparisons beyond the tensors, the evidence).
 
-Per model, three fresh processes:
-
-- A: N steps from scratch; as it passes step k it writes a full checkpoint.
-- B: N steps from scratch.
-- C: loads A's checkpoint at k and finishes to N.
-
-A != B is NONDETERMINISTIC, A == B != C is RESUME_BROKEN, else PASS. On a mismatch,
-two probe runs replay the disagreeing runs up to the first differing step and dump
-every tensor there, so the evidence carries the first differing tensor's max-abs and
-ULP distance.
+Per model, three fresh processes: A, N steps from scratch, writing a full checkpoint as it passes
+step k; B, N steps from scratch; C, A's checkpoint at k loaded, on to N (a script model's runs
+are its own commands': ``scripts``). A != B is NONDETERMINISTIC, A == B != C is RESUME_BROKEN,
+else PASS. On a mismatch, two probe runs replay the disagreeing runs up to the first differing
+step and dump every tensor there, so the evidence carries the first differing tensor's max-abs
+and ULP distance.
 """
 
 from __future__ import annotations
@@ -32,11 +28,11 @@ from ...results import Coverage, Image, ModelEntry
 from ...runner import RunContext, background, run_worker, settle
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
-from ...worker.process.spec import ScriptCommand, WorkerSpec
+from ...worker.process.spec import WorkerSpec
 from ...worker.run_record import RunRecord
 from .. import model_entry
 from ..base import StageRun
-from . import beyond_tensors, causes, census, coverage, epochs, replicas
+from . import beyond_tensors, causes, census, coverage, epochs, replicas, scripts
 from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
 
 
@@ -72,7 +68,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     k = options.resume_at
     base = base_spec(options, model, "A", project_commit=project_commit, image=image)
     if model.script is not None:
-        return script_plan(base, model, k)
+        return scripts.plan(base, model, k)
     fault = options.fault
     # Every run is evaluated at its end (eval_fn, when the plugin has one): held-out metrics
     # are compared like the state (stages/beyond_tensors.py); A's are also the variance stage's first seed.
@@ -90,37 +86,6 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
                             compile_cache="inductor-cache-A",
                             fault=fault if fault in ("clock-seed", "resume-skip-loader-position", "resume-drop-rng") else None)
     return {"A": a, "B": b, "C": c}
-
-
-SCRIPT_COPY = "out-at-k"  # run A's {out} as its step k + 1 began: what run C's {out} is a copy of
-
-
-def script_plan(base: WorkerSpec, model: ModelRef, k: int) -> dict[str, WorkerSpec]:
-    """Runs A, B and C of a script model: its own command from scratch twice, A copying its
-    {out} as its step k + 1 begins, and its resume command on a copy of that (``worker.script``)."""
-    assert model.script is not None
-    train = ScriptCommand(command=model.script.command, cwd=str(model.script.cwd), resume_at=k,
-                          config=model.script.config())
-    a = dataclasses.replace(base, script=train, checkpoint_at=k, checkpoint_path=SCRIPT_COPY,
-                            final_dump_path="final-A.pt")
-    b = dataclasses.replace(base, role="B", output="record-B.json", script=train)
-    c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=SCRIPT_COPY,
-                            script=dataclasses.replace(train, command=model.script.resume))
-    return {"A": a, "B": b, "C": c}
-
-
-def resume_unread(records: dict[str, RunRecord], k: int) -> str | None:
-    """Why a script model's run C did not resume (its state before its first step is run A's at
-    step 0, not at step k: the resume command trained from scratch), or None."""
-    a, c = records["A"].initial_fingerprint, records["C"].initial_fingerprint
-    at_k = step_rows(records["A"]).get(k)
-    if not a or not c or at_k is None or a["names"] != c["names"] or a["row"] != c["row"]:
-        return None
-    if [at_k.get(n) for n in c["names"]] == c["row"]:
-        return None  # k steps left the state as it was: nothing tells the two apart
-    return (f"the resume command started from step 0, not from the checkpoint in {{out}}: its state before its first "
-            f"step is run A's initial state, not A's at step k = {k}; make it load the checkpoint the script wrote "
-            "in {out} (e.g. --init_from resume, --resume_from_checkpoint {out}/checkpoint-" + str(k) + ")")
 
 
 def warm_spec(specs: dict[str, WorkerSpec]) -> WorkerSpec:
@@ -202,9 +167,7 @@ def run_model(run: StageRun, model: ModelRef) -> ModelEntry:
     try:
         _run_all(options, ctx, specs, records)
         ranks = replicas.load(ctx.run_dir / model.name, tuple(records), options.world_size)
-        unread = resume_unread(records, options.resume_at) if model.script is not None else None
-        if unread is not None:
-            raise WorkerFailed(f"run C: {unread}", kind="contract")
+        scripts.check_resumed(model, records, options.resume_at)
     except WorkerFailed as e:
         result.update({"verdict": verdicts.ERROR, "message": str(e), "error": {"kind": e.kind, "message": str(e)},
                        "runs": {r: _run_summary(rec) for r, rec in records.items()}, "seconds": time.monotonic() - t0,
@@ -264,8 +227,7 @@ def _clean(options: RunOptions, work: Path) -> None:
     if not options.keep_checkpoints:
         for p in work.glob("ckpt-*.pt"):
             p.unlink(missing_ok=True)
-        for folder in (*work.glob("out-*"), work / SCRIPT_COPY):  # a script model's output folders
-            shutil.rmtree(folder, ignore_errors=True)
+        scripts.remove_outputs(work)
     for cache in work.glob("inductor-cache-*"):
         shutil.rmtree(cache, ignore_errors=True)
 

@@ -29,6 +29,7 @@ import os
 import shutil
 import statistics
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from ..state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_ro
 from ..state.state import dump_state, final_hash, transient_buffers
 from ..steppers import Optimizers
 from . import TOP_PID_VARIABLE
+from .discovery import find_model, find_optimizers
 
 _TRACE: ScriptTrace | None = None
 
@@ -67,58 +69,6 @@ def install(spec_path: str) -> None:
         return  # another rank: the same controls, no record
     _TRACE = ScriptTrace(spec, spec_file, attestation)
     _TRACE.install()
-
-
-def _optimizers(objects: list[Any]) -> list[torch.optim.Optimizer]:
-    """Every optimizer alive, once each: a wrapper that shares its optimizer's state (accelerate's
-    ``AcceleratedOptimizer``) stands for it, and torch's own class is taken over a wrapper."""
-    by_state: dict[int, torch.optim.Optimizer] = {}
-    for o in objects:
-        if not isinstance(o, torch.optim.Optimizer) or isinstance(o, Optimizers):
-            continue
-        try:
-            key, groups = id(o.state), o.param_groups
-        except Exception:  # noqa: BLE001 - a half-made wrapper
-            continue
-        if not any(g.get("params") for g in groups):
-            continue
-        held = by_state.get(key)
-        if held is None or (type(o).__module__.startswith("torch.optim")
-                            and not type(held).__module__.startswith("torch.optim")):
-            by_state[key] = o
-    return list(by_state.values())
-
-
-def _model(objects: list[Any], optimizers: list[torch.optim.Optimizer],
-           called: torch.nn.Module | None) -> torch.nn.Module:
-    """The smallest module tree alive that holds every parameter the optimizers update (the one
-    being called on a tie); where none holds them all, a module gathering the trees that hold
-    some, and the parameters no module holds."""
-    wanted = {id(p) for o in optimizers for g in o.param_groups for p in g["params"]}
-    modules = [o for o in objects if isinstance(o, torch.nn.Module)]
-    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
-    roots = [m for m in modules if id(m) not in children]
-    best: tuple[int, int, torch.nn.Module] | None = None
-    partial: list[torch.nn.Module] = []
-    for r in roots:
-        held = {id(p) for p in r.parameters()}
-        if wanted <= held:
-            key = (len(held), 0 if r is called else 1)
-            if best is None or key < best[:2]:
-                best = (*key, r)
-        elif wanted & held:
-            partial.append(r)
-    if best is not None:
-        return best[2]
-    holder = torch.nn.Module()
-    seen: set[int] = set()
-    for i, r in enumerate(partial):
-        holder.add_module(f"{type(r).__name__}{i}", r)
-        seen |= {id(p) for p in r.parameters()}
-    loose = [p for o in optimizers for g in o.param_groups for p in g["params"] if id(p) not in seen]
-    for i, p in enumerate(dict.fromkeys(loose)):
-        holder.register_parameter(f"param{i}", p if isinstance(p, torch.nn.Parameter) else torch.nn.Parameter(p))
-    return holder
 
 
 class ScriptTrace:
@@ -168,18 +118,21 @@ class ScriptTrace:
                 self.loss = value if self.loss is None else self.loss + value
             return original(tensor, *args, **kwargs)
 
-        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        torch.Tensor.backward = backward
         if self.spec.mode == "strict":
             self.watch.__enter__()
         atexit.register(self.finish)
 
     def _discover(self, called: torch.nn.Module | None) -> None:
         """The optimizers and the model, once: before the first training forward, or the first step."""
-        objects = gc.get_objects()
-        optimizers = _optimizers(objects)
-        if not optimizers:
+        with warnings.catch_warnings():  # isinstance on a deprecated alias of torch.distributed warns
+            warnings.simplefilter("ignore")
+            objects = gc.get_objects()
+            optimizers = find_optimizers(objects)
+            model = find_model(objects, optimizers, called) if optimizers else None
+        if model is None:
             return
-        self.model = _model(objects, optimizers, called)
+        self.model = model
         self.optimizer = optimizers[0] if len(optimizers) == 1 else Optimizers(optimizers)
         self.optimizer_names = [type(o).__name__ for o in optimizers]
         if self.spec.fingerprints:
@@ -281,7 +234,7 @@ class ScriptTrace:
                                   role=self.spec.role).to_json())
 
     def _failure(self) -> str | None:
-        spec, n = self.spec, self.spec.steps
+        n = self.spec.steps
         if self.taken == 0:
             return ("the command ended without an optimizer step (reproci counts the steps of torch.optim "
                     "optimizers): check that it trains, and that {steps} reaches its step limit")
