@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from reproci.worker.script import fill
 from tests.helpers import ROOT, docker_client
@@ -127,9 +128,41 @@ def test_a_golden_recorded_from_a_script_is_compared_like_a_factory_models(repro
     run = reproci("run", *args, "--ci")
     assert run.returncode == 0, run.stdout + run.stderr
     assert reproci.latest()["models"][0]["verdict"] == "PASS"
+    golden = tmp_path / "goldens" / "local.yaml"  # as if recorded in an image with another torch, other hashes
+    header = "".join(line for line in golden.read_text().splitlines(True) if line.startswith("#"))
+    data = yaml.safe_load(golden.read_text())
+    data["packages"]["torch"] = data["environment"]["torch"] = "2.12.0+cpu"
+    data["models"]["train"]["final_sha256"] = "0" * 64
+    golden.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    upgraded = reproci("run", *args)
+    entry = reproci.latest()["models"][0]
+    assert upgraded.returncode == 3 and entry["verdict"] == "UPGRADE_CHANGED", upgraded.stdout
+    assert "torch 2.12.0+cpu →" in entry["message"]
     (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace("lr=0.1", "lr=0.2"))
     changed = reproci("run", *args)
     assert reproci.latest()["models"][0]["verdict"] == "MODEL_CHANGED", changed.stdout
+
+
+def test_strict_determinism_is_set_before_the_scripts_own_code_runs(reproci, tmp_path: Path) -> None:
+    shutil.copy(SCRIPTS / "loop_train.py", tmp_path / "train.py")
+    run = reproci("run", "--script", "python train.py {steps} {out}", "--resume-script",
+                  "python train.py {steps} {out} --resume", "--steps", "4", "--resume-at", "2", "--seed", "7",
+                  "--keep-checkpoints")
+    assert run.returncode == 0, run.stdout + run.stderr
+    for role in "ABC":
+        assert next((tmp_path / "results").glob(f"*/train/out-{role}/controls.txt")).read_text() == "True 7 7"
+    assert reproci.latest()["models"][0]["attestation"]["ok"] is True
+
+
+def test_a_script_that_switches_a_control_off_is_named_at_file_and_line(reproci, tmp_path: Path) -> None:
+    shutil.copy(SCRIPTS / "loop_train.py", tmp_path / "train.py")
+    run = reproci("run", "--script", "python train.py {steps} {out} --fast-kernels", "--resume-script",
+                  "python train.py {steps} {out} --resume --fast-kernels", "--steps", "4", "--resume-at", "2")
+    entry = reproci.latest()["models"][0]
+    assert run.returncode == 1 and entry["verdict"] == "NONDETERMINISTIC"
+    line = next(i for i, text in enumerate((SCRIPTS / "loop_train.py").read_text().splitlines(), 1)
+                if "use_deterministic_algorithms(False)" in text)
+    assert f"deterministic_algorithms set to False at train.py:{line}" in entry["message"], entry["message"]
 
 
 @pytest.mark.parametrize("flags, said", [

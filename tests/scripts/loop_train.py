@@ -2,7 +2,8 @@
 
 A checkpoint of the model, the optimizer, the step and the RNG state after every step in OUT/ckpt.pt;
 --resume continues from it. --clock seeds from the clock (NONDETERMINISTIC); --stop-at ends the loop
-after S steps whatever STEPS says; --crash raises after the first step; --no-train never steps.
+after S steps whatever STEPS says; --crash raises after the first step; --no-train never steps; --fast-kernels switches
+deterministic algorithms off.
 """
 
 import argparse
@@ -19,8 +20,13 @@ parser.add_argument("--clock", action="store_true")
 parser.add_argument("--stop-at", type=int, default=None)
 parser.add_argument("--crash", action="store_true")
 parser.add_argument("--no-train", action="store_true")
+parser.add_argument("--fast-kernels", action="store_true")
 args = parser.parse_args()
+with open(os.path.join(args.out, "controls.txt"), "w") as f:  # what the script finds set as it starts
+    f.write(f"{torch.are_deterministic_algorithms_enabled()} {os.environ.get('PYTHONHASHSEED')} {torch.initial_seed()}")
 torch.manual_seed(time.time_ns() % 2**31 if args.clock else 0)
+if args.fast_kernels:
+    torch.use_deterministic_algorithms(False)  # "faster": a determinism control switched off
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 start = 0
