@@ -77,6 +77,15 @@ def test_what_cannot_define_a_factory_is_not_taken_for_it(source):
     assert not models._may_define(ast.parse(source), "build")
 
 
+@pytest.mark.parametrize("stem", ["..", "."])
+def test_a_plugin_whose_name_cannot_name_a_folder_is_refused(stem, tmp_path):
+    """A model's runs write under results/RUN/NAME/: a plugin file named '...py' would be '..'."""
+    plugin = tmp_path / f"{stem}.py"
+    plugin.write_text("def build(ctx):\n    pass\n")
+    with pytest.raises(ModelError, match="cannot name a folder"):
+        resolve_all((f"{plugin}:build",))
+
+
 def test_duplicate_names_are_refused():
     with pytest.raises(ModelError, match="both named"):
         resolve_all(("embedding", "reproci.reference_models.embedding:build"))

@@ -147,6 +147,9 @@ def resolve_all(texts: tuple[str, ...], more: tuple[ModelRef, ...] = ()) -> tupl
     refs = tuple(resolve(t) for t in texts) + more
     seen: dict[str, str] = {}
     for r in refs:
+        if not _NAME.fullmatch(r.name) or r.name in (".", ".."):  # it names the model's folder under results/
+            raise ModelError(f"model name {r.name!r} (from {r.ref}) cannot name a folder: rename the file or factory "
+                             "to letters, digits, '.', '_' and '-'")
         if r.name in seen:
             raise ModelError(f"two models are both named {r.name!r} ({seen[r.name]} and {r.ref}); rename one factory or file")
         seen[r.name] = r.ref
