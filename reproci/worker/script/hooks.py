@@ -11,8 +11,9 @@ hooks. ``ScriptTrace`` then follows the training as it happens:
   every ``torch.optim.Optimizer`` alive, and the smallest module tree that holds all their
   parameters, whose names name the tensors (``grad:NAME``, ``optim:NAME.exp_avg``);
 - the batch of a step is what the outermost module was called with in training mode since the
-  last step (``register_module_forward_pre_hook``/``forward_hook``; several calls under
-  gradient accumulation); its loss, the scalars ``backward`` was called on;
+  last step (``register_module_forward_pre_hook``/``forward_hook`` until the first such call, then
+  that module's own hooks; several calls under gradient accumulation); its loss, the scalars
+  ``backward`` was called on;
 - after each step, the fingerprints of every parameter, gradient, buffer and optimizer-state
   tensor; after step N, the final hash; where a probe asks, a dump of the state at its step.
 
@@ -106,8 +107,8 @@ class ScriptTrace:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        register_module_forward_pre_hook(self._forward_pre)
-        register_module_forward_hook(self._forward, with_kwargs=True, always_call=True)
+        self.global_hooks = [register_module_forward_pre_hook(self._forward_pre),
+                             register_module_forward_hook(self._forward, with_kwargs=True, always_call=True)]
         register_optimizer_step_pre_hook(self._before_step)
         register_optimizer_step_post_hook(self._after_step)
         original = torch.Tensor.backward
@@ -147,6 +148,21 @@ class ScriptTrace:
         self.open.append(outer)
         if outer and self.model is None:
             self._discover(module)
+            if self.model is not None:
+                self._follow(module)
+
+    def _follow(self, module: torch.nn.Module) -> None:
+        """From the first training forward on, the batch is what that outermost module is called
+        with: its own hooks then, not global ones (with a global hook every module call of the
+        step takes torch's slow path: a few per cent of a small model's step)."""
+        for handle in self.global_hooks:
+            handle.remove()
+        self.global_hooks = []  # this call's end is the module's own post-hook's, registered now
+        module.register_forward_pre_hook(self._module_pre)
+        module.register_forward_hook(self._forward, with_kwargs=True, always_call=True)
+
+    def _module_pre(self, module: torch.nn.Module, args: Any) -> None:
+        self.open.append(not self.open and module.training and torch.is_grad_enabled() and self.final is None)
 
     def _forward(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         if self.open and self.open.pop():
