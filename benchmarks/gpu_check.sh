@@ -16,7 +16,8 @@
 #             nondeterminism caught, ops without a deterministic kernel, throughput on CUDA);
 #   strict    the strict stage on the full profile (-j 3, world size 1), the op audit (each
 #             attention call's predicted backend beside the one that ran, torch's determinism
-#             warnings), the strict stage under bf16 autocast (--bisect);
+#             warnings), a script model (a nanoGPT-style train.py run unchanged, on the device),
+#             the strict stage under bf16 autocast (--bisect);
 #   compile   the strict stage compiled (inductor, Triton: A, B, C and the warm-cache run W, --bisect);
 #   zoo       a sample of benchmarks/zoo.py (transformers, peft, Lightning with torchmetrics) on the device;
 #   ddp       the strict stage at world size 2 (DDP over NCCL), only where two GPUs are visible;
@@ -101,6 +102,10 @@ for m in json.load(open(sys.argv[1]))["models"]:
     for w in a.get("warnings") or []:
         print(f"{m['model']}: torch warned: {w}")
 PY
+    echo "== a script model, unchanged (tests/scripts/nanogpt_train.py on the device): its own resume, RNG saved"
+    local train="python tests/scripts/nanogpt_train.py --device=$DEVICE --max_iters={steps} --out_dir={out} --eval_interval={resume_at} --save_rng=True"
+    within 90 "$lanes_end" "${REPROCI[@]}" --script "$train" --resume-script "$train --init_from=resume" --name nanogpt \
+        --steps 8 --resume-at 4 --results-dir "$RESULTS/script" --goldens-dir "$RESULTS/goldens" || rc=1
     echo "== strict stage under bf16 autocast, ${COMPILED[1]} steps, --bisect"
     within 90 "$lanes_end" "${REPROCI[@]}" --profile "$PROFILE" "${COMPILED[@]}" -j 3 --amp bf16 --bisect \
         --results-dir "$RESULTS/bf16" --goldens-dir "$RESULTS/goldens-bf16" || rc=1
@@ -221,7 +226,7 @@ def figures(name):
         d = doc("audit")
         audit = f"audit: {sum(len((m.get('audit') or {}).get('findings') or []) for m in d['models'])} findings" \
             if d else "audit: no results"
-        return "; ".join((verdicts("strict"), audit, verdicts("bf16")))
+        return "; ".join((verdicts("strict"), audit, verdicts("script"), verdicts("bf16")))
     if name in ("compile", "ddp"):
         return verdicts(name)
     if name == "zoo":

@@ -180,6 +180,18 @@ def test_a_script_that_does_not_train_n_steps_is_an_error_that_says_why(flags, s
         assert "RuntimeError: the loss went the wrong way" in entry["message"]
 
 
+def test_a_script_launched_by_torchrun_is_recorded_in_its_rank_0(reproci, tmp_path: Path) -> None:
+    """torchrun starts the training process: the hooks load there too (the sitecustomize), only
+    rank 0 records, and the launcher's own process, which never steps, leaves its record alone."""
+    shutil.copy(SCRIPTS / "loop_train.py", tmp_path / "train.py")
+    launch = "torchrun --standalone --nproc-per-node 1 train.py {steps} {out}"
+    run = reproci("run", "--script", launch, "--resume-script", launch + " --resume", "--steps", "4", "--resume-at", "2",
+                  "--name", "loop")
+    entry = reproci.latest()["models"][0]
+    assert run.returncode == 0 and entry["verdict"] == "NEW", entry["message"]
+    assert entry["message"].startswith("A = B = C") and entry["runs"]["C"]["start_step"] == 2
+
+
 def test_a_resume_command_that_starts_from_step_0_is_told_so(reproci) -> None:
     train = f"{PY} {SCRIPTS / 'loop_train.py'} {{steps}} {{out}}"
     run = reproci("run", "--script", train, "--resume-script", train, "--steps", "4", "--resume-at", "2")

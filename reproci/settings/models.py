@@ -156,7 +156,7 @@ def resolve_all(texts: tuple[str, ...], more: tuple[ModelRef, ...] = ()) -> tupl
     return refs
 
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_NAME = re.compile(r"\w[\w.-]*")  # a folder name on every system: no separator, no leading dot or dash
 _PROGRAMS = ("python", "torchrun", "accelerate", "env")  # not the script: what runs it
 
 

@@ -23,6 +23,7 @@ save_rng = False
 batch_size, block_size, n_embd, vocab = 4, 16, 32, 64
 learning_rate = 1e-3
 seed = 1337
+device = "cpu"  # or cuda
 for arg in sys.argv[1:]:  # nanoGPT's configurator, without exec: --key=value or --key value
     key, _, value = arg.lstrip("-").partition("=")
     if key not in globals():
@@ -37,7 +38,7 @@ def get_batch():
     ix = torch.randint(len(data) - block_size, (batch_size,))
     x = torch.stack([torch.from_numpy(data[i:i + block_size]) for i in ix.tolist()])
     y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size]) for i in ix.tolist()])
-    return x, y
+    return x.to(device), y.to(device)
 
 
 class Block(nn.Module):
@@ -49,7 +50,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         h = self.ln(x)
-        mask = torch.triu(torch.ones(x.size(1), x.size(1), dtype=torch.bool), 1)
+        mask = torch.triu(torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device), 1)
         x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
         return x + self.mlp(x)
 
@@ -64,7 +65,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(n_embd, vocab, bias=False)
 
     def forward(self, idx, targets=None):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1)))  # (B, T, C)
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))  # (B, T, C)
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab)
@@ -72,11 +73,11 @@ class GPT(nn.Module):
         return logits, loss
 
 
-model = GPT()
+model = GPT().to(device)
 optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.1)
 iter_num, best_val_loss = 0, 1e9
 if init_from == "resume":
-    checkpoint = torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=False)
+    checkpoint = torch.load(os.path.join(out_dir, "ckpt.pt"), map_location=device, weights_only=False)
     model.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
