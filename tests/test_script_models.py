@@ -38,6 +38,10 @@ CASES: dict[str, tuple[str, str, str, int, int, str]] = {
     "hf_trainer": ("hf_trainer_train.py", "{script} --output_dir {out} --max_steps {steps} --save_steps {resume_at}",
                    "{script} --output_dir {out} --max_steps {steps} --save_steps {resume_at} "
                    "--resume_from_checkpoint {out}/checkpoint-{resume_at}", 6, 3, "PASS"),
+    "hf_trainer_seed_late": ("hf_trainer_train.py",
+                             "{script} --output_dir {out} --max_steps {steps} --save_steps {resume_at} --seed_late",
+                             "{script} --output_dir {out} --max_steps {steps} --save_steps {resume_at} --seed_late "
+                             "--resume_from_checkpoint {out}/checkpoint-{resume_at}", 4, 2, "NONDETERMINISTIC"),
     "accelerate": ("accelerate_train.py", "{script} --out {out} --max_steps {steps} --save_every {resume_at}",
                    "{script} --out {out} --max_steps {steps} --save_every {resume_at} --resume", 5, 3, "PASS"),
     "accelerate_no_skip": ("accelerate_train.py", "{script} --out {out} --max_steps {steps} --save_every {resume_at}",
@@ -49,8 +53,8 @@ CASES: dict[str, tuple[str, str, str, int, int, str]] = {
     "clock": ("loop_train.py", "{script} {steps} {out} --clock", "{script} {steps} {out} --clock --resume", 4, 2,
               "NONDETERMINISTIC"),
 }
-NEEDS = {"hf_trainer": "transformers", "accelerate": "accelerate", "accelerate_no_skip": "accelerate",
-         "lightning": "pytorch_lightning"}
+NEEDS = {"hf_trainer": "transformers", "hf_trainer_seed_late": "transformers", "accelerate": "accelerate",
+         "accelerate_no_skip": "accelerate", "lightning": "pytorch_lightning"}
 
 
 def commands(case: str) -> tuple[str, str]:
@@ -110,8 +114,9 @@ def test_a_real_script_unchanged_gets_the_verdict_its_own_resume_deserves(case: 
         evidence = entry["evidence"]
         assert evidence["step"] == k + 1 and evidence["tensor"], evidence
         assert "different batch" in entry["message"], entry["message"]
-    if expected == "NONDETERMINISTIC":
-        assert "not seeded" in entry["message"]
+        assert evidence["max_abs"] and "first differing op: aten::" in entry["message"], entry["message"]
+    if expected == "NONDETERMINISTIC":  # B under other seeds than A: what the script leaves unseeded shows
+        assert "not seeded" in entry["message"] and "run B drew its seeds from --seed + 1" in entry["message"]
     assert not list((tmp_path / "results").glob("*/*/out-*")), "the script's output folders are left behind"
 
 
@@ -149,8 +154,8 @@ def test_strict_determinism_is_set_before_the_scripts_own_code_runs(reproci, tmp
                   "python train.py {steps} {out} --resume", "--steps", "4", "--resume-at", "2", "--seed", "7",
                   "--keep-checkpoints")
     assert run.returncode == 0, run.stdout + run.stderr
-    for role in "ABC":
-        assert next((tmp_path / "results").glob(f"*/train/out-{role}/controls.txt")).read_text() == "True 7 7"
+    for role, seeds in (("A", "7 7"), ("B", "7 8"), ("C", "7 7")):  # B's RNGs from --seed + 1, its hash seed kept
+        assert next((tmp_path / "results").glob(f"*/train/out-{role}/controls.txt")).read_text() == f"True {seeds}"
     assert reproci.latest()["models"][0]["attestation"]["ok"] is True
 
 

@@ -12,6 +12,7 @@ parser.add_argument("--output_dir", required=True)
 parser.add_argument("--max_steps", type=int, default=12)
 parser.add_argument("--save_steps", type=int, default=6)
 parser.add_argument("--resume_from_checkpoint", default=None)
+parser.add_argument("--seed_late", action="store_true")  # the model made before any seed: Trainer seeds after
 args = parser.parse_args()
 
 
@@ -27,7 +28,8 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-set_seed(0)  # before the model is made, as the library's examples do
+if not args.seed_late:
+    set_seed(0)  # before the model is made, as the library's examples do
 config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2)
 training_args = TrainingArguments(
     output_dir=args.output_dir, max_steps=args.max_steps, save_steps=args.save_steps, save_strategy="steps",

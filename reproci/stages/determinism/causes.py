@@ -12,6 +12,10 @@ from ...worker.run_record import RunRecord
 def known_cause(verdict: str, ev: Divergence | None, record_a: RunRecord) -> str | None:
     """A cause the harness can name from what the run recorded, beyond where it differs."""
     loader = record_a.loader or {}
+    if verdict == verdicts.NONDETERMINISTIC and record_a.script is not None:
+        return ("run B drew its seeds from --seed + 1, run A from --seed (the hash seed the same): what the script "
+                "draws from an RNG it has not seeded itself differs between them, as it does between two launches "
+                "without reproci; seed it in the script")
     if verdict == verdicts.RESUME_BROKEN and ev is not None and ev.cause == "compute":
         return ddp_rebuild(ev, record_a)
     if verdict != verdicts.RESUME_BROKEN or ev is None or ev.cause != "data":

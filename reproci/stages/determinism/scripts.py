@@ -18,14 +18,18 @@ SCRIPT_COPY = "out-at-k"  # run A's {out} as its step k + 1 began: what run C's 
 
 
 def plan(base: WorkerSpec, model: ModelRef, k: int) -> dict[str, WorkerSpec]:
-    """Runs A, B and C of a script model: its own command from scratch twice, A copying its
-    {out} as its step k + 1 begins, and its resume command on a copy of that (``worker.script``)."""
+    """Runs A, B and C of a script model: its own command from scratch twice (B under other seeds),
+    A copying its {out} as its step k + 1 begins, and its resume command on a copy of that
+    (``worker.script``)."""
     assert model.script is not None
     train = ScriptCommand(command=model.script.command, cwd=str(model.script.cwd), resume_at=k,
                           config=model.script.config())
     a = dataclasses.replace(base, script=train, checkpoint_at=k, checkpoint_path=SCRIPT_COPY,
                             final_dump_path="final-A.pt")
-    b = dataclasses.replace(base, role="B", output="record-B.json", script=train)
+    # B's seeds are not A's (its hash seed is): a script seeds what it draws, or its runs differ, as two
+    # launches without reproci would; reproci's seeding must not make an unseeded script look reproducible
+    b = dataclasses.replace(base, role="B", output="record-B.json", script=train, seed=base.seed + 1,
+                            hash_seed=base.seed)
     c = dataclasses.replace(base, role="C", output="record-C.json", resume_from=SCRIPT_COPY,
                             script=dataclasses.replace(train, command=model.script.resume))
     return {"A": a, "B": b, "C": c}

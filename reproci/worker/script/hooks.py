@@ -28,7 +28,6 @@ import atexit
 import gc
 import os
 import shutil
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -42,14 +41,12 @@ from ..controls import ControlWatch
 from ..data import batchtree
 from ..data.batches import Accumulated
 from ..data.batchlog import BatchLog
-from ..data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
-from ..process import envinfo
 from ..process.spec import WorkerSpec, resolve
-from ..run_record import FailedRun, RunRecord, Timings
-from ..state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
+from ..run_record import FailedRun
+from ..state.fingerprint import StepFingerprints, initial_row
 from ..state.state import dump_state, final_hash, transient_buffers
 from ..steppers import Optimizers
-from . import TOP_PID_VARIABLE
+from . import TOP_PID_VARIABLE, record
 from .discovery import find_model, find_optimizers
 
 _TRACE: ScriptTrace | None = None
@@ -99,6 +96,7 @@ class ScriptTrace:
         self.t_first: float | None = None
         self.t_last: float | None = None
         self.copied = False
+        self.recorder: Any = None  # a probe's op recorder (audit.oprecord), over its step's ops
         self.written = False
         self.watch = ControlWatch(step=lambda: self.start + self.taken + 1)
 
@@ -117,6 +115,8 @@ class ScriptTrace:
             if self.final is None and tensor.numel() == 1:
                 value = tensor.detach().float().reshape(()).clone()
                 self.loss = value if self.loss is None else self.loss + value
+                if self.recorder is not None:  # the ops it was computed from are on the step's path
+                    self.recorder.mark_loss(tensor)
             return original(tensor, *args, **kwargs)
 
         torch.Tensor.backward = backward
@@ -150,6 +150,7 @@ class ScriptTrace:
             self._discover(module)
             if self.model is not None:
                 self._follow(module)
+                self._record_ops()
 
     def _follow(self, module: torch.nn.Module) -> None:
         """From the first training forward on, the batch is what that outermost module is called
@@ -162,7 +163,21 @@ class ScriptTrace:
         module.register_forward_hook(self._forward, with_kwargs=True, always_call=True)
 
     def _module_pre(self, module: torch.nn.Module, args: Any) -> None:
-        self.open.append(not self.open and module.training and torch.is_grad_enabled() and self.final is None)
+        outer = not self.open and module.training and torch.is_grad_enabled() and self.final is None
+        self.open.append(outer)
+        if outer:
+            self._record_ops()
+
+    def _record_ops(self) -> None:
+        """A probe's step (``ops_path``), from its first training forward to the end of its optimizer
+        step: every op, as a factory run's probe records them, for the first differing op."""
+        spec = self.spec
+        if spec.ops_path is None or self.recorder is not None or spec.dump_at != self.start + self.taken + 1:
+            return
+        from ..audit.oprecord import OpRecorder
+
+        assert self.model is not None and self.optimizer is not None
+        self.recorder = OpRecorder(self.model, self.optimizer, digests=True, keep=True).__enter__()
 
     def _forward(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         if self.open and self.open.pop():
@@ -225,6 +240,9 @@ class ScriptTrace:
     def _dump_and_leave(self) -> None:
         """A probe's step: the state dumped, the record written, the process ended here."""
         assert self.model is not None and self.optimizer is not None
+        if self.recorder is not None:
+            self.recorder.__exit__(None, None, None)
+            self.recorder.save(str(resolve(self.spec_file, self.spec.ops_path)))
         path = resolve(self.spec_file, self.spec.dump_path)
         if path is not None:
             dump_state(self.model, self.optimizer, str(path))
@@ -244,7 +262,7 @@ class ScriptTrace:
         assert out is not None
         failure = self._failure()
         if failure is None:
-            _write(out, self.record().to_json())
+            _write(out, record.build(self).to_json())
         elif self.taken or (os.environ.get(TOP_PID_VARIABLE) == str(os.getpid()) and not out.exists()):
             _write(out, FailedRun(error_kind="contract", message=failure, traceback="", model=self.spec.model_name,
                                   role=self.spec.role).to_json())
@@ -261,42 +279,3 @@ class ScriptTrace:
                     f"needs {n - self.start} to reach N = {n}: pass {{steps}} to its step limit")
         return (f"the command took {self.taken} optimizer steps and ended, fewer than N = {n}: pass {{steps}} to "
                 "the script's own step limit (--max_steps {steps}, say)")
-
-    def record(self) -> RunRecord:
-        spec = self.spec
-        assert self.final is not None
-        strict = spec.mode == "strict"
-        n = self.taken
-        sums, contents = self.batches.values()
-        values = torch.stack(self.losses).cpu().tolist() if self.losses else []
-        train_s = (self.t_last or self.t0) - (self.t_first or self.t0)
-        steps_per_s = 1.0 / statistics.median(self.step_times[1:]) if len(self.step_times) > 1 and \
-            statistics.median(self.step_times[1:]) > 0 else None
-        assert spec.script is not None
-        return RunRecord(
-            model=spec.model_name, model_ref=spec.model_ref, role=spec.role, mode=spec.mode, seed=spec.seed,
-            start_step=self.start, end_step=self.start + n, steps=spec.steps, fault=None, fault_detail=None,
-            attestation=self.attestation,
-            attestations={"start": self.attestation,
-                          "end": determinism.attest(seed=spec.seed, threads=spec.threads, strict=strict,
-                                                    hash_seed=spec.hash_seed, cpu_isa=spec.cpu_isa)},
-            controls={"events": self.watch.events, "switched_off": self.watch.switched_off()} if strict else None,
-            replayed=None, loader=None,
-            environment=envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
-            packages=envinfo.packages() if spec.role in ("A", "golden") else None,
-            config=dict(spec.script.config), batch_size=None, accumulate=1, initial_fingerprint=self.initial,
-            batch_checksum=BATCH_CHECKSUM, fingerprint_scheme=FINGERPRINT_SCHEME,
-            tensor_names=list(self.fps.names or []) if self.fps is not None else [],
-            fingerprints=self.fps.to_lists() if self.fps is not None else [],
-            batch_fingerprints=sums, batch_contents_scheme=BATCH_CONTENTS, batch_contents=contents,
-            batch_opaque=self.opaque, batch_epochs=[],  # epochs are the script's own: not known here
-            losses=[v if v == v and abs(v) != float("inf") else repr(v) for v in values],
-            final_sha256=self.final[0], tensor_sha256=self.final[1],
-            timings=Timings(setup_s=(self.t_first or self.t0) - self.t0, train_s=train_s, timed_steps=n, timed_s=train_s),
-            step_times_s=self.step_times, data_times_s=[], steps_per_s=steps_per_s, samples_per_s=None,
-            peak_memory_bytes=None, peak_memory_kind=None, profiled_steps=0, cpus=None, steady_allocator=False,
-            ops=None, execution=None, compile_cache=None, compile_attestation=None, scaler_state=None, perturbed=None,
-            checkpoint_at=spec.checkpoint_at, census=None, extra_state_sha256=None, distributed=None,
-            script={"model": type(self.model).__name__, "optimizers": self.optimizer_names,
-                    "steps_taken": self.taken + self.beyond, "copied_out": self.copied},
-        )
