@@ -148,9 +148,9 @@ class ScriptTrace:
         self.open.append(outer)
         if outer and self.model is None:
             self._discover(module)
-            if self.model is not None:
-                self._follow(module)
-                self._record_ops()
+        if outer and self.model is not None:  # found here, or at a step that calls its forward inside (a closure)
+            self._follow(module)
+            self._record_ops()
 
     def _follow(self, module: torch.nn.Module) -> None:
         """From the first training forward on, the batch is what that outermost module is called
@@ -193,12 +193,6 @@ class ScriptTrace:
         k = self.spec.checkpoint_at
         if not self.resumed and k is not None and self.taken == k and not self.copied:
             self._copy_out()
-        calls, self.calls = self.calls, []
-        batch = calls[0] if len(calls) == 1 else Accumulated(calls) if calls else None
-        if self.fps is not None:
-            self.batches.add(batch)
-            if len(self.batches) == 1 and batch is not None:
-                self.opaque = batchtree.opaque(batch)
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.final is not None:
@@ -206,6 +200,14 @@ class ScriptTrace:
             return
         self.taken += 1
         step = self.start + self.taken
+        # the step's batch: the calls since the last step ended, its forward before its optimizer's step
+        # or inside it (Lightning's closure runs the training step within optimizer.step)
+        calls, self.calls = self.calls, []
+        batch = calls[0] if len(calls) == 1 else Accumulated(calls) if calls else None
+        if self.fps is not None:
+            self.batches.add(batch)
+            if len(self.batches) == 1 and batch is not None:
+                self.opaque = batchtree.opaque(batch)
         loss, self.loss = self.loss, None
         self.losses.append(loss if loss is not None else torch.zeros(()))
         if self.fps is not None:

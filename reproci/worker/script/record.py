@@ -5,21 +5,45 @@ knows (its loader, epochs, execution, census) is left empty."""
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from .. import determinism
+from ..controls import ControlWatch
+from ..data.batchlog import BatchLog
 from ..data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
 from ..process import envinfo
+from ..process.spec import WorkerSpec
 from ..run_record import RunRecord, Timings
-from ..state.fingerprint import FINGERPRINT_SCHEME
-
-if TYPE_CHECKING:
-    from .hooks import ScriptTrace
+from ..state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints
 
 
-def build(trace: ScriptTrace) -> RunRecord:
+class ScriptSteps(Protocol):
+    """What ``hooks.ScriptTrace`` kept of a run, as the record reads it."""
+
+    spec: WorkerSpec
+    attestation: dict[str, Any]
+    watch: ControlWatch
+    start: int  # the step before the process's first
+    taken: int  # steps recorded
+    beyond: int  # steps after N, not recorded
+    model: torch.nn.Module | None
+    optimizer_names: list[str]
+    fps: StepFingerprints | None
+    initial: dict[str, Any] | None
+    batches: BatchLog
+    opaque: list[str]
+    losses: list[torch.Tensor]
+    final: tuple[str, dict[str, str]] | None
+    step_times: list[float]
+    t0: float
+    t_first: float | None
+    t_last: float | None
+    copied: bool
+
+
+def build(trace: ScriptSteps) -> RunRecord:
     """The record of a script run that reached step N (or a probe's step), as a factory run's
     ``record.build`` makes it: what the hooks kept, and what they could not know left empty."""
     spec = trace.spec
