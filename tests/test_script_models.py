@@ -9,6 +9,7 @@ resumed from a copy of the first run's output folder, their final states (each s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -118,6 +119,9 @@ def test_a_real_script_unchanged_gets_the_verdict_its_own_resume_deserves(case: 
     if expected == "NONDETERMINISTIC":  # B under other seeds than A: what the script leaves unseeded shows
         assert "not seeded" in entry["message"] and "run B drew its seeds from --seed + 1" in entry["message"]
     assert not list((tmp_path / "results").glob("*/*/out-*")), "the script's output folders are left behind"
+    record_a = json.loads(next((tmp_path / "results").glob(f"*/{case}/record-A.json")).read_text())
+    assert len(record_a["batch_fingerprints"]) == n and all(record_a["batch_fingerprints"]), \
+        "a step without its batch (a step's forward inside its optimizer step, as Lightning's closure runs it)"
 
 
 def test_a_golden_recorded_from_a_script_is_compared_like_a_factory_models(reproci, tmp_path: Path) -> None:
