@@ -89,6 +89,25 @@ def test_an_image_goes_into_reproci_yaml_and_the_workflows(cli, repo: Path) -> N
                                       "reproci golden update --image cpu-torch2.13 -m reproci_tiny_net.py:build"]
 
 
+def test_the_script_adapter_writes_a_script_entry_to_fill_in_and_no_plugin(cli, repo: Path) -> None:
+    """--adapter script: reproci.yaml holds the two commands (TODO(reproci)), with every placeholder a
+    command needs; no plugin file; the next commands need no flags, the file has the script."""
+    code, out, err = cli("init", "--adapter", "script")
+    assert code == 0, err
+    assert not (repo / "reproci_tiny_net.py").exists() and (repo / "goldens" / "README.md").is_file()
+    text = (repo / "reproci.yaml").read_text()
+    assert text.count("TODO(reproci)") == 2
+    config, _ = load_config(repo / "reproci.yaml")
+    assert {"{steps}", "{out}", "{resume_at}"} <= set(re.findall(r"\{\w+\}", config["script"]))
+    assert "{out}" in config["resume_script"] and config["script_name"] == "tiny_net" and "models" not in config
+    assert next_commands(out) == ["reproci run", "reproci golden update --image local",
+                                  "git add .gitignore reproci.yaml goldens .github && git commit -m "
+                                  "\"Check the training script's reproducibility with reproci\""]
+    (repo / "train.py").write_text("print('stand-in')\n")  # the file the template's command names
+    built = options.build({}, settings=options.Settings.read({"config": repo / "reproci.yaml"}))
+    assert [m.name for m in built.models] == ["tiny_net"] and built.models[0].script is not None
+
+
 def test_from_a_subfolder_it_sets_up_the_repository_and_says_where_to_run_the_commands(
         cli, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (repo / "src" / "pkg").mkdir(parents=True)
