@@ -42,6 +42,16 @@ class Timings:
     finish_s: float = 0.0  # the checks, final hash and record after the last step
 
 
+@dataclass
+class ScriptFacts:
+    """What a script model's run found and took (``worker.script``)."""
+
+    model: str  # the class of the module tree that names the tensors
+    optimizers: list[str]  # the classes of the optimizers stepped
+    steps_taken: int  # the optimizer steps the process took, those past N included
+    copied_out: bool  # run A: its {out} copied as its step k + 1 began
+
+
 @dataclass(frozen=True)
 class Launched:
     """What the orchestrator saw of a run's process (``runner.run_worker``): not in the record file."""
@@ -110,7 +120,7 @@ class RunRecord:
     extra_state_sha256: dict[str, str | None] | None  # what get_extra_state returns, hashed
     distributed: dict[str, Any] | None  # ranks and how the model was wrapped
     eval: dict[str, Any] | None = field(default=None)  # the plugin's held-out evaluation, when asked for
-    script: dict[str, Any] | None = field(default=None)  # a script model's run: what was found and taken
+    script: ScriptFacts | None = field(default=None)  # a script model's run: what was found and taken
     launched: Launched | None = field(default=None, compare=False)  # set by the orchestrator, never written
 
     def launched_at(self) -> float:
@@ -124,7 +134,7 @@ class RunRecord:
             value = getattr(self, f.name)
             if f.name == "launched" or (f.name in ("eval", "script") and value is None):
                 continue
-            out[f.name] = dataclasses.asdict(value) if isinstance(value, Timings) else value
+            out[f.name] = dataclasses.asdict(value) if isinstance(value, (Timings, ScriptFacts)) else value
         return out
 
 
@@ -201,6 +211,8 @@ def from_json(data: dict[str, Any]) -> RunRecord | FailedRun:
     values = {k: v for k, v in data.items() if k in names}
     values.pop("launched", None)
     values["timings"] = Timings(**values["timings"])
+    if values.get("script") is not None:
+        values["script"] = ScriptFacts(**values["script"])
     return RunRecord(**values)
 
 

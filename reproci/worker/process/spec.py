@@ -47,7 +47,7 @@ class ScriptCommand:
     command: str  # the command this run executes, its placeholders unfilled (run C's: the resume command)
     cwd: str  # where it runs: the directory reproci was started in (in a container, where that is mounted)
     resume_at: int  # k: what {resume_at} says, and the step run C resumes at
-    config: dict[str, Any] = field(default_factory=dict)  # the model's identity: both commands, as given
+    config: dict[str, str] = field(default_factory=dict)  # the model's identity: both commands, as given
 
 
 @dataclass(frozen=True, kw_only=True)

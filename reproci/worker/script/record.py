@@ -15,7 +15,7 @@ from ..data.batchlog import BatchLog
 from ..data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
 from ..process import envinfo
 from ..process.spec import WorkerSpec
-from ..run_record import RunRecord, Timings
+from ..run_record import RunRecord, ScriptFacts, Timings
 from ..state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints
 
 
@@ -80,6 +80,6 @@ def build(trace: ScriptSteps) -> RunRecord:
         peak_memory_bytes=None, peak_memory_kind=None, profiled_steps=0, cpus=None, steady_allocator=False,
         ops=None, execution=None, compile_cache=None, compile_attestation=None, scaler_state=None, perturbed=None,
         checkpoint_at=spec.checkpoint_at, census=None, extra_state_sha256=None, distributed=None,
-        script={"model": type(trace.model).__name__, "optimizers": trace.optimizer_names,
-                "steps_taken": trace.taken + trace.beyond, "copied_out": trace.copied},
+        script=ScriptFacts(model=type(trace.model).__name__, optimizers=trace.optimizer_names,
+                           steps_taken=trace.taken + trace.beyond, copied_out=trace.copied),
     )
