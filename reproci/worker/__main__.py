@@ -115,13 +115,22 @@ def own_temp_dir(spec_file: Path) -> None:
         os.environ["TMPDIR"] = tempfile.tempdir = folder
 
 
-def main(argv: list[str]) -> int:
+def begin(argv: list[str], module: str) -> Path | None:
+    """What an entry point (``python -m MODULE SPEC.json``) does first: die with its launcher, take
+    its temporary folder, and return the spec file; None, the usage printed, for other arguments."""
     die_with_parent()
     if len(argv) != 1:
-        print("usage: python -m reproci.worker SPEC.json", file=sys.stderr)
-        return EXIT_USAGE
+        print(f"usage: python -m {module} SPEC.json", file=sys.stderr)
+        return None
     spec_file = Path(argv[0]).resolve()
     own_temp_dir(spec_file)
+    return spec_file
+
+
+def main(argv: list[str]) -> int:
+    spec_file = begin(argv, "reproci.worker")
+    if spec_file is None:
+        return EXIT_USAGE
     from .process.spec import WorkerSpec, for_rank, resolve
 
     # Under torchrun each rank writes its own files (spec.for_rank); rank 0's are the run's.

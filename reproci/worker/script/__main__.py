@@ -19,7 +19,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from ..__main__ import _write, die_with_parent, own_temp_dir
+from ..__main__ import _write, begin
 from ..process.exitcodes import EXIT_CONTRACT, EXIT_USAGE
 from ..process.spec import WorkerSpec, resolve
 from ..run_record import FailedRun
@@ -73,12 +73,9 @@ def command_line(spec: WorkerSpec, out: Path, env: dict[str, str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    die_with_parent()
-    if len(argv) != 1:
-        print("usage: python -m reproci.worker.script SPEC.json", file=sys.stderr)
+    spec_file = begin(argv, "reproci.worker.script")
+    if spec_file is None:
         return EXIT_USAGE
-    spec_file = Path(argv[0]).resolve()
-    own_temp_dir(spec_file)
     spec = WorkerSpec.from_json(spec_file.read_text())
     record = resolve(spec_file, spec.output)
     assert record is not None and spec.script is not None
