@@ -20,7 +20,7 @@ from reproci import cli, errors
 
 from .helpers import PLUGINS, ROOT, docker_client, interruptible, left_behind, said
 
-# Across the start: the CLI's own imports (to ~0.6 s), the run folder, torch's import beside the
+# Across the start (a run of 300 steps lasts well past the last point): the CLI's own imports (to ~0.6 s), the run folder, torch's import beside the
 # first runs (to ~3 s), the fork server's start and the first runs. Each point costs its delay
 # and the seconds the CLI takes to stop.
 DELAYS = (0.1, 0.3, 0.6, 0.9, 1.3, 1.8, 2.4, 3.0)
@@ -89,6 +89,10 @@ def _ctrl_c(cwd: Path, env: dict[str, str], args: tuple[str, ...], when: Callabl
     deadline = time.monotonic() + 120
     while not when() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    if proc.poll() is not None:
+        _, err = proc.communicate()
+        return [f"Ctrl-C {what}: the run had ended (exit {proc.returncode}) before it: make it longer; "
+                f"it said {err[-300:]!r}"]
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
     try:
@@ -121,7 +125,7 @@ def test_ctrl_c_at_any_moment_of_the_start_ends_the_run_at_once(tmp_path):
     tmp = Path(tempfile.mkdtemp(prefix="rci-"))  # the runs' TMPDIR, short: a Unix socket's path has 108 bytes
     env = _env(tmp)
     try:
-        failures = _at_moments(tmp_path, env, DELAYS, ("-m", "embedding", "--steps", "30"))
+        failures = _at_moments(tmp_path, env, DELAYS, ("-m", "embedding", "--steps", "300"))
         failures += _ctrl_c(tmp_path / "loader", env, ("-m", f"{PLUGINS / 'resumable.py'}:worker_augmented", "--steps", "400"),
                             lambda: any(tmp.rglob("pymp-*")), "while loader workers run")
     finally:
@@ -137,8 +141,58 @@ def test_ctrl_c_at_moments_of_a_docker_runs_start_ends_it_at_once(tmp_path):
     tmp = Path(tempfile.mkdtemp(prefix="rci-"))
     try:
         failures = _at_moments(tmp_path, _env(tmp), (0.6, 0.9, 1.2, 2.0),
-                               ("--image", IMAGE, "-m", "embedding", "--steps", "30"), engine)
+                               ("--image", IMAGE, "-m", "embedding", "--steps", "300"), engine)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         engine.close()
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.docker
+def test_a_ctrl_c_while_the_engine_makes_the_preflight_container_leaves_no_container(monkeypatch):
+    """The preflight's container is created from the main thread, where Ctrl-C lands. A
+    KeyboardInterrupt raised while the engine is still making it left it behind, created and
+    unknown to reproci (once in CI). Here the engine is slow to make it: the request in flight,
+    the container made 0.6 s later whatever the client does, as a loaded daemon does."""
+    import concurrent.futures
+    import threading
+
+    from reproci import backends
+    from reproci.backends import docker_engine
+    from reproci.settings.options import build
+
+    engine = docker_client(IMAGE)
+    real, asked = docker_engine.Engine.create, threading.Event()
+
+    def loaded_daemon(self, *args, **kwargs):
+        made: concurrent.futures.Future = concurrent.futures.Future()
+
+        def daemon():
+            time.sleep(0.6)
+            try:
+                made.set_result(real(self, *args, **kwargs))
+            except BaseException as e:
+                made.set_exception(e)
+
+        threading.Thread(target=daemon, daemon=True).start()
+        asked.set()
+        return made.result()
+
+    def ctrl_c():
+        asked.wait(60)
+        time.sleep(0.2)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    monkeypatch.setattr(docker_engine.Engine, "create", loaded_daemon)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=ctrl_c, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            backends.create(build({"image": IMAGE, "models": ("embedding",)}, env={}))
+            time.sleep(5)  # the preflight ran before the Ctrl-C: wait for it here
+        time.sleep(1.0)  # past the moment the engine made it
+        left = left_behind(pid=os.getpid(), engine=engine, within=3.0)
+    finally:
+        signal.signal(signal.SIGINT, before)
+        engine.close()
+    assert not left, left

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -281,7 +282,13 @@ def preflight_verdict(reference: str, code: int | None, tail: list[str], *, cuda
 
 
 class _Tracked:
-    """A backend's container, known to close() while it exists."""
+    """A backend's container, known to close() while it exists.
+
+    The engine's create is asked from a thread of its own: Ctrl-C lands in the main thread (the
+    preflight's create is made there), and a KeyboardInterrupt raised inside the request would
+    leave the engine making a container whose ID never came back, after close() had swept the
+    session's label. The thread gets the answer whatever the main thread does, records the
+    container, and only then lets close() go on (it waits for the creates in flight)."""
 
     def __init__(self, backend: DockerBackend, container: Container) -> None:
         self.backend, self.container = backend, container
@@ -290,15 +297,23 @@ class _Tracked:
         b = self.backend
         with b._lock:
             b._in_flight += 1
+        made: Future[Container] = Future()
+        threading.Thread(target=self._create, args=(made,), daemon=True, name="reproci-create").start()
+        return made.result()
+
+    def _create(self, made: Future[Container]) -> None:
+        b = self.backend
         try:
             c = self.container.__enter__()
             with b._lock:
                 b._live[str(c.id)] = c
+            made.set_result(c)
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread as it came
+            made.set_exception(e)
         finally:
             with b._creating:
                 b._in_flight -= 1
                 b._creating.notify_all()
-        return c
 
     def __exit__(self, *exc: object) -> None:
         cid = str(self.container.id)
