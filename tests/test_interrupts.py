@@ -20,9 +20,9 @@ from reproci import cli, errors
 
 from .helpers import PLUGINS, ROOT, docker_client, interruptible, left_behind, said
 
-# Across the start (a run of 300 steps lasts well past the last point): the CLI's own imports (to ~0.6 s), the run folder, torch's import beside the
+# Across the start: the CLI's own imports (to ~0.6 s), the run folder, torch's import beside the
 # first runs (to ~3 s), the fork server's start and the first runs. Each point costs its delay
-# and the seconds the CLI takes to stop.
+# and the seconds the CLI takes to stop; the runs (300 steps) last well past the last point.
 DELAYS = (0.1, 0.3, 0.6, 0.9, 1.3, 1.8, 2.4, 3.0)
 ENDS_WITHIN_S = 10.0
 IMAGE = "reproci/cpu-torch2.13:1"  # .ci/docker-setup.sh builds it
