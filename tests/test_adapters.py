@@ -160,8 +160,77 @@ def test_bf16_trains_under_autocast_and_the_loss_is_the_models_own() -> None:
 def test_knobs_reproci_does_not_honour_are_refused() -> None:
     model = nn.Linear(2, 1)
     args = transformers.TrainingArguments(output_dir="unused", label_smoothing_factor=0.1, report_to=[])
-    with pytest.raises(ContractError, match="label_smoothing_factor is not supported"):
+    with pytest.raises(ContractError, match="label_smoothing_factor=0.1 is not supported"):
         hf.hf_setup(CTX, model, args, train_dataset=[])
+
+
+# A value other than the default for each field hf_setup refuses (set after construction: some
+# would need a GPU or a cluster to construct).
+NOT_DEFAULT = {"label_smoothing_factor": 0.1, "optim_target_modules": ["attn"], "average_tokens_across_devices": False,
+               "tf32": True, "use_liger_kernel": True, "liger_kernel_config": {"rope": True},
+               "auto_find_batch_size": True, "dataloader_persistent_workers": True, "dataloader_in_order": False,
+               "load_best_model_at_end": True, "ignore_data_skip": True, "parallelism_config": object(),
+               "accelerator_config": transformers.trainer_pt_utils.AcceleratorConfig(split_batches=True),
+               "fsdp": "full_shard", "fsdp_config": {"min_num_params": 1}, "deepspeed": "ds.json",
+               "ddp_backend": "gloo", "ddp_find_unused_parameters": True, "ddp_bucket_cap_mb": 1,
+               "ddp_broadcast_buffers": False, "ddp_static_graph": True, "ddp_timeout": 60, "sortish_sampler": True}
+
+
+def test_every_field_of_the_installed_training_arguments_is_done_as_trainer_does_it_or_named_inert_or_refused() -> None:
+    """A field a new transformers release adds fails here until it is put in one of hf_setup's
+    tables: no field is dropped without a word."""
+    import dataclasses
+
+    tables = hf.INERT | hf.REPLACED | hf.HONOURED | set(hf.REFUSED)
+    assert not [f.name for f in dataclasses.fields(transformers.TrainingArguments) if f.name not in tables]
+    assert not (hf.INERT & hf.REPLACED) and not (hf.INERT | hf.REPLACED) & (hf.HONOURED | set(hf.REFUSED))
+    assert not hf.HONOURED & set(hf.REFUSED)
+
+
+@pytest.mark.parametrize("name", sorted(hf.REFUSED))
+def test_each_field_hf_setup_does_not_do_is_refused_in_one_line_that_names_it(name) -> None:
+    """data_seed, TrainingArguments' own, used to be dropped silently: each field that changes
+    what is trained and that hf_setup does not do is refused where set, and only there."""
+    import dataclasses
+
+    args = _args()
+    if name not in {f.name for f in dataclasses.fields(args)}:
+        pytest.skip(f"transformers {transformers.__version__} has no {name}")
+    data = [{"input_ids": torch.arange(4), "labels": torch.arange(4)}]
+    hf.hf_setup(CTX, _tiny_gpt2(), _args(), train_dataset=data)  # at its default: taken
+    setattr(args, name, NOT_DEFAULT[name])
+    with pytest.raises(ContractError) as e:
+        hf.hf_setup(CTX, _tiny_gpt2(), args, train_dataset=data)
+    assert f"TrainingArguments {name}=" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_field_of_a_newer_release_is_refused_where_set() -> None:
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Newer(transformers.TrainingArguments):
+        loss_reweighting: float = 1.0
+
+    data = [{"input_ids": torch.arange(4), "labels": torch.arange(4)}]
+    hf.hf_setup(CTX, _tiny_gpt2(), Newer(output_dir="unused", use_cpu=True, report_to=[]), train_dataset=data)
+    with pytest.raises(ContractError, match=r"loss_reweighting=2.0 is not supported \(this version of hf_setup"):
+        hf.hf_setup(CTX, _tiny_gpt2(), Newer(output_dir="unused", use_cpu=True, report_to=[], loss_reweighting=2.0),
+                    train_dataset=data)
+
+
+def _order(setup) -> list[int]:
+    return [int(b["input_ids"][0, 0]) for b in setup.loader]
+
+
+def test_data_seed_orders_the_samples_whatever_the_run_seed_as_trainer_orders_them() -> None:
+    """hf_setup used to ignore data_seed: the same order as without it."""
+    data = [{"input_ids": torch.full((4,), i), "labels": torch.full((4,), i)} for i in range(16)]
+    seeded = [hf.hf_setup(ModelContext(profile="quick", device=torch.device("cpu"), seed=s, steps=4), _tiny_gpt2(),
+                          _args(data_seed=d, per_device_train_batch_size=1), train_dataset=data)
+              for s, d in ((0, 7), (1, 7), (0, 8), (0, None))]
+    assert _order(seeded[0]) == _order(seeded[1])  # --seed does not move it
+    assert _order(seeded[0]) != _order(seeded[2]) and _order(seeded[0]) != _order(seeded[3])
+    assert seeded[0].config["training_args"]["data_seed"] == 7 and "data_seed" not in seeded[3].config["training_args"]
 
 
 def _tiny_gpt2():
@@ -183,6 +252,28 @@ def test_activation_checkpointing_is_enabled_as_trainer_enables_it_and_named_in_
     assert "activation_checkpointing" not in plain.config["training_args"]  # an unused knob keeps the old identity
     setup.model.train()
     setup.loss_fn(setup.model, next(iter(setup.loader))).loss.backward()  # the recomputed forward runs
+
+
+def test_activation_checkpointing_every_n_layers_marks_the_layers_trainer_marks(tmp_path) -> None:
+    """The layers checkpointed under ``every_n_layers``, against a real ``Trainer.train`` of one
+    step: hf_setup once checkpointed every layer ([T, T, T, T] where Trainer gives [T, F, T, F])."""
+    def four_layers():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=4,
+                                                                    n_head=2))
+
+    data = [{"input_ids": torch.arange(8) % 20, "labels": torch.arange(8) % 20}]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=1,
+                                          save_strategy="no", disable_tqdm=True, activation_checkpointing=True,
+                                          activation_checkpointing_kwargs={"every_n_layers": 2, "use_reentrant": False})
+    if not hasattr(args, "activation_checkpointing"):
+        pytest.skip(f"transformers {transformers.__version__} has no every_n_layers")
+    trainer = transformers.Trainer(model=four_layers(), args=args, train_dataset=data)
+    trainer.train()
+    marked = [bool(getattr(b, "gradient_checkpointing", False)) for b in trainer.model.transformer.h]
+    setup = hf.hf_setup(CTX, four_layers(), args, train_dataset=data)
+    assert [bool(getattr(b, "gradient_checkpointing", False)) for b in setup.model.transformer.h] == marked
+    assert marked == [True, False, True, False]
 
 
 def test_neftune_noise_is_added_to_the_embeddings_from_torchs_global_generator() -> None:

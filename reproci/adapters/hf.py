@@ -47,9 +47,18 @@ What it takes from ``args`` (a ``TrainingArguments``), as ``Trainer`` uses it:
   generator, whose epoch-start state a checkpoint holds: a resumed run redraws the epoch's
   order and skips what it had consumed; one process only. ``"sequential"`` does not shuffle.
 
-``seed`` is not read (reproci seeds every run from ``--seed``); ``label_smoothing_factor``,
+- ``data_seed``: the loader's order is drawn from it, not from ``--seed``, as ``Trainer``
+  draws it (accelerate's seedable sampler); part of the model's identity where set;
+- ``use_cache``: set on the model's config, as ``Trainer`` sets it.
+
+Every other field is in one of three tables below: ``INERT`` (what does not change the
+trained tensors: logging, saving, evaluation's schedule, the Hub), ``REPLACED`` (what reproci
+sets itself: ``seed`` from ``--seed``, the length from ``--steps``, the device from
+``--device``, the resume from run C) and ``REFUSED``; a field in ``REFUSED``, or in none of the
+tables (a newer release's), set to anything but its default is refused in one line that names
+it, so no field is dropped without a word. ``label_smoothing_factor``,
 ``train_sampling_strategy="batch_rebalance"`` and ``group_by_length`` above one rank are
-refused with a line that says so. The loss is the model's own
+refused with a line that says what to do. The loss is the model's own
 (``model(**batch).loss``: the batch must hold labels). With ``eval_dataset``, the held-out
 loss is the run's ``eval_loss`` metric.
 """
@@ -74,6 +83,7 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
     would train it; ``setup`` adds TrainSetup fields (``state_modules``, ``after_step``, ...)."""
     args = args if args is not None else transformers.TrainingArguments(report_to=[])
     _refuse_unsupported(args)
+    _refuse_unread(args)
     if args.full_determinism:
         transformers.enable_full_determinism(ctx.seed)
     model = model.to(ctx.device)
@@ -84,6 +94,8 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
                                            scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
     collate = _collator(model, args, data_collator)
     generator = ctx.generator()
+    if args.data_seed is not None:  # Trainer's order comes from data_seed, whatever the seed
+        generator.manual_seed(args.data_seed)
     loader = torch.utils.data.DataLoader(
         train_dataset, batch_size=args.per_device_train_batch_size, **_order(ctx, args, train_dataset, generator),
         generator=generator, collate_fn=collate, drop_last=args.dataloader_drop_last,
@@ -104,6 +116,9 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
         _neftune(model, args.neftune_noise_alpha)
     identity = {"hf_model": type(model).__name__, "hf_config": model.config.to_dict() if hasattr(model, "config") else {},
                 "training_args": _knobs(args), **(config or {})}
+    # As Trainer sets it; after the identity, so that a config as the user made it keeps its goldens.
+    if hasattr(args, "use_cache") and getattr(model, "config", None) is not None:
+        model.config.use_cache = args.use_cache
     if getattr(args, "torch_compile", False):  # as Trainer does: the compiled module shares the parameters
         model = torch.compile(model, backend=args.torch_compile_backend or "inductor", mode=args.torch_compile_mode)
     return TrainSetup(model=model, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=scheduler, scaler=scaler,
@@ -113,14 +128,113 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
 
 
 def _refuse_unsupported(args: Any) -> None:
-    if args.label_smoothing_factor:
-        raise ContractError("hf_setup: label_smoothing_factor is not supported: smooth the labels in the model's "
-                            "loss, or build the TrainSetup by hand")
     if args.fp16 and not torch.cuda.is_available():
         raise ContractError("hf_setup: fp16 needs CUDA: use bf16=True on the CPU, or neither")
     if _sampling(args) == "batch_rebalance":
         raise ContractError("hf_setup: train_sampling_strategy='batch_rebalance' is not supported: use 'group_by_length' "
                             "or 'random', or build the TrainSetup by hand")
+
+
+# The fields of TrainingArguments that do not change the trained tensors: what is logged,
+# saved, evaluated and pushed, and when.
+INERT = frozenset({
+    "output_dir", "overwrite_output_dir", "logging_dir", "logging_strategy", "logging_steps", "logging_first_step",
+    "logging_nan_inf_filter", "log_on_each_node", "log_level", "log_level_replica", "disable_tqdm", "report_to",
+    "run_name", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+    "include_num_input_tokens_seen", "include_tokens_per_second", "skip_memory_metrics",
+    "eval_strategy", "evaluation_strategy", "eval_steps", "eval_delay", "prediction_loss_only", "eval_on_start",
+    "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps", "include_for_metrics",
+    "include_inputs_for_metrics", "batch_eval_metrics", "bf16_full_eval", "fp16_full_eval", "metric_for_best_model",
+    "greater_is_better", "do_eval", "do_predict", "per_device_eval_batch_size",
+    "save_only_model", "save_strategy", "save_steps", "save_on_each_node", "save_total_limit", "save_safetensors",
+    "enable_jit_checkpoint", "restore_callback_states_from_checkpoint",
+    "push_to_hub", "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy", "hub_always_push", "hub_revision",
+    "torch_empty_cache_steps", "dataloader_pin_memory", "dataloader_prefetch_factor",
+    "dataloader_multiprocessing_context", "debug",
+    # Seq2SeqTrainingArguments: generation at evaluation
+    "predict_with_generate", "generation_max_length", "generation_num_beams", "generation_config",
+})
+# The fields reproci sets itself: the seed (--seed), the length (--steps), the device
+# (--device), the processes (--world-size) and the resume (run C resumes from run A's step k).
+REPLACED = frozenset({"seed", "max_steps", "num_train_epochs", "use_cpu", "no_cuda", "use_mps_device", "local_rank",
+                      "do_train", "resume_from_checkpoint"})
+# The fields hf_setup does as Trainer does (the module's docstring says how).
+HONOURED = frozenset({
+    "per_device_train_batch_size", "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps",
+    "warmup_ratio", "optim", "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "gradient_accumulation_steps", "max_grad_norm", "bf16", "fp16",
+    "activation_checkpointing", "activation_checkpointing_kwargs", "gradient_checkpointing",
+    "gradient_checkpointing_kwargs", "torch_compile", "torch_compile_backend", "torch_compile_mode",
+    "neftune_noise_alpha", "full_determinism", "data_seed", "use_cache", "dataloader_drop_last",
+    "dataloader_num_workers", "remove_unused_columns", "label_names", "train_sampling_strategy", "group_by_length",
+    "length_column_name",
+})
+# The fields that change what is trained, or how it resumes, and that hf_setup does not do:
+# refused where set (name: why, or what to do instead).
+REFUSED = {
+    "label_smoothing_factor": "smooth the labels in the model's loss",
+    "optim_target_modules": "the optimizers that take it (GaLore, APOLLO) are not made here",
+    "average_tokens_across_devices": "the loss is the model's own, averaged over its own batch",
+    "tf32": "TF32 matmuls round differently from one GPU to another: reproci's strict determinism keeps them off",
+    "use_liger_kernel": "Liger's kernels replace the model's layers",
+    "liger_kernel_config": "Liger's kernels replace the model's layers",
+    "auto_find_batch_size": "a batch size found by retrying after running out of memory changes what is trained",
+    "dataloader_persistent_workers": "loader workers that live across epochs draw on from where they were",
+    "dataloader_in_order": "a loader that yields batches out of order gives a run's batches in another order",
+    "load_best_model_at_end": "reproci compares the model the last step left",
+    "ignore_data_skip": "a resumed Trainer then trains on the epoch's first batches again",
+    "accelerator_config": "accelerate's own samplers and batch splitting are not made here",
+    "parallelism_config": "reproci runs data-parallel ranks only (--world-size)",
+    "fsdp": "reproci runs data-parallel ranks only (--world-size)",
+    "fsdp_config": "reproci runs data-parallel ranks only (--world-size)",
+    "deepspeed": "reproci runs data-parallel ranks only (--world-size)",
+    "ddp_backend": "reproci chooses the process group's backend from --device",
+    "ddp_find_unused_parameters": "give it as TrainSetup's ddp_options",
+    "ddp_bucket_cap_mb": "give it as TrainSetup's ddp_options",
+    "ddp_broadcast_buffers": "give it as TrainSetup's ddp_options",
+    "ddp_static_graph": "give it as TrainSetup's ddp_options",
+    "ddp_timeout": "reproci sets the process group's timeout",
+    "sortish_sampler": "its order is not the one a resumed run redraws",
+}
+
+
+def _refuse_unread(args: Any) -> None:
+    """A field hf_setup does not read (REFUSED, or in no table: a newer release's), set to
+    anything but its default: one ContractError that names it."""
+    import dataclasses
+
+    default = _defaults(type(args), args)
+    known = INERT | REPLACED | HONOURED
+    for f in dataclasses.fields(args):
+        name = f.name
+        if name in known or not f.init:
+            continue
+        if default is not None:
+            usual = getattr(default, name, None)
+        else:
+            usual = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = getattr(args, name, None)
+        if _same(value, usual):
+            continue
+        why = REFUSED.get(name, f"this version of hf_setup does not know what {type(args).__name__}.{name} does")
+        raise ContractError(f"hf_setup: TrainingArguments {name}={value!r} is not supported ({why}): leave it at "
+                            f"{usual!r}, or check your own script with `reproci run --script`")
+
+
+def _defaults(kind: type, args: Any) -> Any:
+    """A ``kind`` made with nothing but ``args``' output_dir: every field at its default, after
+    the same ``__post_init__``; None where it cannot be made so (a subclass that needs more)."""
+    try:
+        return kind(output_dir=args.output_dir, report_to=[])
+    except Exception:  # noqa: BLE001 - a subclass with required fields: each field's own default is compared
+        return None
+
+
+def _same(value: Any, usual: Any) -> bool:
+    try:
+        return bool(value == usual)
+    except Exception:  # noqa: BLE001 - values that do not compare (arrays): not the default
+        return False
 
 
 def _sampling(args: Any) -> str:
@@ -141,6 +255,9 @@ def _order(ctx: ModelContext, args: Any, dataset: Any, generator: torch.Generato
         return {"sampler": torch.utils.data.DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
                                                                shuffle=False)}
     if strategy != "group_by_length":
+        if ctx.world_size > 1 and args.data_seed is not None:  # each rank's shard drawn from data_seed
+            return {"sampler": torch.utils.data.DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank,
+                                                                   shuffle=True, seed=args.data_seed)}
         return ctx.shuffling(dataset)
     if ctx.world_size > 1:
         raise ContractError(f"hf_setup: group_by_length runs in one process only, not on {ctx.world_size} ranks: "
@@ -233,7 +350,8 @@ KNOBS = ("learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsi
 
 # Arguments that are part of the identity only when set (name: its default), so that a model
 # that does not use them keeps the identity, and the goldens, it had before reproci honoured them.
-KNOBS_WHEN_SET = {"activation_checkpointing": False, "activation_checkpointing_kwargs": None, "neftune_noise_alpha": None}
+KNOBS_WHEN_SET = {"activation_checkpointing": False, "activation_checkpointing_kwargs": None, "neftune_noise_alpha": None,
+                  "data_seed": None, "use_cache": False}
 
 
 def _knobs(args: Any) -> dict[str, Any]:
