@@ -121,15 +121,147 @@ def test_the_hooks_run_in_the_order_trainer_fit_calls_them_and_draw_what_it_draw
     assert all(torch.equal(a, b) for a, b in zip(tensors, our_tensors))
 
 
-def test_a_hook_that_reads_the_trainer_is_refused_in_one_line() -> None:
+def test_self_trainer_gives_what_a_fitting_trainer_gives_and_names_what_it_does_not() -> None:
+    """``self.trainer.estimated_stepping_batches`` is the run's steps, as a Trainer with
+    max_steps gives it; an attribute reproci does not give is one line naming it (and a
+    missing attribute to ``hasattr``)."""
     class Scheduled(Tiny):
         def configure_optimizers(self):
             opt = torch.optim.SGD(self.parameters(), lr=0.1)
-            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.OneCycleLR(
-                opt, max_lr=0.1, total_steps=self.trainer.estimated_stepping_batches)}
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.OneCycleLR(
+                opt, max_lr=0.1, total_steps=self.trainer.estimated_stepping_batches), "interval": "step"}}
 
-    with pytest.raises(ContractError, match=r"Scheduled.configure_optimizers reads self.trainer, .*ctx.steps"):
-        lightning.lightning_setup(CTX, Scheduled(None))
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2), torch.ones(4, 1)))
+
+    setup = lightning.lightning_setup(CTX, Scheduled(None))
+    assert setup.scheduler[0].total_steps == CTX.steps
+    assert not hasattr(setup.model.trainer, "strategy")
+
+    class Strategic(Scheduled):
+        def on_train_start(self):
+            self.trainer.strategy.barrier()
+
+    with pytest.raises(ContractError, match=r"self.trainer.strategy is not given outside a Trainer .*--script"):
+        lightning.lightning_setup(CTX, Strategic(None))
+
+
+class Hooked(pl.LightningModule):
+    """A module that overrides the hooks around a training step, each recording what it saw:
+    Lightning's documented learning-rate warm-up in ``optimizer_step`` (reading
+    ``self.trainer.global_step``), gradients halved in ``on_before_optimizer_step``."""
+
+    def __init__(self, seen: list) -> None:
+        super().__init__()
+        self.layer, self.seen = nn.Linear(3, 1), seen
+
+    def train_dataloader(self):
+        g = torch.Generator().manual_seed(0)
+        data = torch.utils.data.TensorDataset(torch.randn(8, 3, generator=g), torch.randn(8, 1, generator=g))
+        return torch.utils.data.DataLoader(data, batch_size=2)  # 4 batches an epoch, in order
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(("training_step", batch_idx, self.global_step, self.current_epoch))
+        x, y = batch
+        return nn.functional.mse_loss(self.layer(x), y)
+
+    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure=None):
+        self.seen.append(("optimizer_step", epoch, batch_idx, self.trainer.global_step))
+        optimizer.step(closure=optimizer_closure)
+        for group in optimizer.param_groups:
+            group["lr"] = min(1.0, (self.trainer.global_step + 1) / 3) * 0.1
+
+    def on_before_optimizer_step(self, optimizer):
+        self.seen.append(("on_before_optimizer_step", round(float(self.layer.weight.grad.norm()), 6)))
+        for p in self.parameters():
+            p.grad.mul_(0.5)
+
+    def on_before_zero_grad(self, optimizer):
+        self.seen.append(("on_before_zero_grad",))
+
+    def on_before_backward(self, loss):
+        self.seen.append(("on_before_backward",))
+
+    def on_after_backward(self):
+        self.seen.append(("on_after_backward", round(float(self.layer.weight.grad.norm()), 6)))
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self.seen.append(("on_train_batch_start", batch_idx))
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        self.seen.append(("on_train_batch_end", batch_idx, self.global_step))
+
+    def on_train_epoch_start(self):
+        self.seen.append(("on_train_epoch_start", self.current_epoch))
+
+    def on_train_epoch_end(self):
+        self.seen.append(("on_train_epoch_end", self.current_epoch))
+
+
+def test_the_hooks_around_each_step_run_as_trainer_fit_runs_them_and_train_the_same_bits(tmp_path) -> None:
+    """Against a real ``Trainer.fit`` of 6 steps, 2 batches each (3 epochs), clipped: the same
+    hooks in the same order with the same counts, and the same parameters to the bit. The
+    adapter used to skip ``optimizer_step`` and ``on_before_optimizer_step`` (no warm-up, no
+    halving) and gave the same hashes as without them."""
+    from reproci.worker.data.batches import Accumulated
+    from reproci.worker.train import train_step
+
+    runs = {}
+    for who in ("trainer", "adapter"):
+        seen: list = []
+        torch.manual_seed(0)
+        module = Hooked(seen)
+        if who == "trainer":
+            pl.Trainer(accelerator="cpu", devices=1, max_steps=6, accumulate_grad_batches=2, gradient_clip_val=0.05,
+                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                       enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path).fit(module)
+        else:
+            ctx = ModelContext(profile="quick", device=torch.device("cpu"), seed=0, steps=6)
+            setup = lightning.lightning_setup(ctx, module, grad_clip=0.05, accumulate=2)
+            batches = (b for _ in range(3) for b in setup.loader)
+            for step in range(1, 7):
+                train_step(setup, setup.model, Accumulated([next(batches), next(batches)]), step)
+        runs[who] = (seen, {k: v.clone() for k, v in module.state_dict().items()})
+    (theirs, trained), (ours, ours_trained) = runs["trainer"], runs["adapter"]
+
+    def apart(seen: list) -> tuple[list, list]:  # the Trainer calls optimizer_step before the closure that runs
+        steps = [s for s in seen if s[0] == "optimizer_step"]  # the last batch's training_step and backward
+        return [s for s in seen if s[0] != "optimizer_step"], steps
+
+    assert apart(ours) == apart(theirs), "\n".join(f"{a} | {b}" for a, b in zip(ours, theirs))
+    assert len(apart(ours)[1]) == 6 and ("on_train_epoch_end", 2) in ours
+    assert all(torch.equal(trained[k], ours_trained[k]) for k in trained)
+
+
+@pytest.mark.parametrize("hook", ["backward", "lr_scheduler_step", "configure_callbacks", "transfer_batch_to_device",
+                                  "on_before_batch_transfer", "on_train_end", "on_fit_end"])
+def test_a_hook_lightning_setup_does_not_call_as_the_trainer_does_is_refused_where_overridden(hook) -> None:
+    overriding = type("Overriding", (Tiny,), {hook: lambda self, *a, **k: None})
+    with pytest.raises(ContractError, match=rf"Overriding.{hook} is not supported \(.*--script"):
+        lightning.lightning_setup(CTX, overriding(lambda o: o))
+
+
+def test_every_hook_of_the_installed_lightning_is_called_as_the_trainer_calls_it_or_named() -> None:
+    """A hook a new Lightning release adds fails here until it is put in one of
+    lightning_fit's tables, and until then a module overriding it is refused."""
+    from reproci.adapters import lightning_fit as fit
+
+    tables = fit.CALLED | fit.NOT_IN_TRAINING | fit.OWN_METHODS | set(fit.REFUSED)
+    assert not sorted(fit.hooks() - tables)
+    assert not fit.CALLED & (fit.NOT_IN_TRAINING | fit.OWN_METHODS | set(fit.REFUSED))
+    newer = type("Newer", (Tiny,), {"on_train_batch_middle": lambda self: None})
+    original = fit.hooks
+    try:
+        fit.hooks = lambda: original() | {"on_train_batch_middle"}
+        pl.LightningModule.on_train_batch_middle = lambda self: None
+        with pytest.raises(ContractError, match="Newer.on_train_batch_middle is not supported .*does not know"):
+            lightning.lightning_setup(CTX, newer(lambda o: o))
+    finally:
+        fit.hooks = original
+        del pl.LightningModule.on_train_batch_middle
 
 
 def test_the_optimizer_is_the_one_trainer_would_make() -> None:
@@ -491,6 +623,40 @@ def test_lightning_setup_checkpoints_what_the_trainer_checkpoints_and_the_plugin
     with pytest.raises(ContractError, match="give both get_extra_state and set_extra_state"):
         lightning.lightning_setup(CTX, lightning_state.Classifier(0), datamodule=lightning_state.Data(0),
                                   get_extra_state=dict)
+
+
+def test_a_resume_puts_back_the_trainers_state_in_lightnings_order_and_under_its_keys(tmp_path) -> None:
+    """Against a real ``Trainer.fit(ckpt_path=...)``: ``on_load_checkpoint`` runs before the
+    datamodule's ``load_state_dict`` (reproci used to call them the other way round), and the
+    checkpoint it is given holds the datamodule's state under the datamodule's class name, where
+    Lightning's own checkpoint puts it (a hook reading it there used to pass unread)."""
+    from .plugins import lightning_state
+
+    order: list = []
+
+    class Data(lightning_state.StatefulData):
+        def load_state_dict(self, state_dict):
+            order.append("datamodule.load_state_dict")
+            super().load_state_dict(state_dict)
+
+    class Module(lightning_state.KeptClassifier):
+        def on_load_checkpoint(self, checkpoint):
+            order.append(("module.on_load_checkpoint", sorted(checkpoint[type(self.trainer.datamodule).__qualname__])))
+            super().on_load_checkpoint(checkpoint)
+
+    def trainer(steps: int, **kw):
+        return pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path, **kw)
+
+    saving = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    trainer(2, callbacks=[saving]).fit(Module(0), datamodule=Data(0))
+    trainer(4).fit(Module(0), datamodule=Data(0), ckpt_path=saving.best_model_path or saving.last_model_path
+                   or next(str(p) for p in tmp_path.glob("*.ckpt")))
+    theirs = list(order)
+    order.clear()
+    setup = lightning.lightning_setup(CTX, Module(0), datamodule=Data(0))
+    setup.set_extra_state(setup.get_extra_state())
+    assert order == theirs == [("module.on_load_checkpoint", ["noise"]), "datamodule.load_state_dict"]
 
 
 def test_hf_setup_takes_extra_state_beside_the_adapter() -> None:

@@ -54,7 +54,8 @@ def test_worker_side_imports_only_stdlib_torch_numpy():
                 assert root in stdlib or root in ALLOWED_THIRD_PARTY | optional, f"{f.relative_to(ROOT)} imports {root}"
 
 
-ADAPTERS = {"hf.py": {"transformers"}, "lightning.py": {"lightning", "pytorch_lightning"}, "__init__.py": set()}
+ADAPTERS = {"hf.py": {"transformers"}, "lightning.py": {"lightning", "pytorch_lightning"},
+            "lightning_fit.py": {"lightning", "pytorch_lightning"}, "__init__.py": set()}
 
 
 def test_each_adapter_imports_only_the_worker_side_and_its_own_library():

@@ -17,8 +17,21 @@ What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
   ``tensor_init_context`` does), ``configure_optimizers``, ``on_fit_start``,
   ``train_dataloader``, ``on_train_start``. They run in every run, the resumed one included,
   after reproci has seeded the process: a ``setup`` that draws random numbers draws the same
-  ones each time. A hook that reads ``self.trainer`` is refused in one line (there is no
-  Trainer); the per-epoch and per-batch hooks, validation's and teardown's are not called.
+  ones each time.
+- the hooks of each training batch and step, in the Trainer's order (``lightning_fit``):
+  ``on_train_epoch_start``, ``on_after_batch_transfer``, ``on_train_batch_start``,
+  ``on_before_zero_grad``, ``optimizer_zero_grad``, ``on_before_backward``,
+  ``on_after_backward``, ``optimizer_step`` (Lightning's documented warm-up),
+  ``on_before_optimizer_step``, ``configure_gradient_clipping``, ``on_train_batch_end``,
+  ``on_train_epoch_end``. ``self.trainer`` is what a Trainer fitting with
+  ``max_steps=ctx.steps`` gives (``global_step``, ``current_epoch``,
+  ``estimated_stepping_batches``, ...); anything else of it is one line that names it.
+- every other hook of the installed Lightning is in one of ``lightning_fit``'s tables: not part
+  of training (validation's, testing's, prediction's, teardown), or refused where the module or
+  the datamodule overrides it (``backward``, ``lr_scheduler_step``, ``configure_callbacks``,
+  the batch transfer hooks before the device, ``on_train_end``, ``on_fit_end``), as is a hook a
+  newer release adds. An epoch whose batches do not divide into ``accumulate`` is refused (the
+  Trainer steps at the epoch's end with what is left).
 
 - ``training_step(batch, batch_idx)``: the loss (a tensor, or a dict with ``"loss"``);
   ``batch_idx`` is the batch's index in its epoch, checkpointed with the run, so a resumed run
@@ -39,8 +52,10 @@ What it takes from the module, as ``Trainer`` (automatic optimization) uses it:
   run's checkpoint as ``Trainer.save_checkpoint`` and a resume (``fit(ckpt_path=...)``) do it:
   the datamodule's ``state_dict()`` (put back with its ``load_state_dict``) and what the
   module's ``on_save_checkpoint(checkpoint)`` adds to the checkpoint dict (given back to its
-  ``on_load_checkpoint``; the dict also holds ``state_dict``, ``epoch``, ``global_step`` and
-  the Lightning version, as Lightning's does, but only the keys the hook adds are kept).
+  ``on_load_checkpoint``; the dict also holds ``state_dict``, ``epoch``, ``global_step``, the
+  datamodule's state under its class name and the Lightning version, as Lightning's does, but
+  only the keys the hook adds are kept). A resume calls ``on_load_checkpoint`` first, then the
+  datamodule's ``load_state_dict``, as Lightning 2 does.
   Other state of your own: ``get_extra_state``/``set_extra_state``, as in any ``TrainSetup``,
   checkpointed beside it. A resume puts each tensor of the Trainer's state back on the device it
   was saved from (as Lightning loads it), and each torchmetrics metric's states on its device.
@@ -62,10 +77,14 @@ from reproci.worker.contract import ContractError, ModelContext, TrainSetup, los
 from reproci.worker.state.census import is_metric
 from reproci.worker.steppers import EveryEpoch
 
-try:
-    import lightning.pytorch as pl
-except ImportError:  # the older package name
-    import pytorch_lightning as pl
+from . import lightning_fit as fit
+from .lightning_fit import overridden as _overridden
+from .lightning_fit import pl
+
+# The hooks around an optimizer step: where the module overrides one, the optimizer is stepped
+# through them (lightning_fit.Stepped), the clipping with them, as the Trainer's precision plugin does.
+_STEP_HOOKS = ("on_before_zero_grad", "optimizer_zero_grad", "optimizer_step", "on_before_optimizer_step",
+               "configure_gradient_clipping")
 
 _FN = getattr(getattr(getattr(pl, "trainer", None), "states", None), "TrainerFn", None)
 FITTING = _FN.FITTING if _FN is not None else "fit"  # what Trainer.fit passes to setup(stage=...)
@@ -89,28 +108,41 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
     source = datamodule if datamodule is not None else module
     if not callable(getattr(source, "train_dataloader", None)):
         raise ContractError(f"lightning_setup: the datamodule, a {type(source).__name__}, has no train_dataloader()")
+    fit.refuse_unsupported(module, datamodule)
     module.log = lambda *a, **k: None  # a Trainer's logger is not there
     module.log_dict = lambda *a, **k: None
+    trainer = fit.Trainer(ctx, module, datamodule, per_epoch=None, accumulate=accumulate, grad_clip=grad_clip,
+                          precision=precision)
+    module.trainer = trainer  # self.trainer in every hook, as in a fitting Trainer
+    if datamodule is not None:
+        datamodule.trainer = trainer
     _before_fit(ctx, module, datamodule)
     module = module.to(ctx.device)
     optimizer, schedulers = _optimizers(_hook(module, "configure_optimizers"))
+    trainer.optimizers = [optimizer]
     _hook(module, "on_fit_start")
     loader = seeded(_hook(source, "train_dataloader"), ctx)
     _hook(module, "on_train_start")
     per_epoch = len(loader) if hasattr(loader, "__len__") else None
+    if per_epoch and accumulate > 1 and per_epoch % accumulate:
+        raise ContractError(f"lightning_setup: {per_epoch} batches an epoch do not divide into accumulate={accumulate}: "
+                            "the Trainer steps at each epoch's end with the batches left, reproci across the epoch's end; "
+                            "make the batches an epoch a multiple of accumulate")
+    trainer.num_training_batches = per_epoch or float("inf")
     calls = {"n": 0}  # training_step calls so far: the batch index, checkpointed as extra state
     autocast = _autocast(precision, ctx.device)
-
-    def loss_fn(m: Any, batch: Any) -> torch.Tensor:
-        idx = calls["n"] % per_epoch if per_epoch else calls["n"]
-        calls["n"] += 1
-        with autocast():
-            return loss_of(_hook(module, "training_step", batch, idx))
-
+    if any(_overridden(module, pl.LightningModule, h) for h in _STEP_HOOKS):
+        module.clip_gradients = fit.clip_gradients  # the precision plugin's, which the Trainer would give
+        optimizer = fit.Stepped(optimizer, module, trainer, lambda: (calls["n"] - 1) % per_epoch if per_epoch
+                                else calls["n"] - 1)
+        grad_clip = None  # clipped in the optimizer's step, after on_before_optimizer_step
+    loss_fn, batch_hooks = _batch_hooks(module, datamodule, trainer, calls, per_epoch, accumulate, autocast,
+                                        setup.pop("after_step", None),
+                                        optimizer if isinstance(optimizer, fit.Stepped) else None)
     return TrainSetup(model=module, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=schedulers or None,
                       grad_clip=grad_clip, accumulate=accumulate, batch_size=getattr(loader, "batch_size", None),
-                      scaler=torch.amp.GradScaler("cuda") if precision.startswith("16") else None,
-                      **_checkpointed(module, datamodule, calls, per_epoch, accumulate, setup),
+                      scaler=torch.amp.GradScaler("cuda") if precision.startswith("16") else None, **batch_hooks,
+                      **_checkpointed(module, datamodule, calls, per_epoch, accumulate, setup, trainer),
                       eval_fn=_validation(module, source, ctx.device, autocast),
                       config={"lightning_module": type(module).__name__, "hparams": dict(module.hparams),
                               **({"lightning_datamodule": type(datamodule).__name__,
@@ -119,14 +151,70 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
                               "precision": precision, **setup.pop("config", {})}, **setup)
 
 
+def _batch_hooks(module: Any, datamodule: Any, trainer: fit.Trainer, calls: dict[str, int], per_epoch: int | None,
+                 accumulate: int, autocast: Any, user_after_step: Any,
+                 stepped: fit.Stepped | None) -> tuple[Any, dict[str, Any]]:
+    """``loss_fn`` and the TrainSetup's ``after_backward``/``after_step``: the hooks of each
+    training batch in the Trainer's order (``lightning_fit``'s docstring), each called where
+    the module (or the datamodule) overrides it."""
+    def own(name: str) -> bool:
+        return _overridden(module, pl.LightningModule, name)
+
+    transfers = [o for o, base in ((datamodule, pl.LightningDataModule), (module, pl.LightningModule))
+                 if o is not None and _overridden(o, base, "on_after_batch_transfer")]
+    last = fit.Batch()
+
+    def loss_fn(m: Any, batch: Any) -> torch.Tensor:
+        idx = calls["n"] % per_epoch if per_epoch else calls["n"]
+        trainer.at(calls["n"])
+        if own("on_train_epoch_start") and (idx == 0 or not last.began):
+            _hook(module, "on_train_epoch_start")
+        last.began = True
+        for o in transfers:
+            batch = _hook(o, "on_after_batch_transfer", batch, 0)
+        if own("on_train_batch_start") and _hook(module, "on_train_batch_start", batch, idx) == -1:
+            raise ContractError(f"lightning_setup: {type(module).__name__}.on_train_batch_start returned -1, which ends "
+                                "the epoch early in a Trainer: reproci trains every batch of an epoch")
+        calls["n"] += 1
+        with autocast():
+            out = _hook(module, "training_step", batch, idx)
+        loss = loss_of(out)
+        if stepped is not None:
+            stepped.zeroed()
+        if own("on_before_backward"):
+            _hook(module, "on_before_backward", loss / accumulate if accumulate > 1 else loss)
+        last.out, last.batch, last.idx = out, batch, idx
+        return loss
+
+    def after_backward() -> None:
+        if own("on_after_backward"):
+            _hook(module, "on_after_backward")
+        if own("on_train_batch_end") and calls["n"] % accumulate:  # a batch that does not end its step
+            _hook(module, "on_train_batch_end", *last.ended())
+
+    def after_step(step: int) -> None:
+        trainer.global_step = calls["n"] // accumulate  # the step just taken counts, as in a Trainer
+        if own("on_train_batch_end"):
+            _hook(module, "on_train_batch_end", *last.ended())
+        if own("on_train_epoch_end") and per_epoch and calls["n"] % per_epoch == 0:
+            _hook(module, "on_train_epoch_end")
+        if user_after_step is not None:
+            user_after_step(step)
+
+    hooked = any(own(h) for h in ("on_after_backward", "on_train_batch_end"))
+    return loss_fn, {"after_backward": after_backward if hooked else None,
+                     "after_step": after_step if hooked or own("on_train_epoch_end") or own("optimizer_step")
+                     or user_after_step is not None else None}
+
+
 def _checkpointed(module: "pl.LightningModule", datamodule: Any, calls: dict[str, int], per_epoch: int | None,
-                  accumulate: int, setup: dict[str, Any]) -> dict[str, Any]:
+                  accumulate: int, setup: dict[str, Any], trainer: fit.Trainer) -> dict[str, Any]:
     """``get_extra_state``/``set_extra_state`` holding what a Trainer checkpoints outside the
     module's ``state_dict``: the batch index (``training_step`` calls so far), the datamodule's
     ``state_dict()`` and what ``on_save_checkpoint`` adds (``dump_checkpoint``'s order: the
     datamodule, then the module's hook), and the plugin's own extra state (``setup``'s
     ``get_extra_state``/``set_extra_state``, taken out of it), each put back as a resume does
-    (``restore_datamodule``, then ``on_load_checkpoint``)."""
+    (``restore_model``'s ``on_load_checkpoint``, then ``restore_datamodule``)."""
     user_get, user_set = setup.pop("get_extra_state", None), setup.pop("set_extra_state", None)
     if (user_get is None) != (user_set is None):
         raise ContractError("lightning_setup: give both get_extra_state and set_extra_state, or neither")
@@ -164,13 +252,15 @@ def _checkpointed(module: "pl.LightningModule", datamodule: Any, calls: dict[str
             moved = tree_unflatten([t.to(d) if d else t for t, d in zip(leaves, state["devices"])], spec)
             state = {**state, **{k: v for k, v in zip(_TRAINER_STATE, moved) if k in state}}
         calls["n"] = state["n"]
-        if stateful and state.get("datamodule"):
-            _hook(datamodule, "load_state_dict", state["datamodule"])
+        trainer.at(calls["n"])
+        trainer.global_step = calls["n"] // accumulate
         if loads:
             checkpoint = base()
             if key is not None and state.get("datamodule"):
                 checkpoint[key] = state["datamodule"]
             _hook(module, "on_load_checkpoint", {**checkpoint, **state.get("on_save_checkpoint", {})})
+        if stateful and state.get("datamodule"):
+            _hook(datamodule, "load_state_dict", state["datamodule"])
         if user_set is not None:
             user_set(state.get("plugin"))
 
@@ -200,12 +290,6 @@ def _before_fit(ctx: ModelContext, module: "pl.LightningModule", datamodule: Any
         if _overridden(module, pl.LightningModule, name):
             with ctx.device:  # the strategy's tensor_init_context: new tensors on the run's device
                 _hook(module, name)
-
-
-def _overridden(obj: Any, base: type, name: str) -> bool:
-    """Whether ``obj`` has a ``name`` of its own, not ``base``'s (Lightning's ``is_overridden``)."""
-    own = getattr(type(obj), name, None)
-    return callable(own) and own is not getattr(base, name, None)
 
 
 def _hook(obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:

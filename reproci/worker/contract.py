@@ -95,6 +95,7 @@ class TrainSetup:
     state_modules: dict[str, torch.nn.Module] = field(default_factory=dict)
     accumulate: int = 1  # micro-batches (loader batches) per optimizer step; each loss is divided by it
     after_step: Callable[[int], None] | None = None  # after each optimizer step (1-based): update an EMA here
+    after_backward: Callable[[], None] | None = None  # after each batch's backward (each micro-batch's)
 
     def generator(self) -> torch.Generator | None:
         """The generator that decides the loader's order and worker seeds, if any."""
@@ -284,6 +285,8 @@ def validate(setup: object, ref: str) -> TrainSetup:
         raise ContractError(f"{ref}: TrainSetup.accumulate must be a whole number of micro-batches, at least 1")
     if setup.after_step is not None and not callable(setup.after_step):
         raise ContractError(f"{ref}: TrainSetup.after_step is not callable (give a function step -> None)")
+    if setup.after_backward is not None and not callable(setup.after_backward):
+        raise ContractError(f"{ref}: TrainSetup.after_backward is not callable (give a function () -> None)")
     if setup.eval_fn is not None and not callable(setup.eval_fn):
         raise ContractError(f"{ref}: TrainSetup.eval_fn is not callable (give a function model -> dict of metrics, or None)")
     modules = setup.state_modules

@@ -269,6 +269,8 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
             loss = loss_of(setup.loss_fn(net, part))
         scaled = loss / len(parts) if len(parts) > 1 else loss
         (setup.scaler.scale(scaled) if setup.scaler is not None else scaled).backward()
+        if setup.after_backward is not None:
+            setup.after_backward()
         losses.append(loss)
     if setup.scaler is not None:
         if setup.grad_clip is not None:

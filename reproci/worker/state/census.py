@@ -9,7 +9,7 @@ the harness can reach from the set-up is the plugin's private state, and the cen
 
 - the data pipeline: the loader's sampler, batch sampler (and a sampler inside it), dataset
   and collate function, and what they hold;
-- the functions the loop calls: ``loss_fn``, ``eval_fn``, ``after_step`` (their closures,
+- the functions the loop calls: ``loss_fn``, ``eval_fn``, ``after_step``, ``after_backward`` (their closures,
   bound objects, ``functools.partial`` arguments, and the module globals they name, where
   the function is the user's own code), and the schedulers (a ``LambdaLR``'s lambdas among
   them), through the harness's stepper wrappers;
@@ -223,7 +223,7 @@ def _roots(setup: TrainSetup) -> Iterator[tuple[str, Any]]:
             yield name, part
     if not isinstance(loader, torch.utils.data.DataLoader):
         yield "loader", loader  # a plain iterable of the plugin's: its own state is private
-    for name in ("loss_fn", "eval_fn", "after_step"):
+    for name in ("loss_fn", "eval_fn", "after_step", "after_backward"):
         fn = getattr(setup, name)
         if fn is not None:
             yield name, fn

@@ -20,6 +20,9 @@ from .tensor_bits import flat_int
 MAX_CONTAINER = 64  # elements of a list, tuple or dict looked at (a dataset's samples are data, not state)
 _WORKER_PACKAGE = __name__.rsplit(".", 2)[0]  # "reproci.worker"
 _HARNESS_PREFIX = _WORKER_PACKAGE + "."
+# The adapters' bookkeeping (the batch a Lightning hook is given, the stand-in Trainer): the
+# adapter's state, derived from what the checkpoint holds, not the plugin's.
+_ADAPTERS_PREFIX = _WORKER_PACKAGE.rsplit(".", 1)[0] + ".adapters."
 _WORKER_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _SKIP_NAMES = {"__weakref__", "__dict__", "_iterator", "_lock", "_cache", "__cached__"}
 _LIB_DIRS = tuple(os.path.realpath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
@@ -94,8 +97,10 @@ def user_code(filename: str) -> bool:
 
 
 def harness_object(obj: Any) -> bool:
-    """An instance of the harness's own classes (ModelContext, the stepper wrappers, ...)."""
-    return type(obj).__module__.startswith(_HARNESS_PREFIX) or type(obj).__module__ == _HARNESS_PREFIX[:-1]
+    """An instance of the harness's own classes (ModelContext, the stepper wrappers, ...), or of
+    the adapters' (``reproci.adapters``)."""
+    module = type(obj).__module__
+    return module.startswith((_HARNESS_PREFIX, _ADAPTERS_PREFIX)) or module == _HARNESS_PREFIX[:-1]
 
 
 def is_iterator(obj: Any) -> bool:
