@@ -191,6 +191,11 @@ class Hooked(pl.LightningModule):
     def on_train_batch_start(self, batch, batch_idx):
         self.seen.append(("on_train_batch_start", batch_idx))
 
+    def on_after_batch_transfer(self, batch, dataloader_idx):
+        self.seen.append(("on_after_batch_transfer", dataloader_idx))
+        x, y = batch
+        return 2 * x, y
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
         self.seen.append(("on_train_batch_end", batch_idx, self.global_step))
 

@@ -160,8 +160,9 @@ def _batch_hooks(module: Any, datamodule: Any, trainer: fit.Trainer, calls: dict
     def own(name: str) -> bool:
         return _overridden(module, pl.LightningModule, name)
 
+    # One of them, as Lightning's DataHookSelector picks it: the datamodule's where it has its own.
     transfers = [o for o, base in ((datamodule, pl.LightningDataModule), (module, pl.LightningModule))
-                 if o is not None and _overridden(o, base, "on_after_batch_transfer")]
+                 if o is not None and _overridden(o, base, "on_after_batch_transfer")][:1]
     last = fit.Batch()
 
     def loss_fn(m: Any, batch: Any) -> torch.Tensor:

@@ -5,7 +5,7 @@ a fitting Trainer gives it, and the optimizer as the module's ``optimizer_step``
 
 The hooks of one training batch, in the Trainer's order (automatic optimization):
 ``on_train_epoch_start`` (as an epoch begins, and as a resumed run begins, as Lightning calls
-it again on a resume), ``on_after_batch_transfer`` (the datamodule's, then the module's),
+it again on a resume), ``on_after_batch_transfer`` (the datamodule's where it has one, else the module's),
 ``on_train_batch_start``, ``training_step``, ``on_before_zero_grad`` and
 ``optimizer_zero_grad`` (on the first batch of an accumulation), ``on_before_backward``,
 the backward, ``on_after_backward``; on the last batch of an accumulation ``optimizer_step``
