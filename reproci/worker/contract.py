@@ -264,17 +264,21 @@ def loss_of(out: Any) -> torch.Tensor:
 def validate(setup: object, ref: str) -> TrainSetup:
     """Check a factory's return value against the contract, with a message that says what to
     fix; a list of optimizers or schedulers becomes one (``steppers``)."""
-    from .steppers import Optimizers, Schedules
+    from .steppers import OptimizerLike, Optimizers, Schedules, optimizer_like
 
     if not isinstance(setup, TrainSetup):
         raise ContractError(f"{ref} returned {type(setup).__name__}, not reproci.worker.contract.TrainSetup")
     if not isinstance(setup.model, torch.nn.Module):
         raise ContractError(f"{ref}: TrainSetup.model is not a torch.nn.Module")
-    if isinstance(setup.optimizer, (list, tuple)) and setup.optimizer \
-            and all(isinstance(o, torch.optim.Optimizer) for o in setup.optimizer):
-        setup.optimizer = Optimizers(setup.optimizer) if len(setup.optimizer) > 1 else setup.optimizer[0]
+    if isinstance(setup.optimizer, (list, tuple)) and setup.optimizer:  # an optimizer-like one is wrapped as one
+        setup.optimizer = [OptimizerLike(o) if optimizer_like(o) else o for o in setup.optimizer]
+        if all(isinstance(o, torch.optim.Optimizer) for o in setup.optimizer):
+            setup.optimizer = Optimizers(setup.optimizer) if len(setup.optimizer) > 1 else setup.optimizer[0]
+    elif optimizer_like(setup.optimizer):
+        setup.optimizer = OptimizerLike(setup.optimizer)
     if not isinstance(setup.optimizer, torch.optim.Optimizer):
-        raise ContractError(f"{ref}: TrainSetup.optimizer is not a torch.optim.Optimizer (or a list of them)")
+        raise ContractError(f"{ref}: TrainSetup.optimizer is not a torch.optim.Optimizer, nor has its interface "
+                            f"(step, zero_grad, state_dict, load_state_dict, param_groups, state), nor a list of them")
     if not callable(setup.loss_fn):
         raise ContractError(f"{ref}: TrainSetup.loss_fn is not callable")
     setup.scheduler = Schedules.of(setup.scheduler)

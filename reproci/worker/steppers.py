@@ -94,6 +94,57 @@ class Optimizers(torch.optim.Optimizer):
         return f"Optimizers({', '.join(type(o).__name__ for o in self.optimizers)})"
 
 
+OPTIMIZER_INTERFACE = ("step", "zero_grad", "state_dict", "load_state_dict")
+
+
+def optimizer_like(o: Any) -> bool:
+    """An optimizer that is not a ``torch.optim.Optimizer`` but has its interface (schedule-free's
+    ``ScheduleFreeWrapper``, a wrapper of a library's): step, zero_grad, state_dict,
+    load_state_dict, and the parameter groups and per-parameter state a torch optimizer has."""
+    if isinstance(o, torch.optim.Optimizer) or not all(callable(getattr(o, m, None)) for m in OPTIMIZER_INTERFACE):
+        return False
+    try:
+        groups, state = o.param_groups, o.state
+    except Exception:  # noqa: BLE001 - a property that raises: not the interface
+        return False
+    return isinstance(groups, list) and all(isinstance(g, dict) and "params" in g for g in groups) \
+        and hasattr(state, "items")
+
+
+class OptimizerLike(torch.optim.Optimizer):
+    """An ``optimizer_like`` object as the loop steps, checkpoints (through its own state_dict
+    and load_state_dict) and fingerprints (its groups and per-parameter state) a torch optimizer."""
+
+    def __init__(self, inner: Any) -> None:  # noqa: D107 - no super().__init__: the groups are the inner's
+        self.inner = inner
+        self.defaults: dict[str, Any] = dict(getattr(inner, "defaults", None) or {})
+        self._optimizer_step_pre_hooks: OrderedDict = OrderedDict()
+        self._optimizer_step_post_hooks: OrderedDict = OrderedDict()
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return list(self.inner.param_groups)
+
+    @property
+    def state(self) -> Any:
+        return self.inner.state
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.inner.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Any = None) -> Any:
+        return self.inner.step() if closure is None else self.inner.step(closure)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.inner.state_dict())
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state_dict)
+
+    def __repr__(self) -> str:
+        return f"OptimizerLike({type(self.inner).__name__})"
+
+
 def _kind(s: Any) -> str:
     if isinstance(s, EveryEpoch):
         return "epoch"
