@@ -172,3 +172,71 @@ def test_a_checkpoint_whose_step_may_move_is_not_named_by_the_step_it_may_leave(
         options = RunOptions(models=(resolve("embedding"),), steps=30, resume_at=15, resume_at_auto=auto)
         specs = determinism.plan(options, options.models[0], project_commit=None, image={})
         assert specs["A"].checkpoint_path == specs["C"].resume_from == name
+
+
+STATEFUL = PLUGINS / "stateful_loader.py"
+
+
+def _plain_stateful(factory: str, steps: int, resume_at: int | None) -> dict:
+    """A plain loop over the plugin's parts that checkpoints as torchtitan does: the model's,
+    the optimizer's and the loader's own state_dict, put back into new objects at ``resume_at``."""
+    import torch
+
+    from reproci.worker.contract import ModelContext
+
+    from .plugins import stateful_loader as sl
+
+    ctx = ModelContext(profile="quick", device=torch.device("cpu"), seed=0, steps=steps)
+    dataset = sl.Kept if factory == "kept" else sl.Noisy
+    model, opt, loader = sl.parts(ctx, dataset)
+    it, step = iter(loader), 0
+    while step < steps:
+        if step == resume_at:
+            saved = model.state_dict(), opt.state_dict(), loader.state_dict()
+            model, opt, loader = sl.parts(ctx, dataset)
+            model.load_state_dict(saved[0])
+            opt.load_state_dict(saved[1])
+            loader.load_state_dict(saved[2])
+            it = iter(loader)
+        batch = next(it, None)
+        if batch is None:
+            it = iter(loader)
+            continue
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(batch[0]), batch[1]).backward()
+        opt.step()
+        step += 1
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_a_stateful_dataloader_is_checkpointed_through_its_own_state_at_every_step(tmp_path):
+    """torchdata's StatefulDataLoader over a dataset that saves its generator through it (the
+    Stateful protocol): the loader's own state_dict used to be left out of the checkpoint, a
+    false RESUME_BROKEN ("loader.dataset.rng ... outside the checkpoint"). Ground truth: a plain
+    loop that checkpoints loader.state_dict() resumes it exactly inside the second epoch, and not
+    in the first or at its end (torchdata 0.11 then draws the next epoch's order from another
+    generator state: the loader's own gap, which reproci finds at exactly those steps); one whose
+    dataset keeps its generator to itself never resumes exactly."""
+    import torch
+
+    def exact(factory: str, k: int) -> bool:
+        full, resumed = _plain_stateful(factory, STEPS, None), _plain_stateful(factory, STEPS, k)
+        return all(torch.equal(full[n], resumed[n]) for n in full)
+
+    truth = {k: exact("kept", k) for k in EVERY}
+    assert truth[9] and not any(exact("forgetful", k) for k in (5, 9))
+    found = {k: d is None for k, d in sweep(tmp_path, "kept", EVERY, plugin=STATEFUL).items()}
+    assert found == truth
+    assert json.loads((tmp_path / "record-C9.json").read_text())["replayed"] == "loader"
+
+
+def test_a_stateful_dataloader_whose_dataset_keeps_its_generator_to_itself_is_resume_broken(reproci):
+    refs = [a for m in ("kept", "forgetful") for a in ("-m", f"{STATEFUL}:{m}")]
+    p = reproci("run", "--steps", "12", "--resume-at", "10", *refs)
+    assert p.returncode == errors.EXIT_REPRO_FAILURE, p.stdout + p.stderr
+    v = {m["model"].removeprefix("stateful_loader."): m for m in reproci.latest()["models"]}
+    assert v["kept"]["verdict"] == "NEW" and v["kept"]["message"].startswith("A = B = C"), v["kept"]["message"]
+    broken = v["forgetful"]
+    assert broken["verdict"] == "RESUME_BROKEN" and broken["evidence"]["cause"] == "data", broken["message"]
+    assert "likely cause: loader.dataset.rng (torch.Generator) differs between A and C at step 10" in broken["message"]
+    assert "give the dataset state_dict and load_state_dict" in broken["message"]

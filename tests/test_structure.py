@@ -32,6 +32,8 @@ OVER_BUDGET = {
                            "Trainer does it",
     "reproci.adapters.lightning": "a LightningModule fitted as Trainer.fit fits it: the hooks before the first step, "
                                   "each batch's, and what the Trainer's checkpoint holds",
+    "reproci.worker.contract": "the plugin contract: ModelContext, TrainSetup and its fields, and the check of what a "
+                               "factory returns, with the message that says what to fix",
     "reproci.backends.docker_backend": "a container's life: the preflight, each run's container, the creates that "
                                        "close() waits for, and the sweep of the containers a killed reproci left",
 }

@@ -77,9 +77,13 @@ from reproci.worker.contract import ContractError, ModelContext, TrainSetup, los
 from reproci.worker.state.census import is_metric
 from reproci.worker.steppers import EveryEpoch
 
-from . import lightning_fit as fit
-from .lightning_fit import overridden as _overridden
-from .lightning_fit import pl
+try:  # here first, so that a missing Lightning is named as this module's import
+    import lightning.pytorch as pl
+except ImportError:  # the older package name
+    import pytorch_lightning as pl
+
+from . import lightning_fit as fit  # noqa: E402
+from .lightning_fit import overridden as _overridden  # noqa: E402
 
 # The hooks around an optimizer step: where the module overrides one, the optimizer is stepped
 # through them (lightning_fit.Stepped), the clipping with them, as the Trainer's precision plugin does.

@@ -154,6 +154,9 @@ def fix(d: Difference) -> str:
                 f"and so into the checkpoint)")
     if d.kind == "module":
         return "declare it in TrainSetup.state_modules (checkpointed and fingerprinted like the model)"
+    if d.kind == "rng" and d.path.startswith("loader.dataset."):
+        return ("return its state from get_extra_state and put it back in set_extra_state (or, with torchdata's "
+                "StatefulDataLoader, give the dataset state_dict and load_state_dict: the loader's state then holds it)")
     if d.kind == "rng":
         return "return its state from get_extra_state and put it back in set_extra_state"
     if d.kind == "tensor":

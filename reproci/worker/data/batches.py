@@ -44,7 +44,9 @@ def epoch_batches(setup: TrainSetup, pos: LoopPosition, resume: Resume | None, s
              faults: Faults) -> Iterator[Any]:
     """Yield batches forever, across epochs, tracking the position for checkpoints.
 
-    Each epoch starts with a snapshot (``loader.EpochStart``) and ``set_epoch``. A resumed
+    Each epoch starts with a snapshot (``loader.EpochStart``) and ``set_epoch``. A loader that
+    checkpoints its own position (``loader.own_state``: torchdata's ``StatefulDataLoader``) is
+    resumed from its saved ``state_dict``. Any other resumed
     run puts the interrupted epoch's snapshot back, replays that epoch to the checkpoint's
     batch (``loader.replay_epoch``), and only then restores the RNG and extra state saved
     at the checkpoint: state that the replay advanced is put back to its checkpointed value,
@@ -55,11 +57,14 @@ def epoch_batches(setup: TrainSetup, pos: LoopPosition, resume: Resume | None, s
     while True:
         if resuming:
             assert resume is not None
-            if pos.epoch_start is not None:
-                loader.restore(setup, pos.epoch_start)
-            skip = 0 if faults.skip_loader_position else pos.batch_in_epoch
-            it, how = loader.replay_epoch(setup, pos.epoch, skip)
-            pos.replayed = how
+            if resume.loader is not None and not faults.skip_loader_position:  # the loader's own resume
+                it, pos.replayed = loader.resume_own(setup, pos.epoch, resume.loader), "loader"
+            else:
+                if pos.epoch_start is not None:
+                    loader.restore(setup, pos.epoch_start)
+                skip = 0 if faults.skip_loader_position else pos.batch_in_epoch
+                it, how = loader.replay_epoch(setup, pos.epoch, skip)
+                pos.replayed = how
             rng.set_states(resume.rng, torch_rng=faults.restore_torch_rng)
             if setup.set_extra_state is not None and resume.extra is not None:
                 setup.set_extra_state(resume.extra)

@@ -161,6 +161,22 @@ class _SkipFirst:
 _END = object()
 
 
+def own_state(loader: Any) -> bool:
+    """A loader that checkpoints its own position (torchdata's ``StatefulDataLoader``, a loader of
+    the plugin's with ``state_dict``/``load_state_dict``): its state is saved with the run's, and
+    a resumed run puts it back rather than replaying the epoch."""
+    return not isinstance(loader, type) and all(callable(getattr(loader, m, None)) for m in ("state_dict", "load_state_dict"))
+
+
+def resume_own(setup: TrainSetup, epoch: int, state: Any) -> Iterator[Any]:
+    """The interrupted epoch's iterator of an ``own_state`` loader, from its saved state."""
+    for hook in epoch_hooks(setup.loader):
+        hook(epoch)
+    own: Any = setup.loader
+    own.load_state_dict(state)
+    return iter(own)
+
+
 def index_skippable(loader: Any) -> bool:
     """A plain DataLoader over a map-style dataset in this process: skip without fetching."""
     return (type(loader) is torch.utils.data.DataLoader and loader.num_workers == 0

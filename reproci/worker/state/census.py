@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..contract import TrainSetup
+from ..data.loader import own_state
 from . import census_walk, rng
 from .census_walk import MAX_CONTAINER
 from .tensor_bits import no_fill
@@ -257,6 +258,12 @@ def _checkpointed(setup: TrainSetup) -> set[int]:
             held.add(id(obj))
     loader = setup.loader
     batch_sampler = getattr(loader, "batch_sampler", None)
+    if own_state(loader):  # its state_dict holds its position, and a dataset's with the same protocol
+        held.update(id(p) for p in (loader, getattr(loader, "sampler", None), batch_sampler,
+                                    getattr(batch_sampler, "sampler", None)) if p is not None)
+        dataset = getattr(loader, "dataset", None)
+        if dataset is not None and own_state(dataset):
+            held.add(id(dataset))
     for part in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
         g = getattr(part, "generator", None)
         if isinstance(g, torch.Generator) and type(part).__module__.startswith("torch."):

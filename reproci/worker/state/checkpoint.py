@@ -1,8 +1,8 @@
 """A full training checkpoint: everything a fresh process needs to continue bit for bit.
 
 Model, optimizer, scheduler, scaler, the state modules (an EMA, a teacher), the plugin's
-extra state and every RNG state at the
-checkpoint's step, plus the loop position: step, epoch, batches consumed in the epoch and
+extra state, a loader's own state (``StatefulDataLoader.state_dict()``) and every RNG state at
+the checkpoint's step, plus the loop position: step, epoch, batches consumed in the epoch and
 the epoch-start snapshot (``loader.EpochStart``) that lets the resumed run replay the
 interrupted epoch exactly (``reproci/worker/data/loader.py``).
 """
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..contract import TrainSetup
-from ..data.loader import EpochStart, extra_state
+from ..data.loader import EpochStart, extra_state, own_state
 from . import rng
 from .census import is_metric
 from .state import object_sha256
@@ -30,7 +30,7 @@ class LoopPosition:
     epoch: int = 0
     batch_in_epoch: int = 0  # batches of this epoch already consumed
     epoch_start: EpochStart | None = None  # taken just before this epoch's iter()
-    replayed: str | None = None  # how a resumed run reached its batch: "index" or "fetch" (not saved)
+    replayed: str | None = None  # how a resumed run reached its batch: "index", "fetch" or "loader" (not saved)
 
 
 @dataclass
@@ -39,6 +39,7 @@ class Resume:
 
     rng: dict[str, Any]
     extra: Any = None
+    loader: Any = None  # an own_state loader's state_dict() at the checkpoint
 
 
 def save(path: str, setup: TrainSetup, pos: LoopPosition) -> None:
@@ -57,6 +58,7 @@ def save(path: str, setup: TrainSetup, pos: LoopPosition) -> None:
             "epoch_start": pos.epoch_start.to_dict() if pos.epoch_start is not None else None,
         },
         "rng": rng.states(),
+        "loader": _own_state(setup.loader),
     }
     tmp = f"{path}.tmp"
     torch.save(state, tmp)
@@ -87,7 +89,12 @@ def load(path: str, setup: TrainSetup, device: torch.device) -> tuple[LoopPositi
     p = state["position"]
     start = EpochStart.from_dict(p["epoch_start"]) if p.get("epoch_start") is not None else None
     pos = LoopPosition(p["step"], p["epoch"], p["batch_in_epoch"], start)
-    return pos, Resume(rng=rng.to_cpu(state["rng"]), extra=state["extra"])
+    return pos, Resume(rng=rng.to_cpu(state["rng"]), extra=state["extra"], loader=state.get("loader"))
+
+
+def _own_state(loader: Any) -> Any:
+    """An ``own_state`` loader's ``state_dict()``; None for any other."""
+    return loader.state_dict() if own_state(loader) else None
 
 
 WHOLE_METRIC = ""  # the name under which a torchmetrics Metric's own device is kept
