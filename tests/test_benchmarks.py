@@ -107,8 +107,9 @@ def test_the_in_process_benchmarks_measure_a_few_steps():
     assert fp.direct > 0 and fp.batch_us > 0 and fp.state_us > 0 and fp.step_ms > 0
     assert all(isinstance(x, float) and math.isfinite(x) for x in fp)
     record = _load("determinism_overhead").device_record("embedding", steps=1)
-    # Triton is in the test set-up: the record's kernels, counted under its interpreter, within the targets
-    assert record.path == "triton" and 0 < record.launches <= 8 and record.bytes_ratio <= 1.5, record
+    # Triton is in the test set-up: the record's kernels, counted under its interpreter, within the targets;
+    # each byte of the state and the batch is read at least once, so a counter that stops counting fails
+    assert record.path == "triton" and 0 < record.launches <= 8 and 1.0 <= record.bytes_ratio <= 1.5, record
     assert record.syncs == 0 and record.host_us > 0, record
     plain, recorded, ops = _load("op_record_cost").step_cost("embedding", repeats=1)
     assert plain > 0 and recorded > 0 and ops > 10
