@@ -6,9 +6,7 @@
 
 These names are the stable surface (docs/plugins.md); the modules under them
 (``reproci.worker.contract``, ``reproci.adapters.hf``) are internal. The source folder is
-``reproci/`` (the repository's layout); the installed package is ``reproci``. Imports of the
-old name (``pipeline.worker.contract``) keep working for one release, with a FutureWarning
-(``old_imports``), unless the user's own ``pipeline`` package is importable: theirs wins.
+``reproci/`` (the repository's layout); the installed package is ``reproci``.
 
 This file imports nothing heavy on purpose: the CLI imports it before torch (which it
 imports in a background thread), and ``reproci.worker`` runs inside arbitrary training
@@ -19,18 +17,7 @@ named (PEP 562): the contract with torch, an adapter with its library.
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import TYPE_CHECKING, Any
-
-if __name__ != "reproci":  # this folder imported under its old name (a checkout's root on sys.path)
-    sys.modules[__name__] = importlib.import_module("reproci")  # the same modules, never a second copy
-    from reproci import old_imports
-
-    old_imports.warn(__name__)
-else:
-    from . import old_imports
-
-    old_imports.install()
 
 if TYPE_CHECKING:
     from .adapters.hf import hf_setup

@@ -55,7 +55,7 @@ def test_import_reproci_loads_only_the_worker_side() -> None:
     ours = {"reproci"}
     foreign = [m for m in loaded if m.split(".")[0] not in stdlib | ours | {"torch", "numpy"}]
     assert foreign == [], foreign
-    assert [m for m in loaded if m.startswith("reproci.") and not m.startswith(("reproci.worker", "reproci.old_imports"))] == []
+    assert [m for m in loaded if m.startswith("reproci.") and not m.startswith("reproci.worker")] == []
     assert not {"transformers", "pytorch_lightning", "lightning"} & set(loaded)
 
 
@@ -84,23 +84,6 @@ def build(ctx: ModelContext) -> TrainSetup:
     return TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader,
                       loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), batch_size=16)
 '''
-
-OLD_PLUGIN = '''"""A plugin written before the package was named reproci."""
-import torch
-from torch import nn
-
-from pipeline.worker.contract import ModelContext, TrainSetup
-
-
-def build(ctx: ModelContext) -> TrainSetup:
-    model = nn.Linear(8, 1).to(ctx.device)
-    x = torch.randn(96, 8, generator=ctx.generator(1))
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16,
-                                         shuffle=True, generator=ctx.generator())
-    return TrainSetup(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), loader=loader,
-                      loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]), batch_size=16)
-'''
-
 
 def run_installed(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The installed ``reproci`` command, run from ``cwd`` as a user runs it (nothing of the checkout on the path)."""
@@ -132,47 +115,9 @@ def test_a_project_with_its_own_pipeline_and_reference_models_packages_runs_a_pl
     assert entry["verdict"] == verdicts.NEW, entry
 
 
-@pytest.mark.slow
-def test_a_plugin_on_the_old_imports_still_runs(tmp_path: Path) -> None:
-    """``from pipeline.worker.contract import ...`` (the old package name) works for one release."""
-    (tmp_path / "old_model.py").write_text(OLD_PLUGIN)
-    out = run_installed(tmp_path, "run", "-m", "old_model.py:build", "--steps", "4", "--resume-at", "2")
-    assert out.returncode == errors.EXIT_PASS, out.stdout + out.stderr
-    assert model_entry(json.loads((tmp_path / "results" / "latest.json").read_text()), "old_model")["verdict"] \
-        == verdicts.NEW
-
-
-OLD_IMPORT = """
-import reproci
-from pipeline.worker.contract import TrainSetup
-import pipeline.worker.contract, reproci.worker.contract
-import pipeline
-assert TrainSetup is reproci.TrainSetup and pipeline is reproci
-assert pipeline.worker.contract is reproci.worker.contract
-assert reproci.worker.contract.__spec__.name == "reproci.worker.contract"
-print(pipeline.__file__)
-"""
-
-
-@pytest.mark.parametrize("where", ["elsewhere", "checkout"])
-def test_the_old_imports_are_reprocis_modules_with_a_warning_that_names_the_new_import(
-        tmp_path: Path, where: str) -> None:
-    """Anywhere (and in a checkout, whose root holds the folder reproci/), ``pipeline.X``
-    is the module ``reproci.X``, never a second copy; one FutureWarning names the new import."""
-    cwd = ROOT if where == "checkout" else tmp_path
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONWARNINGS")}
-    out = subprocess.run([sys.executable, "-c", OLD_IMPORT], cwd=cwd, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert Path(out.stdout.strip()) == ROOT / "reproci" / "__init__.py"
-    warned = [line for line in out.stderr.splitlines() if "FutureWarning" in line]
-    assert warned == ["<string>:3: FutureWarning: pipeline.worker.contract is deprecated (reproci's package is named "
-                      "reproci now): import from reproci (from reproci import ModelContext, TrainSetup, ...; "
-                      "pipeline.worker.contract is reproci.worker.contract)"], out.stderr
-
-
-def test_a_pipeline_package_of_ones_own_wins_over_the_old_name(tmp_path: Path) -> None:
-    """reproci imported first (as in the worker), the user's ``pipeline`` is still theirs."""
+def test_a_pipeline_package_of_ones_own_is_theirs(tmp_path: Path) -> None:
+    """reproci imported first (as in the worker), a ``pipeline`` package of the user's own (the name
+    reproci's source folder once had) is theirs, with no warning."""
     (tmp_path / "pipeline").mkdir()
     (tmp_path / "pipeline" / "__init__.py").write_text("")
     (tmp_path / "pipeline" / "data.py").write_text("ROWS = 96\n")
