@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import InfrastructureError, UsageError
+from .errors import InfrastructureError, ReprociError, UsageError
 
 
 def umask() -> int:
@@ -83,13 +85,43 @@ def why_unwritable(path: Path) -> str | None:
     return None
 
 
+def is_stream(path: Path) -> bool:
+    """Whether a file the user named is written to as a stream, never replaced: ``-`` (stdout),
+    a character device (a terminal, /dev/null), a FIFO or a socket, or a symlink to one
+    (/dev/stdout, /dev/fd/63 of a shell's ``>(cmd)``)."""
+    if str(path) == "-":
+        return True
+    try:
+        mode = os.stat(path).st_mode  # through symlinks
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def followed(path: Path) -> Path:
+    """The file a path names: a symlink's target (its links followed), so that the file is
+    written and the link kept; any other path as it is."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def unwritable(path: Path, flag: str) -> UsageError | None:
     """The usage error (exit 2) of a file the user named (``--output``, ``--summary``) that
-    cannot be written there, naming the flag and what to do; None when it can be."""
-    why = why_unwritable(path)
+    cannot be written there, naming the flag and what to do; None when it can be. A stream
+    (``is_stream``) is opened when written; a symlink is judged by the file it leads to."""
+    if is_stream(path):
+        return None
+    target = followed(path)
+    if target.is_symlink():  # realpath gave up: the links go round in a loop
+        return UsageError(f"{flag} {path} is a symlink that leads to no file (a loop): name a file to write")
+    if target.is_block_device():
+        return UsageError(f"{flag} {path} is a block device (a disk): name a file to write")
+    why = why_unwritable(target)
+    if why is None and not target.parent.is_dir():  # a folder the user names is theirs to make, as for a shell's >
+        return UsageError(f"{flag} {path}: the folder {target.parent} does not exist: create it first or name a "
+                          "path in a folder that exists")
     if why is None:
         return None
-    if path.is_dir():
+    if target.is_dir():
         return UsageError(f"{flag} {path} is a directory: name a file to write, e.g. {path / path_example(flag)}")
     return UsageError(f"{flag} {path}: {why}: name a path in a folder you can write to")
 
@@ -101,21 +133,25 @@ def is_unwritable(e: OSError) -> bool:
         e.errno in (errno.EROFS, errno.EPERM, errno.EACCES)
 
 
-def error_of(path: Path, flag: str, e: OSError) -> Exception:
-    """The error an OSError of writing a user's file is: a full disk is infrastructure (exit 5),
-    a path that cannot take a file a usage error (exit 2) naming it; else the OSError itself."""
-    if e.errno == errno.ENOSPC:
+def error_of(path: Path, flag: str, e: OSError) -> ReprociError:
+    """The error an OSError of writing a user's file is, found after the check before writing
+    passed: a full disk or a disk error is infrastructure (exit 5); anything else (a path that
+    cannot take a file, /proc/version, a reader that went away) a usage error (exit 2) naming it."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return InfrastructureError(f"disk full while writing {path}; free space and run again")
-    if is_unwritable(e):
-        return unwritable(path, flag) or UsageError(f"{flag} {path}: cannot write it ({e.strerror or e}): "
-                                                    "name a path in a folder you can write to")
-    return e
+    if e.errno == errno.EIO and not is_stream(path):
+        return InfrastructureError(f"a disk error while writing {path} ({e.strerror}); check the disk and run again")
+    refused = unwritable(path, flag) if is_unwritable(e) else None
+    return refused or UsageError(f"{flag} {path}: cannot write a file there ({e.strerror or e}): "
+                                 "name a path you can write a file to")
 
 
 def write_output(path: Path, text: str, *, flag: str = "--output") -> None:
-    """Write a file the user named, atomically. A path that cannot take a file (a directory, a
-    file among its folders, a read-only folder) is a usage error (exit 2) naming it and ``flag``,
-    a full disk an infrastructure error (exit 5); either way nothing is left half-written."""
+    """Write a file the user named, atomically; a stream (``-``, a character device, a FIFO:
+    ``is_stream``) is written to, a symlink's file is written and the link kept. A path that
+    cannot take a file (a directory, a file among its folders, a read-only or missing folder)
+    is a usage error (exit 2) naming it and ``flag``, a full disk an infrastructure error (exit
+    5); either way nothing is left half-written and nothing but the file is replaced."""
     _to_output(write_text, path, text, flag)
 
 
@@ -131,6 +167,20 @@ def _to_output(write: Callable[[Path, str], None], path: Path, text: str, flag: 
     if refused is not None:
         raise refused
     try:
-        write(path, text)
+        if is_stream(path):
+            _stream(path, text)
+        else:
+            write(followed(path), text)
     except OSError as e:
         raise error_of(path, flag, e) from e
+
+
+def _stream(path: Path, text: str) -> None:
+    """Write ``text`` to stdout (``-``) or to the stream ``path`` names, as a shell's ``>`` does
+    (a FIFO's open waits for its reader)."""
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(path, "w", encoding="utf-8") as f:  # no O_TRUNC effect on a device or FIFO
+        f.write(text)

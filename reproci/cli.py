@@ -112,6 +112,19 @@ except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load: nothing wa
     raise SystemExit(EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED) from None
 
 
+def _named(argv: list[str]) -> str:
+    """The command a command line names ('reproci run', 'reproci golden show'): the one whose
+    --help a flag's error points to where click gives no context (a flag's missing value)."""
+    command: click.Command = cli
+    path = ["reproci"]
+    for arg in argv:
+        sub = command.commands.get(arg) if isinstance(command, click.Group) else None
+        if sub is None:
+            break
+        command, path = sub, [*path, arg]
+    return " ".join(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to one line and an exit code."""
     terminated = _terminated
@@ -133,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"[bold red]{how}[/]: unfinished runs were stopped and their files removed")
         return errors.EXIT_TERMINATED if terminated else errors.EXIT_INTERRUPTED
     except click.UsageError as e:  # a flag or value click refuses: one line, as every error
-        command = e.ctx.command_path if e.ctx is not None else "reproci"
+        command = e.ctx.command_path if e.ctx is not None else _named(sys.argv[1:] if argv is None else argv)
         err_console.print(f"[bold red]error:[/] {escape(e.format_message().rstrip('.'))}; see `{command} --help`")
         return errors.EXIT_USAGE
     except click.ClickException as e:

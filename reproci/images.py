@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from . import __version__
+from . import __version__, safe_yaml
 from .backends.base import CODE_ROOT
 from .errors import ConfigError, InfrastructureError, UsageError
 
@@ -98,7 +98,7 @@ def _read(path: Path) -> tuple[dict[str, dict[str, Any]], bool]:
     """One manifest file: its ``images`` mapping (NAME -> entry), checked for its format version,
     and its ``shipped`` key (whether its images are laid over the shipped manifest's)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_yaml.load(path, limit=safe_yaml.MANIFEST_LIMIT)
     except FileNotFoundError as e:
         raise ConfigError(f"image manifest {path} does not exist; pass --manifest or run from the project root") from e
     except UnicodeDecodeError as e:
@@ -212,6 +212,7 @@ def build(names: tuple[str, ...], *, manifest: Path | None = None, force: bool =
         env = {"PYTHON": sys.executable, "REPROCI_MANIFEST": str(e.source.absolute())}
         house = wheelhouse(e.source)
         if house is not None:
+            require_writable(house)
             env["REPROCI_WHEELHOUSE"] = str(house)
         if e.base_digest is None and e.base_recipe:
             _script(base_recipe(e.source, e.base_recipe), [], env, f"making the base image {e.base_image} for {name}")
@@ -234,6 +235,22 @@ def wheelhouse(manifest: Path, env: Mapping[str, str] | None = None) -> Path | N
         return None
     cache = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return cache.absolute() / "reproci" / "wheelhouse"
+
+
+def require_writable(house: Path, env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before any build, a wheelhouse (``wheelhouse``) that cannot be made or written:
+    one line naming the variable that put it there, not the build script's ``mkdir`` error."""
+    env = os.environ if env is None else env
+    folder = house
+    while not folder.exists() and folder != folder.parent:  # the nearest folder that exists: nothing is made
+        folder = folder.parent
+    if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK):
+        return
+    why = "is not a folder" if not folder.is_dir() else "cannot be written"
+    said = (f"REPROCI_CACHE_DIR={env['REPROCI_CACHE_DIR']}" if env.get("REPROCI_CACHE_DIR") else
+            f"XDG_CACHE_HOME={env['XDG_CACHE_HOME']}" if env.get("XDG_CACHE_HOME") else "the user's cache, ~/.cache")
+    raise ConfigError(f"the wheelhouse {house} (from {said}) cannot be made: {folder} {why}; set REPROCI_CACHE_DIR "
+                      "to a folder you can write")
 
 
 def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None:

@@ -123,11 +123,11 @@ def run_worker(ctx: RunContext, spec: WorkerSpec, on_launch: Callable[[], None] 
                                     on_step=lambda step, stop: ctx.on_step(spec.model_name, spec.role, step, stop))
         ended = time.monotonic()
         launched = started[0] if started else ended - result.seconds
+    if result.limit is not None:  # before the record: a run stopped by a limit may still have written one
+        raise WorkerFailed(f"run {spec.role} stopped: {result.limit}", kind="limit")  # a run at a limit may time out
     if result.timed_out:
         raise WorkerFailed(f"run {spec.role} timed out after {ctx.timeout:g} s; raise --timeout or use a smaller profile",
                            kind="timeout")
-    if result.limit is not None:  # before the record: a run stopped by a limit may still have written one
-        raise WorkerFailed(f"run {spec.role} stopped: {result.limit}", kind="limit")
     record, record_file = _read(out), out
     if spec.script is not None and result.returncode != 0 and not (isinstance(record, FailedRun) and record.traceback):
         raise WorkerFailed(f"run {spec.role}: the command {how_ended(result.returncode)}: {last_lines(result.log_tail)}")

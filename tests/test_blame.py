@@ -129,14 +129,14 @@ def test_blame_names_the_package_that_moved_the_numbers(upgrade, old_golden, eng
 
 
 def test_nothing_to_blame_is_said_and_a_stopped_blame_leaves_no_image(upgrade, old_golden, engine, reproci) -> None:  # noqa: F811
-    """No golden, then no drift: one line each. Then a blame stopped by SIGTERM while it builds
+    """No golden (refused before any run), then no drift: one line each. Then a blame stopped by SIGTERM while it builds
     its second image (the first built, its first stage beside it): exit 143, and every image it
     built is gone."""
     images_before = built_on(engine, upgrade)
     r = reproci("blame", "--image", upgrade["new"], *COMMON)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert ("nothing to blame: there is no golden for blame-demo (goldens/blame-demo.yaml) to compare with; record "
-            "one in the old image first: reproci golden update --image OLD --image-name blame-demo") in r.stdout
+    assert r.returncode == errors.EXIT_USAGE, r.stdout + r.stderr
+    assert ("there is no golden for blame-demo (goldens/blame-demo.yaml); record one in the old image first: reproci "
+            "golden update --image OLD --image-name blame-demo") in r.stderr
     shutil.copytree(old_golden, reproci.cwd / "goldens")
     r = reproci("blame", "--image", upgrade["old"], *COMMON)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -167,6 +167,20 @@ def test_groups_follow_exact_pins_transitively() -> None:
 def test_blame_needs_the_docker_backend(reproci) -> None:
     r = reproci("blame", "-m", "conv")
     assert r.returncode == 2 and "reproci blame compares images: name the new one with --image" in r.stderr
+
+
+@pytest.mark.parametrize("argv", [("blame",), ("run", "--blame"), ("run", "--stage", "blame")])
+def test_blame_without_a_golden_is_refused_before_any_run(cli, tmp_path: Path, argv: tuple[str, ...]) -> None:
+    """A blame compares with the golden of --image: with none it is one line and exit 2 at once,
+    not runs in the new image followed by 'nothing to blame'."""
+    results = tmp_path / "results"
+    code, out, err = cli(*argv, "--image", "example.org/new:1", "--image-name", "new", "-m", "conv",
+                         "--goldens-dir", str(tmp_path / "goldens"), "--results-dir", str(results))
+    assert code == errors.EXIT_USAGE and out == "", err
+    assert err == (f"error: {'--blame' if '--blame' in argv else '--stage blame'} compares the new image with the "
+                   f"golden, which names the old one, and there is no golden for new ({tmp_path}/goldens/new.yaml); "
+                   "record one in the old image first: reproci golden update --image OLD --image-name new")
+    assert not results.exists()
 
 
 def test_nothing_to_blame_names_the_verdicts_that_are_not_an_upgrade() -> None:

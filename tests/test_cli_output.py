@@ -171,6 +171,37 @@ def test_help_says_what_each_command_takes(cli):
         assert code == errors.EXIT_USAGE and f"No such option '{flag}'" in err, err
 
 
+def test_help_says_where_config_results_and_goldens_are_found(cli):
+    """reproci.yaml is searched for upward and results/goldens live beside it: --config,
+    --results-dir and --goldens-dir say so (not ./...); blame, which runs images only, offers
+    no local backend."""
+    for command in (("run",), ("bisect",), ("blame",), ("golden", "update")):
+        code, out, _ = cli(*command, "--help")
+        text = " ".join(out.split())
+        assert code == 0 and "./" not in text, command
+        assert "reproci.yaml in this directory or the nearest folder above it" in text.split("--config PATH")[1]
+        for flag, folder in (("--results-dir PATH", "results"), ("--goldens-dir PATH", "goldens")):
+            assert f"(default: {folder} in this directory, or beside a reproci.yaml found above it)" in \
+                text.split(flag)[1].split("--")[0], (command, flag)
+    _, out, _ = cli("blame", "--help")
+    backend = " ".join(out.split()).split("--backend [local|docker|ray|slurm]")[1].split("--address")[0]
+    assert "local (no --image)" not in backend and "docker (the default" in backend
+
+
+@pytest.mark.parametrize("argv, command", [
+    (("run", "-s"), "reproci run"), (("blame", "-m"), "reproci blame"),
+    (("golden", "show", "--goldens-dir"), "reproci golden show"), (("nosuch",), "reproci"),
+])
+def test_a_flag_without_its_value_points_to_its_commands_help(cli, argv, command):
+    """``reproci run -s`` points to ``reproci run --help``, which lists the stages, not to
+    ``reproci --help``, which does not."""
+    code, _, err = cli(*argv)
+    assert code == errors.EXIT_USAGE and err.endswith(f"see `{command} --help`"), err
+    if argv == ("run", "-s"):
+        _, out, _ = cli("run", "--help")
+        assert "determinism (default), throughput" in " ".join(out.split())
+
+
 def test_a_users_text_is_printed_as_typed_never_as_an_emoji(cli):
     """rich turns ``:x:`` into an emoji by default; an error quoting a user's ``--gres gpu:x:y:z``
     (or a path, a model's message) must show what was typed."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reproci import errors, verdicts
-from reproci.cluster import cell, placement, ray_driver
+from reproci.cluster import cell, placement, ray_driver, ray_join
 from reproci.commands.run import run_cmd
 from reproci.settings import declared
 from tests.helpers import unavailable
@@ -176,3 +176,94 @@ def test_an_address_where_no_cluster_answers_is_one_infrastructure_error_at_once
     code, out, err = cli("run", "--backend", "ray", "--address", f"127.0.0.1:{port}", "-m", "embedding")
     assert code == errors.EXIT_INFRA and err.startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}"), err
     assert err.count("error:") == 1 and not (tmp_path / "results").exists()
+
+
+def _listener(reply: bytes | None):
+    """A local port that takes connections and says ``reply`` to each (None: nothing at all),
+    as a port that is not a Ray head's may; stopped when the test ends."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the test ended
+                return
+            held.append(conn)
+            if reply is not None:
+                conn.recv(4096)
+                conn.sendall(reply)
+    threading.Thread(target=serve, daemon=True).start()
+    return server, held
+
+
+def test_a_port_that_answers_as_no_ray_head_does_is_one_line_at_once(cli, tmp_path, monkeypatch):
+    """An open port that says nothing (a firewall's, a service that waits), or that answers what
+    no gRPC server would: Ray itself tried for minutes, a log line a second. One line, exit 5,
+    before Ray starts (``ray_join.reachable``'s probe of the GCS's first frame)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    if importlib.util.find_spec("ray") is None:
+        unavailable("RAY", "Ray is not installed: `pip install -e '.[test]'` installs it")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ray_join, "GCS_ANSWER_S", 1.0)
+    monkeypatch.setattr(ray_driver, "_ray", lambda: SimpleNamespace(init=lambda **_: pytest.fail("Ray was started")))
+    for reply in (None, b"HTTP/1.1 400 Bad Request\r\n\r\n"):
+        server, held = _listener(reply)
+        port = server.getsockname()[1]
+        try:
+            code, out, err = cli("run", "--backend", "ray", "--address", f"127.0.0.1:{port}", "-m", "embedding")
+        finally:
+            server.close()
+            for conn in held:
+                conn.close()
+        assert code == errors.EXIT_INFRA and err == (
+            f"error: no Ray cluster answers at 127.0.0.1:{port}: its port is open, but it did not answer in 1 s as a "
+            "Ray head's GCS (a gRPC server) does; pass the port of the head's `ray start --head --port` as --address "
+            "HOST:PORT"), err
+        assert not (tmp_path / "results").exists()
+
+
+def test_a_ray_client_address_without_the_client_extra_says_what_to_install(cli, tmp_path, monkeypatch):
+    """``ray://`` needs grpcio (``ray[client]``): it said 'make the project smaller'. One line,
+    exit 2, before any run."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        unavailable("RAY", "Ray is not installed: `pip install -e '.[test]'` installs it")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("run", "--backend", "ray", "--address", "ray://127.0.0.1:10001", "-m", "embedding")
+    assert code == errors.EXIT_USAGE and err == (
+        "error: ray://127.0.0.1:10001 is a Ray client address, and the Ray client needs Ray's client extra on this "
+        "machine: pip install 'ray[client]' (the cluster's Ray version), or give the head's HOST:PORT"), err
+    assert "smaller" not in err and not (tmp_path / "results").exists()
+
+
+def test_ray_s_lines_while_it_fails_to_join_are_held_to_the_one_line_error(capfd):
+    """Ray's core writes a warning to stderr each time it tries a GCS that does not answer (20
+    times by default): held back, its tries bounded, and the last said in the error's line; a
+    join that succeeds gives them back."""
+    import os
+
+    for joined in (False, True):
+        held: list[str] = []
+        try:
+            with ray_join.lines_held("10.0.0.1:6379", held):
+                assert os.environ["RAY_gcs_server_port_wait_time_s"] == str(ray_join.GCS_TRIES)
+                os.write(2, b"[2026-12-07 07:32:45,558 W 23293 23293] gcs_client.cc:210: Failed to get cluster ID\n")
+                if not joined:
+                    raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
+        except ConnectionError:
+            pass
+        assert held == ["Failed to get cluster ID"]
+        assert "RAY_gcs_server_port_wait_time_s" not in os.environ
+        assert ("gcs_client.cc:210" in capfd.readouterr().err) == joined

@@ -251,3 +251,11 @@ def test_every_container_is_made_without_network_privileges_or_a_writable_root_a
 def test_a_run_stopped_by_a_container_limit_is_named_in_one_line(code, oom, tail, said):
     line = ds.limit_hit(code, oom, tail, ds.Limits(memory=512 * 1024**2, pids=64))
     assert (line is None) if said is None else (line.startswith(said) and "\n" not in line)
+
+
+def test_a_run_that_timed_out_with_every_process_slot_taken_is_named_by_the_process_limit():
+    """A fork bomb that tries again when refused never fails: its run times out (no exit code of its own)."""
+    limits = ds.Limits(memory=512 * 1024**2, pids=64)
+    assert ds.limit_hit(None, False, [], limits) is None  # a timeout alone
+    line = ds.limit_hit(None, False, [], limits, timed_out_at_process_limit=True)
+    assert line is not None and line.startswith("the container hit its process limit (64 processes and threads)")

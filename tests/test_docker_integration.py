@@ -201,6 +201,20 @@ def test_a_plugin_that_allocates_or_forks_without_end_is_stopped_by_its_containe
     assert left_behind(run.cwd, pid=run.pid, engine=engine) == []
 
 
+def test_a_fork_bomb_that_tries_again_is_named_by_the_process_limit_not_the_timeout(engine, tmp_path):
+    """A plugin that, refused a process, tries again never ends: its run times out with every process
+    slot of its container taken. The ERROR names the process limit and the option that raises it,
+    not the timeout alone (the engine's count of the container's processes, asked before the kill)."""
+    run = reproci(tmp_path, "run", "--image", IMAGE, *SHORT, "--pids-limit", "64", "--timeout", "20", "-j", "1",
+                  "-m", f"{FAULTY}:fork_forever_retrying")
+    assert run.returncode == errors.EXIT_RUN_ERROR, run.stdout + run.stderr
+    entry = model_entry(run.latest(), "faulty.fork_forever_retrying")
+    assert entry["verdict"] == "ERROR" and entry["error"]["kind"] == "limit", entry
+    assert "the container hit its process limit (64 processes and threads): raise it with --pids-limit" in \
+        entry["message"] and "\n" not in entry["message"], entry
+    assert left_behind(run.cwd, pid=run.pid, engine=engine) == []
+
+
 def test_two_ranks_and_the_op_audit_run_inside_a_container_without_network(engine, tmp_path):
     """torchrun inside one container meets its ranks on the loopback interface (the container
     cannot resolve its own host name); the audit's file comes back through the run mount."""

@@ -325,11 +325,22 @@ def test_the_adoption_path_starts_with_an_install_that_works_before_a_release() 
 
     text = README.read_text()
     block = text.split("## Use reproci in your repository\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    args = shlex.split(block.splitlines()[0], comments=True)
+    installs = [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("pip install")]
+    args = next(a for a in installs if "reproci" in a[-1])
     assert args[:2] == ["pip", "install"] and len(args) == 3, args
     requirement = Requirement(args[2])
     assert (requirement.name, requirement.url) == ("reproci", f"git+https://github.com/{scaffold.REPOSITORY}")
     assert "No release is published yet" in text and "docs/github-actions.md#before-the-first-release" in text
+
+
+def test_the_adoption_path_installs_a_cpu_only_torch_before_reproci() -> None:
+    """reproci depends on torch: in a fresh environment pip picks torch's CUDA build (5.5 GB with
+    its nvidia-* wheels) unless a CPU-only torch is installed first, from PyTorch's CPU index."""
+    block = README.read_text().split("## Use reproci in your repository\n", 1)[1].split("```bash\n", 1)[1]
+    installs = [shlex.split(line, comments=True) for line in block.split("```", 1)[0].splitlines()
+                if line.startswith("pip install")]
+    assert installs[0] == ["pip", "install", "torch", "--index-url", "https://download.pytorch.org/whl/cpu"], installs
+    assert "reproci" in installs[1][-1], installs
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from reproci import atomic
+from reproci import atomic, errors
 from reproci.errors import GoldenError
 from reproci.golden import store as golden
 
@@ -75,6 +75,7 @@ def test_missing_golden_is_none(tmp_path):
 
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda t: t + "\nmodels: [\n", "not valid YAML"),
+    (lambda t: "\0" * 100, "not valid YAML (character #x0000 at byte 0: special characters are not allowed)"),
     (lambda t: t.replace("version: 1", "version: 9"), "newer than this reproci reads"),
     (lambda t: t.replace("version: 1", "version: 0"), "re-record it with `reproci golden update --image img`"),
     (lambda t: t.replace("final_sha256: '0000", "final_sha256: 'zz00"), "key models.m.final_sha256"),
@@ -86,6 +87,19 @@ def test_corrupt_golden_names_file_and_key(tmp_path, mutate, fragment):
     with pytest.raises(GoldenError) as e:
         golden.load(tmp_path, "img")
     assert fragment in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_golden_of_nul_bytes_is_one_line(capsys, tmp_path):
+    """A golden truncated to NUL bytes (a crash mid-write on some filesystems): `golden show`
+    says so in one line, exit 6, as every other corrupt golden."""
+    from reproci.cli import main
+
+    (tmp_path / "img.yaml").write_bytes(b"\0" * 4096)
+    code = main(["golden", "show", "img", "--goldens-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == errors.EXIT_GOLDEN and out == ""
+    assert err == (f"error: {tmp_path}/img.yaml: not valid YAML (character #x0000 at byte 0: special characters "
+                   "are not allowed); restore it from git or re-record with `reproci golden update --image img`\n")
 
 
 def test_tampered_or_missing_sidecar_is_refused(tmp_path):
@@ -250,3 +264,35 @@ def test_diff_of_goldens_recorded_with_other_settings_names_each_setting(tmp_pat
     m = d["models"]["m"]
     assert m["status"] == "not comparable: steps 5 vs 30, eager fp32 vs compiled (inductor, mode default), bf16 autocast"
     assert "losses_agree_digits" not in m and "step" not in m  # nothing compared
+
+
+@pytest.mark.parametrize("layout", ["git", "no-git"])
+def test_a_plugin_is_recorded_by_its_path_in_the_repository(tmp_path, layout):
+    """A committed golden names no machine: a plugin file inside the repository (the git work tree
+    that holds the goldens folder, else the folder that holds it) by its path from there, one
+    outside it by its absolute path, as it was before."""
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    if layout == "git":
+        (repo / ".git").mkdir()
+    goldens = repo / "ci" / "goldens" if layout == "git" else repo / "goldens"
+    doc, recs, states = fake_run(1)
+    doc["models"][0]["ref"] = f"{repo / 'models' / 'net.py'}:build"
+    golden.write(goldens, "img", doc, recs, states)
+    assert golden.load(goldens, "img").models["m"].entry["ref"] == "models/net.py:build"
+    assert str(tmp_path) not in (goldens / "img.yaml").read_text()
+    doc["models"][0]["ref"] = f"{tmp_path / 'elsewhere' / 'net.py'}:build"
+    golden.write(goldens, "img", doc, recs, states)
+    assert golden.load(goldens, "img").models["m"].entry["ref"] == f"{tmp_path / 'elsewhere' / 'net.py'}:build"
+
+
+def test_a_golden_recorded_with_an_absolute_plugin_path_still_reads(cli, tmp_path):
+    """Goldens recorded before paths were relative name the plugin's absolute path: they still load and show."""
+    doc, recs, states = fake_run(1)
+    goldens = tmp_path / "goldens"
+    doc["models"][0]["ref"] = f"{tmp_path / 'net.py'}:build"
+    path = golden.write(goldens, "img", doc, recs, states)
+    path.write_text(path.read_text().replace("ref: net.py:build\n", f"ref: {tmp_path / 'net.py'}:build\n"))
+    assert golden.load(goldens, "img").models["m"].entry["ref"] == f"{tmp_path / 'net.py'}:build"
+    code, out, err = cli("golden", "show", "img", "--goldens-dir", str(goldens))
+    assert code == 0 and "m" in out, err

@@ -387,6 +387,28 @@ def test_an_image_of_ones_own_builds_from_the_shipped_recipe_and_is_listed_with_
         shutil.rmtree(repo / ".cache", ignore_errors=True)
 
 
+@pytest.mark.parametrize("under", ["file", "read-only"])
+def test_a_cache_dir_that_cannot_hold_the_wheelhouse_is_one_line_naming_the_variable(
+        own: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli, under: str) -> None:
+    """REPROCI_CACHE_DIR under a file, or in a folder that cannot be written: `images build`
+    says so before any build, naming the variable (it was build-image.sh's raw `mkdir` error)."""
+    blocker = tmp_path / "blocker"
+    if under == "file":
+        blocker.write_text("")
+    else:
+        blocker.mkdir()
+        monkeypatch.setattr(images.os, "access", lambda path, mode: Path(path) != blocker)  # root writes anywhere
+    calls: list[str] = []
+    monkeypatch.setattr(images, "_script", lambda path, args, env, what: calls.append(what))
+    monkeypatch.setenv("REPROCI_CACHE_DIR", str(blocker / "cache"))
+    code, _, err = cli("images", "build", "my-cpu", "--manifest", str(own))
+    why = "is not a folder" if under == "file" else "cannot be written"
+    assert code == errors.EXIT_USAGE and calls == [], err
+    assert err == (f"error: the wheelhouse {blocker}/cache/wheelhouse (from REPROCI_CACHE_DIR={blocker}/cache) cannot "
+                   f"be made: {blocker} {why}; set REPROCI_CACHE_DIR to a folder you can write")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "docker"]  # nothing made
+
+
 def test_the_wheelhouse_is_the_user_s_cache_for_a_pip_install_and_beside_a_manifest_of_one_s_own(
         own: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pip install's shipped manifest lies in site-packages: its wheels (gigabytes) go to the

@@ -27,7 +27,7 @@ from reproci.backends.base import CODE_ROOT
 from reproci.settings.options import build
 from reproci.worker.process.spec import WorkerSpec
 
-from .helpers import left_behind
+from .helpers import ROOT, left_behind
 
 HOOK = """\
 import json, os, subprocess, sys, time
@@ -134,6 +134,30 @@ def test_a_worker_gets_the_determinism_environment_and_runs_in_its_spec_director
     assert env["PYTHONPATH"].split(os.pathsep) == [str(CODE_ROOT), str(path.parent.parent / "hook")]
     assert env["REPROCI_TEST_KEPT"] == "yes"
     assert Path(worker["cwd"]) == path.parent
+
+
+def test_a_relative_pythonpath_reaches_the_worker_as_this_directory_read_it(
+        backend, spec, hook, monkeypatch, tmp_path) -> None:
+    """A worker starts in a folder of its own: ``PYTHONPATH=hook:`` (a relative entry, an empty
+    one) is passed on absolute, as this process's interpreter read it, so the worker finds what
+    the pre-check found here (the hook's sitecustomize runs: exit 7)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", f"hook{os.pathsep}")
+    s, path = spec
+    report = hook("exit")
+    result = backend.launch(s, path, timeout=60)
+    assert result.returncode == 7, result.log_tail
+    env = seen(report)["env"]
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(CODE_ROOT), str(tmp_path / "hook"), str(tmp_path)]
+
+
+def test_a_module_model_found_by_pythonpath_dot_trains(reproci) -> None:
+    """``PYTHONPATH=. reproci run -m mine:build`` as a user types it: every run used to fail with
+    'No module named mine' after the pre-check had found it."""
+    (reproci.cwd / "mine.py").write_text((ROOT / "examples" / "mlp_plugin.py").read_text())
+    r = reproci("run", "-m", "mine:build", "--steps", "2", env={"PYTHONPATH": f"{ROOT}{os.pathsep}."})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [m["verdict"] for m in reproci.latest()["models"]] == ["NEW"]
 
 
 def test_a_default_mode_run_is_not_given_the_strict_cublas_setting(backend, tmp_path, monkeypatch) -> None:

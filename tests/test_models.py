@@ -57,6 +57,31 @@ def test_a_factory_the_plugin_never_defines_is_refused_before_any_run(cli, tmp_p
     assert code == errors.EXIT_USAGE and "mine.py defines no 'nosuch' at its top level" in err
 
 
+def test_a_factory_that_is_not_callable_is_refused_before_any_run(cli, tmp_path, monkeypatch):
+    """``build = 3`` used to be found by run A, after the launch ('has no callable'): now by
+    reading the file, at once, in one line (exit 2), nothing written; the module form too."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text("import torch\n\nbuild = 3\nif torch:\n    build = [1, 2]\n")
+    code, out, err = cli("run", "-m", "mine.py:build")
+    assert code == errors.EXIT_USAGE and out == "", err
+    assert err == ("error: mine.py: 'build' is 3 or a list, not a function (from --model mine.py:build); name the "
+                   "factory, the function that takes a ModelContext and returns a TrainSetup, after the colon")
+    assert not (tmp_path / "results").exists()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _, err = cli("run", "-m", "mine:build")
+    assert code == errors.EXIT_USAGE and "'build' is 3 or a list, not a function" in err, err
+
+
+@pytest.mark.parametrize("source, kind", [
+    ("build = 3", "3"), ("build: int = 3", "3"), ("build = 'x' * 1", None), ("build = {}", "a dict"),
+    ("build = (1, 2)", "a tuple"), ("build = [f(x) for x in y]", "a list"), ("build = f'{x}'", "a string"),
+    ("build = None\ndef f():\n    build = g", "None"), ("build = 3\nbuild = make", None),
+    ("build = 3\nwith a as build: pass", None), ("build = 3\n(build := make)", None),
+])
+def test_what_a_factory_that_cannot_be_called_is(source, kind):
+    assert models._not_callable(ast.parse(source), "build") == kind
+
+
 @pytest.mark.parametrize("source", [
     "def build(ctx): pass", "async def build(ctx): pass", "class build: pass", "build = make",
     "build: object = make", "if x:\n    build = a\nelse:\n    build = b", "try:\n    from m import build\nexcept ImportError:\n    pass",
@@ -67,6 +92,7 @@ def test_a_factory_the_plugin_never_defines_is_refused_before_any_run(cli, tmp_p
 ])
 def test_what_may_define_a_factory_is_taken_as_defining_it(source):
     assert models._may_define(ast.parse(source), "build")
+    assert models._not_callable(ast.parse(f"build = 3\n{source}"), "build") is None  # nor taken for a literal
 
 
 @pytest.mark.parametrize("source", [

@@ -130,6 +130,23 @@ def test_an_unreproducible_run_is_refused(files: dict[str, Path], cli, tmp_path:
     assert code == 0 and "must not become a golden" in out and reason.split(":")[0] in out
 
 
+def test_a_reproducible_run_without_update_golden_is_not_headlined_not_reproducible(files: dict[str, Path], cli,
+                                                                                   tmp_path: Path) -> None:
+    """A real run of A = B = C that had no --update-golden: the body says its models reproduced
+    themselves and that it recorded no golden, not that it was not reproducible; the refusal
+    says the same and what to run."""
+    code, body, _ = cli("pr-body", str(files["compared"]))
+    assert code == 0
+    assert "✅ Every model reproduced itself in this image (A = B = C, 1 model(s))." in body
+    assert "not reproducible" not in body
+    assert items(body, "Golden update for `cpu-torch2.13`") == [
+        "the golden was not recorded: this run had no --update-golden"]
+    assert "**⚠️ This run recorded no golden; it must not become a golden update:**" in body
+    code, _, err = cli("pr-body", str(files["compared"]), "--require-reproducible")
+    assert code == errors.EXIT_REPRO_FAILURE and len(err.strip().splitlines()) == 1
+    assert "did not reproduce" not in err and "recorded none" in err and "reproci golden update" in err
+
+
 def test_results_without_golden_or_throughput_keys_render(files: dict[str, Path], tmp_path: Path) -> None:
     doc = json.loads(files["compared"].read_text())
     doc.pop("golden", None)

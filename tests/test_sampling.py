@@ -127,7 +127,12 @@ def test_a_repetition_is_not_started_when_the_budget_left_cannot_hold_its_start_
                 budget=sampling.Budget(10.0, clock))
     ends = _timed(s, clock, startup=4.0, round_s=0.05, tail=1.0, noisy=True)
     assert len(ends) == 1 and ends[0] < 6.0  # 10 - 6 s left: not enough for another 4 s launch
-    assert s.summary("strict")["stop"] == "budget"
+    sd = s.summary("strict")
+    assert sd["stop"] == "budget"
+    # It says the seconds spent, not the whole budget, and why no repetition followed.
+    spent = clock.t
+    assert sd["stopped"].startswith(f"{spent:.1f} s of the time budget of 10 s spent; the {10 - spent:.1f} s left "
+                                    "cannot hold another repetition's start-up of 4.0 s (1 repetitions)")
 
 
 def test_a_slowdown_that_settles_inside_the_budget_says_settled():

@@ -15,7 +15,7 @@ from .docker_engine import Engine
 class Container:
     """One container, created on enter and removed on exit, whatever happened in between.
 
-    Verbs: start, wait (with a timeout), kill, oom_killed, remove. Its output is streamed into
+    Verbs: start, wait (with a timeout), kill, at_process_limit, oom_killed, remove. Its output is streamed into
     ``tail`` (the last lines) from the moment it starts. ``config`` holds the engine's
     create keywords (labels, user, mounts as binds, environment, ...).
     """
@@ -64,6 +64,12 @@ class Container:
 
     def kill(self) -> None:
         self.engine.kill(self._id)
+
+    def at_process_limit(self, limit: int) -> bool:
+        """Whether the running container has as many processes and threads as ``limit`` (or the
+        limit the engine reports) allows: a fork bomb that tries again when refused waits there."""
+        now = self.engine.processes(self._id)
+        return now is not None and now[0] >= (now[1] or limit)
 
     def oom_killed(self) -> bool:
         """Whether the engine says the container's memory limit killed a process of it."""

@@ -154,11 +154,12 @@ class DockerBackend(Backend):
             if on_start is not None:
                 on_start(None)
             code = c.wait(timeout)
-            timed_out = code is None
+            timed_out, at_limit = code is None, code is None and c.at_process_limit(self.limits.pids)  # before the kill
             if timed_out:
                 c.kill()
                 code = c.wait(30) if c.id else None
-            limit = None if timed_out else limit_hit(code, code is not None and c.oom_killed(), list(c.tail), self.limits)
+            limit = limit_hit(None if timed_out else code, not timed_out and c.oom_killed(), list(c.tail), self.limits,
+                              timed_out_at_process_limit=at_limit)
         seconds = time.monotonic() - t0
         if code == EXIT_MISSING_DEPENDENCY:
             self._raise_if_missing_dependency(spec_file.parent / spec.output)

@@ -102,6 +102,18 @@ class Engine:
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return False  # gone, or the engine with it: no answer is no evidence
 
+    def processes(self, cid: str) -> tuple[int, int | None] | None:
+        """The (running) container's processes and threads now and its limit on them, as the
+        engine's stats say; None where it says nothing."""
+        try:
+            pids = self.client.api.stats(cid, stream=False, one_shot=True).get("pids_stats") or {}
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return None  # gone, or the engine with it: no answer is no evidence
+        current, limit = pids.get("current"), pids.get("limit")
+        if not isinstance(current, int):
+            return None
+        return current, limit if isinstance(limit, int) else None
+
     def kill(self, cid: str) -> None:
         try:
             self.client.api.kill(cid)

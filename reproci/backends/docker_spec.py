@@ -96,17 +96,22 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def limit_hit(code: int | None, oom_killed: bool, tail: list[str], limits: Limits) -> str | None:
-    """The one line that says a container limit stopped a run (the engine's OOM kill, or a fork
-    or thread start refused with EAGAIN), or None when no limit did."""
+def limit_hit(code: int | None, oom_killed: bool, tail: list[str], limits: Limits, *,
+              timed_out_at_process_limit: bool = False) -> str | None:
+    """The one line that says a container limit stopped a run (the engine's OOM kill, a fork or
+    thread start refused with EAGAIN, or a run that timed out with every process slot taken: a
+    fork bomb that tries again when refused), or None when no limit did."""
+    pids = (f"the container hit its process limit ({limits.pids} processes and threads): raise it with "
+            "--pids-limit, or start fewer loader workers or threads")
+    if timed_out_at_process_limit:
+        return pids + " (the run waited there until its --timeout)"
     if code in (0, None):
         return None
     if oom_killed:
         return (f"the container hit its memory limit ({size_text(limits.memory)}): raise it with --memory "
                 "(e.g. --memory 16g) or train a smaller configuration")
     if any(s in line for line in tail for s in PIDS_EXHAUSTED):
-        return (f"the container hit its process limit ({limits.pids} processes and threads): raise it with "
-                "--pids-limit, or start fewer loader workers or threads")
+        return pids
     return None
 
 

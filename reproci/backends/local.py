@@ -31,6 +31,14 @@ _OWNED = ("REPROCI_PARENT_PID", "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "OM
           "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # torchrun sets these per rank
 
 
+def given_pythonpath() -> list[str]:
+    """This process's ``PYTHONPATH`` as its own interpreter read it: each entry made absolute
+    against the working directory (an empty one is that directory), so that a worker, which
+    starts in a folder of its own, finds the modules ``PYTHONPATH=.`` found here."""
+    given = os.environ.get("PYTHONPATH")
+    return [os.path.abspath(p or os.curdir) for p in given.split(os.pathsep)] if given else []
+
+
 class LocalBackend(Backend):
     name = "local"
 
@@ -52,7 +60,7 @@ class LocalBackend(Backend):
         # This interpreter's reproci: an install's site-packages, or a checkout's root, which holds reproci/.
         # A plugin's folder goes before it in the worker (contract.load_factory): a user's own
         # `pipeline` package wins.
-        env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env["PYTHONPATH"] = os.pathsep.join([str(CODE_ROOT), *given_pythonpath()])
         env["REPROCI_PARENT_PID"] = str(os.getpid())  # the worker dies with this process (worker.__main__)
         return overridden(env, spec.env)
 

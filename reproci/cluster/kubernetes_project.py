@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from .. import safe_yaml
 from ..errors import UsageError
 from ..settings.config_file import CONFIG_FILE, find_config, load_config
 
@@ -73,7 +74,7 @@ def golden_files(goldens_dir: Path, image: str) -> list[Path]:
     if not golden.is_file():
         return []
     try:
-        sidecar = (yaml.safe_load(golden.read_text()) or {}).get("sidecar") or {}
+        sidecar = (safe_yaml.load(golden, limit=safe_yaml.GOLDEN_LIMIT) or {}).get("sidecar") or {}
     except (yaml.YAMLError, UnicodeDecodeError, AttributeError):
         return [golden]  # carried as it is: the run in the pod refuses it with exit 6, as it would here
     name = sidecar.get("file") if isinstance(sidecar, dict) else None

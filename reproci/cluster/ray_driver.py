@@ -18,6 +18,7 @@ cell (exit 5, the node named), never a verdict; the other cells' results are kep
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
@@ -31,11 +32,10 @@ from ..errors import InfrastructureError, UsageError
 from ..golden.advice import shown
 from ..results import ResultsDocument
 from ..settings.options import RunOptions
-from . import across, combine
+from . import across, combine, ray_join
 from . import cell as cell_mod
 from .placement import Node, cell_cpus, first_line, nodes, usable
 
-CONNECT_TIMEOUT_S = 10.0
 NODE_DEATH_WAIT_S = 10.0  # how long a cell stopped on its node waits for the cluster to say whether the node died
 EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pt", "*.ckpt", ".cache", "node_modules"]
 
@@ -105,12 +105,19 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
     if cluster.address is None:
         kwargs["include_dashboard"] = False
     else:
-        _reachable(cluster.address)
+        ray_join.reachable(cluster.address)
+    if (cluster.address or "").startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise UsageError(f"{cluster.address} is a Ray client address, and the Ray client needs Ray's client extra on "
+                         "this machine: pip install 'ray[client]' (the cluster's Ray version), or give the head's "
+                         "HOST:PORT")
+    held: list[str] = []
     try:
-        ray.init(address=cluster.address, **kwargs)
+        with ray_join.lines_held(cluster.address, held):
+            ray.init(address=cluster.address, **kwargs)
     except ConnectionError as e:
-        raise InfrastructureError(f"cannot reach the Ray cluster at {cluster.address} ({first_line(e)}); start it with "
-                                  "`ray start --head` there, or pass --address HOST:PORT") from e
+        said = f"; Ray said: {held[-1]}" if held else ""
+        raise InfrastructureError(f"cannot reach the Ray cluster at {cluster.address} ({first_line(e)}{said}); start it "
+                                  "with `ray start --head` there, or pass --address HOST:PORT") from e
     except RuntimeError as e:
         if "version mismatch" in str(e).lower():
             raise InfrastructureError(f"this machine and the Ray cluster at {cluster.address} run different versions "
@@ -119,20 +126,6 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
     except ValueError as e:
         raise InfrastructureError(f"the Ray cluster refused this run's project directory: {first_line(e)}; "
                                   "make the project smaller or add a .gitignore for large files") from e
-
-
-def _reachable(address: str) -> None:
-    """A ``HOST:PORT`` that does not answer is refused at once (Ray itself waits a minute and more)."""
-    import socket
-
-    host, sep, port = address.rpartition(":")
-    if not sep or "://" in address or not port.isdigit():
-        return  # "auto", ray://...: Ray's own forms
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as e:
-        raise InfrastructureError(f"cannot reach the Ray cluster at {address} ({e.strerror or e}); start its head with "
-                                  "`ray start --head --port PORT` there, or pass the right --address HOST:PORT") from e
 
 
 def _inside(root: Path, path: Path) -> list[str]:

@@ -16,7 +16,11 @@ from .run import RunCommand, run_options
 @click.command("blame", cls=RunCommand)
 @run_options(without=("script", "resume_script", "script_name"),  # blame re-runs factory models in images
              helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
-                             "reference): the golden names the old one."})
+                             "reference): the golden names the old one.",
+                    "backend": "Where the runs execute: docker (the default: blame runs images), or ray: each model a "
+                               "cell on a Ray cluster, run there by the Docker backend, merged here (needs "
+                               "reproci[ray]); slurm: each model a task of one Slurm job array (a filesystem shared "
+                               "with the nodes)."})
 def blame_cmd(**kwargs: Any) -> None:
     """Run the determinism check in --image and compare with the golden; for each model an upgrade
     changed, name the package (group) of the new image that alone reproduces the change."""

@@ -25,4 +25,5 @@ def pr_body_cmd(results_path: Path, output: Path | None, require_reproducible: b
         click.echo(body, nl=False)
     else:
         atomic.write_output(output, body)
-        click.echo(f"pull-request body: {output}")
+        if not atomic.is_stream(output):  # a stream (-, /dev/stdout) carries the body itself
+            click.echo(f"pull-request body: {output}")

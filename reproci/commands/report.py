@@ -41,4 +41,5 @@ def report_cmd(results_path: Path | None, fmt: str, output: Path | None, history
         click.echo(text, nl=False)
     else:
         atomic.write_output(output, text)
-        click.echo(f"report: {output}", err=True)
+        if not atomic.is_stream(output):  # a stream (-, /dev/stdout) carries the report itself
+            click.echo(f"report: {output}", err=True)

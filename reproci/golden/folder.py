@@ -21,3 +21,8 @@ def golden_file_name(name: object, said: str) -> str | None:
         raise UsageError(f"{said} {name!r} names a golden file: use a name without slashes that does not start "
                          "with a dot, e.g. cuda12.6-torch2.7")
     return None if name is None else str(name)
+
+
+def golden_path(goldens_dir: Path, image_name: str) -> Path:
+    """The golden file of an image (a name ``golden_file_name`` has checked)."""
+    return goldens_dir / f"{image_name}.yaml"

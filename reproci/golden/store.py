@@ -29,11 +29,12 @@ from typing import Any, Collection, Iterator, Mapping
 import numpy as np
 import yaml
 
-from .. import __version__, atomic
+from .. import __version__, atomic, safe_yaml
 from ..errors import GoldenError
 from ..results import ModelEntry, ResultsDocument
 from ..worker.run_record import Run, Trajectory
 from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
+from .folder import golden_path
 
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
@@ -81,7 +82,36 @@ class Golden:
 def path_for(goldens_dir: Path, image_name: str) -> Path:
     if not image_name or "/" in image_name or image_name.startswith("."):
         raise GoldenError(f"invalid golden name {image_name!r}: use the image name without slashes")
-    return goldens_dir / f"{image_name}.yaml"
+    return golden_path(goldens_dir, image_name)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """What the YAML reader refused, on one line: 'character #x0000 at byte 0: special characters
+    are not allowed' (a reader's own message spans two lines)."""
+    if isinstance(e, yaml.reader.ReaderError):
+        char = e.character if isinstance(e.character, int) else ord(e.character)
+        return f"character #x{char:04x} at {'byte' if isinstance(e.character, int) else 'character'} {e.position}: {e.reason}"
+    return " ".join(str(getattr(e, "problem", None) or e).split())
+
+
+def repository_of(goldens_dir: Path) -> Path:
+    """The folder the paths in a golden are relative to: the git work tree that holds the goldens
+    folder, else the folder that holds it (beside reproci.yaml, where the goldens folder is by default)."""
+    folder = goldens_dir.resolve()
+    return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder.parent)
+
+
+def relative_ref(ref: str | None, repository: Path) -> str | None:
+    """A model's reference as a committed golden records it: a plugin's ``FILE.py:factory`` with
+    FILE relative to the repository, so that the file names no machine. A file outside the
+    repository stays absolute: no checkout of the repository holds it. Any other reference (a
+    registry name, module:factory, a script's command) as it is; an older golden's absolute
+    path is read as any other text."""
+    target, sep, factory = (ref or "").rpartition(":")
+    if not sep or not target.endswith(".py") or not Path(target).is_absolute():
+        return ref
+    path = Path(target)
+    return f"{path.relative_to(repository).as_posix()}:{factory}" if path.is_relative_to(repository) else ref
 
 
 def _fail(path: Path, key: str, what: str) -> GoldenError:
@@ -94,11 +124,11 @@ def load(goldens_dir: Path, image_name: str) -> Golden | None:
     if not path.exists():
         return None
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_yaml.load(path, limit=safe_yaml.GOLDEN_LIMIT)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise GoldenError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)}); restore it from git "
+        raise GoldenError(f"{path}{where}: not valid YAML ({_yaml_problem(e)}); restore it from git "
                           f"or re-record with `reproci golden update --image {image_name}`") from e
     except UnicodeDecodeError as e:
         raise GoldenError(f"{path}: unreadable golden (not UTF-8 text, byte {e.start}); restore it from git or "
@@ -220,9 +250,10 @@ def write(goldens_dir: Path, image_name: str, document: ResultsDocument, records
             models_yaml[name] = g.entry
             _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
         by_name = {m["model"]: m for m in document["models"]}
+        repository = repository_of(goldens_dir)
         for name, run in sorted(records.items()):
             rec = Trajectory.of(run)
-            models_yaml[name] = _model_entry(by_name[name], rec, document, now)
+            models_yaml[name] = _model_entry(by_name[name], rec, document, now, repository)
             fps = np.asarray(rec.fingerprints, dtype=np.int64)
             batch = np.asarray(rec.batch_fingerprints, dtype=np.int64)
             _add_arrays(arrays, name, rec.tensor_names, fps, batch, _state_arrays(states.get(name) or {}),
@@ -268,11 +299,12 @@ def _kept_models(old: Golden, records: Collection[str], document: ResultsDocumen
     return others
 
 
-def _model_entry(m: ModelEntry, rec: Trajectory, document: ResultsDocument, now: str) -> dict[str, Any]:
+def _model_entry(m: ModelEntry, rec: Trajectory, document: ResultsDocument, now: str,
+                 repository: Path) -> dict[str, Any]:
     """One model's YAML mapping: its identity, settings, final hash and loss trajectory."""
     opts = document["options"]
     entry = {
-        "ref": m.get("ref"), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
+        "ref": relative_ref(m.get("ref"), repository), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
         "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
         "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
         "world_size": opts.get("world_size", 1), "execution": m.get("execution"),

@@ -29,18 +29,13 @@ MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
 
 
 def reproducibility_problems(doc: ResultsDocument) -> list[str]:
-    """Why these results cannot become a golden (empty when every model reproduced itself)."""
+    """Why these results did not reproduce themselves (empty when every model's runs agreed)."""
     problems: list[str] = []
     ran = tuple((doc.get("options") or {}).get("stages") or ["determinism"])
     if not any(stage.checks_reproducibility for stage in registry.selected(ran)):
         problems.append("the determinism stage did not run (add --stage determinism)")
     if not doc.get("models"):
         problems.append("no models ran")
-    golden = _outcome(doc)
-    if golden.get("refused"):
-        problems.append(f"the golden was not recorded: {golden['refused']}")
-    elif not golden.get("updated"):
-        problems.append("the golden was not recorded: this run had no --update-golden")
     for m in doc.get("models", []):
         name = m.get("model")
         if m.get("verdict") in verdicts.FAILING:
@@ -53,12 +48,27 @@ def reproducibility_problems(doc: ResultsDocument) -> list[str]:
     return problems
 
 
+def golden_problems(doc: ResultsDocument) -> list[str]:
+    """Why these results recorded no golden (empty when the run recorded one)."""
+    golden = _outcome(doc)
+    if golden.get("refused"):
+        return [f"the golden was not recorded: {golden['refused']}"]
+    if not golden.get("updated"):
+        return ["the golden was not recorded: this run had no --update-golden"]
+    return []
+
+
 def require_reproducible(doc: ResultsDocument, source: object) -> None:
     """Refuse a results document that must not become a golden, saying every reason."""
     problems = reproducibility_problems(doc)
     if problems:
         raise NotReproducibleError(f"{source}: not recording a golden from a run that did not reproduce "
-                                   f"itself: {'; '.join(problems)}; fix the nondeterminism first")
+                                   f"itself: {'; '.join(problems + golden_problems(doc))}; fix the nondeterminism first")
+    unrecorded = golden_problems(doc)
+    if unrecorded:
+        raise NotReproducibleError(f"{source}: not recording a golden from a run that recorded none: "
+                                   f"{'; '.join(unrecorded)}; record it with `reproci golden update` (or "
+                                   f"`reproci run --update-golden`) first")
 
 
 def _golden(m: ModelEntry) -> GoldenComparison:
@@ -101,15 +111,18 @@ def render(doc: ResultsDocument) -> str:
 
 def _verdict_lines(doc: ResultsDocument) -> list[str]:
     name = (doc.get("image") or {}).get("name") or "local"
-    problems = reproducibility_problems(doc)
+    problems, unrecorded = reproducibility_problems(doc), golden_problems(doc)
     lines = [f"## Golden update for `{name}`", "",
              f"From `reproci run` {doc.get('run_id')} (reproci {doc.get('reproci_version')}, "
              f"project commit {_short(doc.get('project_commit'), 10)}, {doc.get('created')}).", ""]
     if problems:
         lines += ["**⚠️ This run was not reproducible; it must not become a golden:**", ""]
-        lines += [f"- {cell(p)}" for p in problems]
-    else:
-        lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(doc.get('models', []))} model(s)).")
+        lines += [f"- {cell(p)}" for p in problems + unrecorded]
+        return lines + [""]
+    lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(doc.get('models', []))} model(s)).")
+    if unrecorded:
+        lines += ["", "**⚠️ This run recorded no golden; it must not become a golden update:**", ""]
+        lines += [f"- {cell(p)}" for p in unrecorded]
     return lines + [""]
 
 

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from .. import safe_yaml
 from ..errors import ConfigError
 from .declared import config_keys, options
 
@@ -41,7 +42,7 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist; drop --config or create it")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = safe_yaml.load(path, limit=safe_yaml.CONFIG_LIMIT) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

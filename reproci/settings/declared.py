@@ -186,9 +186,10 @@ OPTIONS: list[Option] = [
     Option(name="jobs", flags=("--jobs", "-j"), group=RESOURCES, type=int, yaml=INTEGER,
            help="Worker runs at once (default: usable CPUs / --threads, at most 3)."),
     Option(name="results_dir", cell=False, group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
-           help="Where results go (default ./results)."),
+           help="Where results go (default: results in this directory, or beside a reproci.yaml found above it)."),
     Option(name="goldens_dir", cell=False, group=OUTPUT, type=Path, yaml=("a directory (a string)", _is_str),
-           help="Where golden files live (default ./goldens)."),
+           help="Where golden files live (default: goldens in this directory, or beside a reproci.yaml found above "
+                "it)."),
     Option(name="update_golden", cell=False, group=OUTPUT, flag=True,
            needs_stage=("determinism", "records the determinism stage's hashes (the variance stage rides along)"),
            help="Record goldens from this run if it passed its own checks."),
@@ -207,7 +208,9 @@ OPTIONS: list[Option] = [
            help="With --compile: torch.compile's mode (default: default)."),
     Option(name="amp", group=EXECUTION, choices=AMP, yaml=("bf16 or fp16", lambda v: v in AMP), record=True,
            help="Each forward and loss under torch.autocast to this dtype (fp16 with a GradScaler); part of the identity."),
-    Option(name="config", group=OUTPUT, type=Path, help="Config file (default ./reproci.yaml if present)."),
+    Option(name="config", group=OUTPUT, type=Path,
+           help="Config file (default: reproci.yaml in this directory or the nearest folder above it, up to "
+                "the git work tree's top)."),
     Option(name="ci", cell=False, group=OUTPUT, flag=True, negatable=True, record=True,
            help="CI mode: a golden that is missing or cannot be compared fails (default: from $CI)."),
     Option(name="fault", group=SHAPE, hidden=True, record=True, help="TEST ONLY: inject a fault to prove a verdict fires."),
@@ -229,6 +232,7 @@ class StageOptions(Protocol):
     options: tuple[Option, ...]  # its knobs: options of ``reproci run`` like the core ones
     needs: tuple[str, ...]  # the stages it starts from: added before it when not asked for
     needs_image: str | None  # why it needs --image (said after the flag that asked for it); None: it does not
+    needs_golden: str | None  # why it needs the image's golden (said after the flag that asked for it); None: it does not
 
 
 STAGES: tuple[StageOptions, ...] = ()  # every stage, in the order they run, as stages.registry adds them

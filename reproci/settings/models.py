@@ -72,6 +72,61 @@ def check_syntax(path: Path, text: str, shown: str | None = None, factory: str |
         has = f"its top-level functions: {', '.join(functions)}" if functions else "it defines no top-level function"
         raise ModelError(f"{shown or path} defines no {factory!r} at its top level (from --model {text}; {has}); "
                          "name the factory after the colon")
+    kind = _not_callable(tree, factory) if factory is not None else None
+    if kind is not None:
+        raise ModelError(f"{shown or path}: {factory!r} is {kind}, not a function (from --model {text}); name the "
+                         "factory, the function that takes a ModelContext and returns a TrainSetup, after the colon")
+
+
+_LITERALS = {ast.Constant: "a constant", ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.Set: "a set",
+             ast.ListComp: "a list", ast.DictComp: "a dict", ast.SetComp: "a set", ast.JoinedStr: "a string"}
+
+
+def _not_callable(tree: ast.Module, name: str) -> str | None:
+    """What ``name`` is ('3', 'a list') where every binding of it in the module's own scope (under
+    an ``if`` or ``try`` too) assigns it a literal: it cannot be called. None where anything else
+    may bind it (a def, a class, an import, a loop, any other expression), or where code that can
+    bind any name exists (as ``_may_define`` reads it)."""
+    scope = _module_scope(tree)
+    kinds: list[str] = []
+    literal: set[int] = set()  # the Name nodes that a literal assignment binds
+    for node in scope:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            named = [t for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                     if isinstance(t, ast.Name) and t.id == name]
+            if not named:
+                continue
+            value = node.value
+            kind = repr(value.value) if isinstance(value, ast.Constant) and len(repr(value.value)) <= 30 else \
+                next((k for t, k in _LITERALS.items() if isinstance(value, t)), None)
+            if kind is None:
+                return None
+            kinds.append(kind)
+            literal.update(id(t) for t in named)
+    for node in scope:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in (name, "__getattr__") \
+                or isinstance(node, ast.Name) and (node.id == name and isinstance(node.ctx, ast.Store) and id(node) not in literal
+                                                   or node.id in ("globals", "exec", "setattr", "vars")) \
+                or isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    a.name == "*" or (a.asname or a.name.partition(".")[0]) == name for a in node.names):
+            return None
+    if any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(tree)):
+        return None
+    return " or ".join(dict.fromkeys(kinds)) or None
+
+
+def _module_scope(tree: ast.Module) -> list[ast.AST]:
+    """Every node of the module's own scope, in the file's order: not the bodies of its functions
+    and classes (their decorators are)."""
+    found: list[ast.AST] = []
+    todo: list[ast.AST] = list(reversed(tree.body))
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        inner = node.decorator_list if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+            else list(ast.iter_child_nodes(node))
+        todo.extend(reversed(inner))
+    return found
 
 
 def _may_define(tree: ast.Module, name: str) -> bool:

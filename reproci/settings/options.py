@@ -16,7 +16,7 @@ from typing import Any, Mapping, cast
 from .. import cpu_flags, images
 from ..backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
 from ..errors import ConfigError, InfrastructureError, UsageError
-from ..golden.folder import golden_file_name, require_folder
+from ..golden.folder import golden_file_name, golden_path, require_folder
 from ..reference_models import REGISTRY
 from ..results import RecordedOptions
 from ..worker.process.spec import FAULTS
@@ -137,6 +137,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
     for o in declared.options():
         if o.needs_stage is not None and pick(o.name, None) and o.needs_stage[0] not in shape["stages"]:
             raise UsageError(f"{pick.said(o.name)} {o.needs_stage[1]}: add --stage {o.needs_stage[0]}")
+    goldens_dir = _goldens_dir(pick)
+    _require_golden(pick, shape["stages"], goldens_dir, image["image_name"])
     ci_env = str(env.get("CI", "")).lower() in ("1", "true", "yes")
     return RunOptions(
         models=models,
@@ -148,7 +150,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
         gpus=None if pick("gpus", None) is None else str(pick("gpus", None)),
         **_limits(pick, image["image"]),
         results_dir=pick.folder("results_dir", "results"),
-        goldens_dir=_goldens_dir(pick),
+        goldens_dir=goldens_dir,
         update_golden=bool(pick("update_golden", False)),
         ci=bool(cli.get("ci")) if cli.get("ci") is not None else ci_env,
         webhook=pick("webhook", None) or env.get("REPROCI_WEBHOOK") or None,
@@ -160,6 +162,16 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
         github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
         step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
     )
+
+
+def _require_golden(pick: Settings, stages: tuple[str, ...], goldens_dir: Path, image_name: str) -> None:
+    """A stage that compares with the image's golden (``needs_golden``), asked for where there is
+    none: refused before any run, not found once the runs are done."""
+    for stage in declared.STAGES:
+        if stage.name in stages and stage.needs_golden and not (path := golden_path(goldens_dir, image_name)).is_file():
+            raise UsageError(f"{_asked(pick, stage.name)} {stage.needs_golden}, and there is no golden for {image_name} "
+                             f"({path}); record one in the old image first: reproci golden update --image OLD "
+                             f"--image-name {image_name}")
 
 
 def _asked(pick: Settings, stage: str) -> str:

@@ -17,7 +17,8 @@ nothing, so a stage writes only the ones it has:
 - ``options``: its knobs, each a ``settings.declared.Option`` (group: the stage's name): a flag
   of ``reproci run``, a ``reproci.yaml`` key, read as ``options.knob(name)``, recorded in the
   results when it says so; ``needs``: the stages it starts from (added before it when not
-  asked for); ``needs_image``: why it needs ``--image``, when it does.
+  asked for); ``needs_image``: why it needs ``--image``, when it does; ``needs_golden``: why it
+  needs the image's golden, when it does (a run without one is refused before it starts).
 
 A stage in a package renders its own parts in its ``report.py`` (``terminal``, ``markdown``,
 ``html``), each built from the same rows of the results, with the reports' primitives (Markdown
@@ -97,6 +98,7 @@ class Stage:
     options: tuple[Option, ...] = ()  # its knobs (settings.declared.Option)
     needs: tuple[str, ...] = ()  # the stages it starts from, run before it when not asked for
     needs_image: str | None = None  # why it needs --image (said after the flag that asked for it)
+    needs_golden: str | None = None  # why it needs the image's golden, refused before any run without one
     report: ModuleType | None = None  # its report.py, whose terminal, markdown, markdown_verdicts
     # and html (those it has) are this stage's parts of every report
 

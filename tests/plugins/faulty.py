@@ -134,3 +134,19 @@ def fork_forever(ctx: ModelContext) -> TrainSetup:
                 time.sleep(3600)
                 os._exit(0)
     return _base(ctx, loss_fn=loss_fn)
+
+
+def fork_forever_retrying(ctx: ModelContext) -> TrainSetup:
+    """``fork_forever`` that, refused a process, waits and tries again: it never fails, it waits at
+    the process limit until its run times out."""
+    import os
+
+    def loss_fn(m: nn.Module, b) -> torch.Tensor:
+        while True:
+            try:
+                if os.fork() == 0:
+                    time.sleep(3600)
+                    os._exit(0)
+            except OSError:
+                time.sleep(0.01)
+    return _base(ctx, loss_fn=loss_fn)

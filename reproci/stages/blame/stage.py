@@ -20,6 +20,7 @@ class Blame(Stage):
     needs = ("determinism",)  # it explains the UPGRADE_CHANGED verdicts of the golden comparison
     needs_image = ("compares images: name the new one with --image (the golden names the old one); "
                    "the local backend has one environment only")  # it builds images: Docker only
+    needs_golden = "compares the new image with the golden, which names the old one"
     options = (
         Option(name="blame", group="blame", flag=True, yaml=BOOLEAN, adds_stage="blame",
                help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "

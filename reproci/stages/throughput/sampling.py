@@ -131,6 +131,7 @@ class Sampler:
         self.stopped: list[str] = []  # why each repetition ended
         self.startup_s = 0.0  # the longest time from a repetition's launch to its first timed round
         self.budget_spent = False  # the budget, not the target or a cap, ended the sampling
+        self.spent_s = 0.0  # seconds of the budget spent when it ended the sampling
         self._rep_started: float | None = None
 
     def start_rep(self, modes_in_order: tuple[str, ...]) -> None:
@@ -176,6 +177,7 @@ class Sampler:
                 return True
         if self.budget.elapsed() >= self.rep_deadline():
             self.budget_spent = self.budget.left() <= 0
+            self.spent_s = self.budget.elapsed()
             self.stopped.append("budget" if self.budget_spent else "time share")
             return True
         return False
@@ -200,9 +202,20 @@ class Sampler:
         if done >= self.max_reps:
             return False
         if done and not self.budget.holds(self.startup_s):  # another would not reach its first timed round
-            self.budget_spent = self.budget_spent or not self.narrow()
+            if not self.budget_spent and not self.narrow():
+                self.budget_spent, self.spent_s = True, self.budget.elapsed()
             return False
         return done < MIN_REPS or not self.narrow()
+
+    def _budget_text(self) -> str:
+        """How the budget ended the sampling: all of it spent, or too little of it left to
+        start another repetition ('9.3 s of the time budget of 15 s spent; the 5.7 s left
+        cannot hold another repetition's start-up of 8.1 s')."""
+        budget = float(self.budget.seconds or math.inf)
+        if self.spent_s >= budget:
+            return f"time budget of {budget:g} s spent"
+        return (f"{self.spent_s:.1f} s of the time budget of {budget:g} s spent; the {budget - self.spent_s:.1f} s "
+                f"left cannot hold another repetition's start-up of {self.startup_s:.1f} s")
 
     def summary(self, mode: str) -> Slowdown:
         """The slowdown of ``mode``, in the shape the stage reports, with how it was sampled."""
@@ -214,7 +227,7 @@ class Sampler:
         within = half <= self.target
         stop = "settled" if within else "budget" if self.budget_spent else "cap"
         reason = (f"interval within ±{self.target:.1%} after {pairs} pairs" if within
-                  else f"time budget of {self.budget.seconds:g} s spent ({len(reps)} repetitions): interval "
+                  else f"{self._budget_text()} ({len(reps)} repetitions): interval "
                        f"±{half:.1%}, wider than the ±{self.target:.1%} target" if stop == "budget"
                   else f"cap reached ({len(reps)} repetitions of at most {self.max_rounds} steps): "
                        f"interval ±{half:.1%}, wider than the ±{self.target:.1%} target")
