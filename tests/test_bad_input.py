@@ -407,15 +407,16 @@ VERBS = [(("bisect",), "reproci bisect needs the model that failed: -m MODEL"),
 
 def test_blame_takes_the_image_of_reproci_yaml(capsys, tmp_path, monkeypatch):
     """``image:`` in reproci.yaml is the image a blame compares, as for ``reproci run``: the
-    command goes on to look it up (and says it is not there) instead of asking for --image."""
+    command goes on to look for that image's golden (and says there is none, before any run)
+    instead of asking for --image."""
     from reproci.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reproci.yaml").write_text("image: reproci/no-such-image:1\nmodels: [embedding]\n")
     code = main(["blame"])
     line = _one_error_line(capsys)
-    # the image is looked up: not there, or no engine to ask (exit 5), never a refusal asking for --image
-    assert code == errors.EXIT_INFRA and "--image" not in line, line
+    assert code == errors.EXIT_USAGE and "no golden for reproci_no-such-image_1" in line, line
+    assert "name the new one with --image" not in line, line
     assert not (tmp_path / "results").exists()  # nor the folder the run made for its results
 
 

@@ -43,6 +43,15 @@ def test_passing_shards_merge_to_exit_0_with_a_versioned_document(files, cli, tm
     assert "::" not in out and "exit 0" in out
 
 
+def test_merged_to_stdout_the_output_is_the_document_alone(files, cli, tmp_path: Path) -> None:
+    """``-o -`` writes the merged document to stdout; merge's own lines go to stderr, so that the
+    document can be piped (they used to be mixed into it)."""
+    code, out, err = cli("merge", str(files["recorded"]), "--output", "-", "--annotations")
+    assert code == 0, err
+    assert json.loads(out)["schema"] == "reproci.merged"
+    assert "merged 1 image(s)" in err
+
+
 def test_a_shard_that_recorded_its_golden_is_said_to_have_recorded_it(files, cli, tmp_path: Path) -> None:
     code, out, err = cli("merge", str(files["recorded"]), "--output", str(tmp_path / "m.json"))
     assert code == 0, err

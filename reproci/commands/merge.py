@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..atomic import is_stream
 from ..cluster.merge_shards import merge_files
 from ..reports import github
 
@@ -23,18 +24,19 @@ def merge_cmd(shards: tuple[Path, ...], output: Path, summary: Path | None, matr
               annotate: bool) -> None:
     """Merge per-image results (SHARD: a results.json or a directory holding some) into one verdict."""
     merged, notes = merge_files(shards, output, matrix=matrix, summary=summary)
+    streamed = is_stream(output)  # the merged file on a stream (-o -, /dev/stdout): merge's own lines beside it
     for note in notes:
         click.echo(f"note: {note}", err=True)
     if annotate:
         for line in github.merged_annotations(merged):
-            click.echo(line)
+            click.echo(line, err=streamed)
     s = merged["summary"]
     counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
     if s.get("recorded"):  # NEW before this run, and recorded by it: say so, not only "NEW"
         counts += f" ({s['recorded']} golden{'s' if s['recorded'] > 1 else ''} recorded by these runs)"
     missing = f", no results from {', '.join(merged['missing'])}" if merged["missing"] else ""
     click.echo(f"merged {s['images']} image(s), {s['models']} model(s): {counts}{missing}; "
-               f"exit {s['exit_code']}; {output}")
+               f"exit {s['exit_code']}; {output}", err=streamed)
     sys.stdout.flush()
     if s["exit_code"]:
         raise SystemExit(s["exit_code"])
