@@ -412,3 +412,28 @@ def test_a_node_whose_cpu_kernels_differ_is_caught_and_named_as_the_environment(
     flat = " ".join(out.split())
     assert said in flat and "max |Δ|" in flat and "the nodes differ: CPU capability (ATen)" in flat, out
     assert {"cpu_capability", "kernel_env.ATEN_CPU_CAPABILITY"} <= set(m["across_nodes"]["env_diff"]), m["across_nodes"]
+
+
+def test_a_script_model_runs_as_a_cell_and_its_golden_holds_on_one_machine(cluster, tmp_path):
+    """A training script (``--script``) is a cell like a factory model: run from the project's copy
+    on a node, with its commands and name; the golden the driver records from the cell is the one
+    one machine's run then passes against. With --image it is refused before any cell, in one line."""
+    from .test_script_models import SCRIPTS
+
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    shutil.copy(SCRIPTS / "loop_train.py", cwd / "train.py")
+    args = ("--script", "python train.py {steps} {out}", "--resume-script", "python train.py {steps} {out} --resume",
+            "--name", "loop", "--steps", "4", "--resume-at", "2")
+    code, out, err = finish(cluster.reproci(cwd, *args, "--update-golden"))
+    assert code == errors.EXIT_PASS, out + err
+    doc = json.loads((cwd / "results" / "latest.json").read_text())
+    assert [(m["model"], m["verdict"]) for m in doc["models"]] == [("loop", verdicts.NEW)], doc["models"]
+    assert doc["models"][0]["message"].startswith("A = B = C")
+    assert {c["cell"] for c in cells(cwd)["cells"]} == {"loop@local"}
+    one = subprocess.run([sys.executable, "-m", "reproci.cli", "run", *args], cwd=cwd, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert one.returncode == errors.EXIT_PASS, one.stdout + one.stderr
+    assert json.loads((cwd / "results" / "latest.json").read_text())["models"][0]["verdict"] == verdicts.PASS
+    code, out, err = finish(cluster.reproci(cwd, *args, "--image", IMAGE))
+    assert code == errors.EXIT_USAGE and "runs each cell's script on its node's own Python" in err, err

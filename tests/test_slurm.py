@@ -44,6 +44,24 @@ def test_a_malformed_slurm_request_is_one_usage_line_before_slurm_is_asked(cli, 
     assert err.count("error:") == 1
 
 
+def test_a_script_cell_that_could_not_run_its_commands_is_refused_before_slurm_is_asked(cli, tmp_path, monkeypatch):
+    """A cell runs a script's commands from a copy of the folder reproci is started in, on the
+    node's Python: a script of reproci.yaml in a folder above, or one asked for in --image, is one
+    line (exit 2) before any job."""
+    from .test_script_models import SCRIPTS
+
+    shutil.copy(SCRIPTS / "loop_train.py", tmp_path / "train.py")
+    (tmp_path / "reproci.yaml").write_text('script: "python train.py {steps} {out}"\n'
+                                            'resume_script: "python train.py {steps} {out} --resume"\n')
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    code, out, err = cli("run", "--backend", "slurm")
+    assert code == errors.EXIT_USAGE and f"its commands run from {tmp_path}, where reproci.yaml is" in err, err
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("run", "--backend", "slurm", "--image", "cpu-torch2.13")
+    assert code == errors.EXIT_USAGE and "runs each cell's script on its node's own Python, not in --image" in err, err
+
+
 @pytest.mark.parametrize("argv,flag", [(("--partition", "gpu"), "--partition"), (("--time", "10"), "--time"),
                                        (("--sbatch-arg=--exclusive",), "--sbatch-arg"), (("--qos", "high"), "--qos")])
 def test_a_slurm_option_without_backend_slurm_is_a_usage_error(cli, argv, flag):
@@ -183,6 +201,27 @@ def test_two_cells_on_two_nodes_give_the_hashes_of_one_machine(slurm, golden, tm
     for word in ("pending \\(job \\d+_0\\)", "running on node node\\d \\(job \\d+_0\\)", "finished on node node\\d in"):
         assert re.search(f"cell conv@local: {word}", err), err
     assert not (cwd / "results" / ".slurm").exists()  # the spool goes with the run
+
+
+@pytest.mark.slow
+def test_a_script_model_is_a_cell_with_the_hashes_of_one_machine(slurm, tmp_path):  # noqa: F811
+    """A training script (``--script``) is an array task like a factory model: its commands run from
+    the project's copy on a node, and give the final hash one machine's run gives."""
+    from .test_script_models import SCRIPTS
+
+    shutil.copy(SCRIPTS / "loop_train.py", tmp_path / "train.py")
+    args = ("--script", "python train.py {steps} {out}", "--resume-script", "python train.py {steps} {out} --resume",
+            "--name", "loop", *SHORT)
+    one = subprocess.run([sys.executable, "-m", "reproci.cli", "run", *args], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "CI": ""}, timeout=300)
+    assert one.returncode == 0, one.stdout + one.stderr
+    expected = latest(tmp_path)["models"][0]["final_sha256"]
+    proc = reproci(slurm, tmp_path, *args)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    doc = latest(tmp_path)
+    assert [(m["model"], m["verdict"], m["final_sha256"]) for m in doc["models"]] == [("loop", "NEW", expected)]
+    assert {(c["cell"], c["state"]) for c in cells(tmp_path)["cells"]} == {("loop@local", "COMPLETED")}
 
 
 @pytest.mark.slow

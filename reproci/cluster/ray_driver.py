@@ -177,7 +177,8 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[s
         pending: dict[Any, tuple[cell_mod.CellSpec, Node]] = {}
         for i, model in enumerate(options.models):
             cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                     options=cell_options, goldens_dir=cell_goldens_dir(options), golden_files=goldens,
+                                     options={**cell_options, **cell_mod.script_options(model)},
+                                     goldens_dir=cell_goldens_dir(options), golden_files=goldens,
                                      update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
             for node, spec in across.placements(fit, i, cell, cluster.across_nodes):  # and the cell's twin, if asked
                 cpus, jobs = cell_cpus(options, node, "jobs" in cell_options)

@@ -103,7 +103,8 @@ def write(options: RunOptions, spool: Path, cell_options: dict[str, Any], across
     tasks = []
     for i, model in enumerate(options.models):
         cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                 options=cell_options, goldens_dir=cell_goldens_dir(options), update_golden=options.update_golden,
+                                 options={**cell_options, **cell_mod.script_options(model)},
+                                 goldens_dir=cell_goldens_dir(options), update_golden=options.update_golden,
                                  keep_checkpoints=options.keep_checkpoints)
         specs = [spec for _, spec in across.placements((0, 1), 0, cell, across_nodes)]
         for rank, spec in enumerate(specs):

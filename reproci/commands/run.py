@@ -135,6 +135,8 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
     given = dict(kwargs)
     backend, cluster = _backend(kwargs)
     opts = options_mod.build(kwargs, settings=settings)
+    if cluster is not None and backend is not None:
+        options_mod.check_script_cells(opts, backend)
     out, err = console.stdout(), console.stderr()
     if given.get("config") is None and opts.config_file is not None and opts.config_file.parent != Path("."):
         err.print(f"using {opts.config_file}, found above the working directory: its folder holds the results "

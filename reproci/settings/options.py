@@ -246,9 +246,6 @@ def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
                              "that trains")
     if command is None:
         return None
-    if pick("backend", None) in ("ray", "slurm"):
-        raise UsageError(f"{pick.said('script')} runs on this machine or in --image: --backend "
-                         f"{pick('backend', None)} cells run factory models (-m); drop --backend")
     other = [s for s in shape["stages"] if s != declared.stage_names()[0]]  # the first stage: A, B and C
     if other:
         raise UsageError(f"{pick.said('script')}: the {other[0]} stage does not run a script model; a script's "
@@ -259,9 +256,25 @@ def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
             raise UsageError(f"{pick.said(name)} with {pick.said('script')}: your script decides whether it {what}; "
                              f"drop {pick.said(name)}")
     from_file = not pick.given("script") and pick.root is not None
-    return resolve_script(command, pick("resume_script", None), pick("script_name", None),
-                          pick.root.resolve() if from_file and pick.root is not None else Path.cwd(),
+    cwd = pick.root.resolve() if from_file and pick.root is not None else Path.cwd()
+    return resolve_script(command, pick("resume_script", None), pick("script_name", None), cwd,
                           said=pick.said("script"), said_resume=pick.said("resume_script"))
+
+
+def check_script_cells(options: RunOptions, backend: str) -> None:
+    """A script model as a cell of --backend ray or slurm: its commands run from a copy of the
+    folder reproci is started in, on the node's own Python. Refused in one line where they could
+    not: in --image, or from reproci.yaml's folder above the working directory."""
+    script = next((m.script for m in options.models if m.script is not None), None)
+    if script is None:
+        return
+    if options.image is not None:
+        raise UsageError(f"--script with --backend {backend} runs each cell's script on its node's own Python, not in "
+                         "--image: drop --image, or run the script in the image on one machine (--backend docker)")
+    if script.cwd.resolve() != Path.cwd().resolve():
+        raise UsageError(f"--script with --backend {backend}: its commands run from {script.cwd}, where reproci.yaml "
+                         f"is, and a cell runs them from a copy of the folder reproci is started in: run reproci from "
+                         f"{script.cwd}")
 
 
 def _execution(pick: Settings, models: tuple[ModelRef, ...]) -> dict[str, Any]:
