@@ -125,7 +125,7 @@ def test_across_nodes_asks_each_task_for_two_nodes_and_starts_the_cell_and_its_t
     assert pyxis.splitlines()[-1].startswith("exec srun --ntasks=2 --ntasks-per-node=1 --cpus-per-task=3 --label "
                                              "--container-image=")
     (tmp_path / "spool").mkdir()
-    pairs = slurm_job.write(_options(), tmp_path / "spool", (), across_nodes=True)
+    pairs = slurm_job.write(_options(), tmp_path / "spool", {}, across_nodes=True)
     assert [[s.name for s in pair] for pair in pairs] == [["conv@local", "conv@local~twin"],
                                                          ["embedding@local", "embedding@local~twin"]]
     twin = json.loads((tmp_path / "spool" / "cell-1" / "twin" / "spec.json").read_text())  # srun rank 1 reads it

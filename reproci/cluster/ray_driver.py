@@ -29,10 +29,9 @@ from typing import Any, Callable, Iterable
 
 from .. import console, errors
 from ..errors import InfrastructureError, UsageError
-from ..golden.advice import shown
 from ..results import ResultsDocument
 from ..settings.options import RunOptions
-from . import across, combine, ray_join
+from . import across, cells, combine, ray_join
 from . import cell as cell_mod
 from .placement import Node, cell_cpus, first_line, nodes, usable
 
@@ -99,7 +98,7 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # each cell's lines are its own: never folded across cells
     if console.is_log(sys.stderr):
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # a CI log gets the cells' lines without colour codes
-    excludes = EXCLUDES + [f"/{p}" for p in _inside(options.project_root, options.results_dir)]
+    excludes = EXCLUDES + [f"/{p}" for p in cells.inside(options.project_root, options.results_dir)]
     kwargs: dict[str, Any] = {"runtime_env": {"working_dir": str(options.project_root), "excludes": excludes},
                               "logging_level": "ERROR", "log_to_driver": True}
     if cluster.address is None:
@@ -128,37 +127,6 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
                                   "make the project smaller or add a .gitignore for large files") from e
 
 
-def _inside(root: Path, path: Path) -> list[str]:
-    try:
-        return [str(path.resolve().relative_to(root.resolve()))]
-    except ValueError:
-        return []
-
-
-def golden_files(options: RunOptions) -> dict[str, bytes]:
-    """The image's golden and its sidecar, as the cells need them to compare (nothing if none)."""
-    from ..golden import store as golden_store
-
-    path = golden_store.path_for(options.goldens_dir, options.image_name)
-    if not path.is_file():
-        return {}
-    files = {path.name: path.read_bytes()}
-    for side in options.goldens_dir.glob(f"{options.image_name}.*.npz"):
-        files[side.name] = side.read_bytes()
-    return files
-
-
-def cell_goldens_dir(options: RunOptions) -> str:
-    """The goldens directory as the cells name it: the driver's, relative to the project, so
-    that every path and command a cell writes reads the same on the driver."""
-    inside = _inside(options.project_root, options.goldens_dir)
-    return inside[0] if inside else "goldens"
-
-
-def cell_name(options: RunOptions, model: str) -> str:
-    return f"{model}@{options.image_name}"
-
-
 def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[str, Any],
               progress: Callable[[str], None]) -> tuple[ResultsDocument, Path, list[str]]:
     """Run every cell on the cluster (``cell_options``: what each cell's run receives,
@@ -171,15 +139,12 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[s
     connect(ray, cluster, options)
     try:
         fit = usable(ray, nodes(ray, cluster.node_labels), options, progress)
-        goldens = golden_files(options)
+        goldens = cells.golden_files(options)
         task = ray.remote(max_retries=0)(cell_mod.run)
         gpus = options.world_size if options.device == "cuda" else 0
         pending: dict[Any, tuple[cell_mod.CellSpec, Node]] = {}
         for i, model in enumerate(options.models):
-            cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                     options={**cell_options, **cell_mod.script_options(model)},
-                                     goldens_dir=cell_goldens_dir(options), golden_files=goldens,
-                                     update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
+            cell = cells.model_cell(options, model, cell_options, goldens)
             for node, spec in across.placements(fit, i, cell, cluster.across_nodes):  # and the cell's twin, if asked
                 cpus, jobs = cell_cpus(options, node, "jobs" in cell_options)
                 sent = spec if jobs is None else replace(spec, options={**spec.options, "jobs": jobs})
@@ -268,8 +233,8 @@ def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tup
             pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
             ) -> tuple[ResultsDocument, Path, list[str]]:
     placed = {spec.name: node for spec, node in pending.values()}
-    cells, twins = across.split(done, {name: node.name for name, node in placed.items()})
-    return combine.finish(options, cells, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost), twins)
+    own, twins = across.split(done, {name: node.name for name, node in placed.items()})
+    return combine.finish(options, own, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost), twins)
 
 
 def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[str, Node],

@@ -44,11 +44,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import UsageError
-from ..golden.advice import shown
 from ..settings.options import RunOptions
-from . import across
+from . import across, cells
 from . import cell as cell_mod
-from .ray_driver import cell_goldens_dir, cell_name, golden_files
 
 LAUNCHERS = ("node", "pyxis")
 _GRES = re.compile(r"^[A-Za-z][\w.-]*(:[A-Za-z_][\w.-]*)?(:\d+[KMG]?)?$")  # gpu, gpu:2, gpu:a100:2 (one of a list)
@@ -98,14 +96,11 @@ def write(options: RunOptions, spool: Path, cell_options: dict[str, Any], across
     order of its index): its cell, and with ``across_nodes`` the cell's twin (``across.placements``
     over the task's two srun ranks: the same run, recording no golden, both keeping run A's end)."""
     (spool / "goldens").mkdir()
-    for name, data in golden_files(options).items():
+    for name, data in cells.golden_files(options).items():
         (spool / "goldens" / name).write_bytes(data)
     tasks = []
     for i, model in enumerate(options.models):
-        cell = cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                                 options={**cell_options, **cell_mod.script_options(model)},
-                                 goldens_dir=cell_goldens_dir(options), update_golden=options.update_golden,
-                                 keep_checkpoints=options.keep_checkpoints)
+        cell = cells.model_cell(options, model, cell_options)
         specs = [spec for _, spec in across.placements((0, 1), 0, cell, across_nodes)]
         for rank, spec in enumerate(specs):
             where = task_dir(spool, i, rank)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import click
 
 from .. import console, orchestrate
+from ..cluster.engines import ENGINES, engine
 from ..reports.progress import RunProgress
 from ..settings import declared
 from ..settings import options as options_mod
@@ -96,7 +97,7 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
     """--backend checked against --image; the Ray or Slurm backend's options (None for the others)."""
     backend, address, labels = kwargs.pop("backend", None), kwargs.pop("address", None), kwargs.pop("node_labels", ())
     across = bool(kwargs.pop("across_nodes", None))
-    if across and backend not in ("ray", "slurm"):
+    if across and backend not in ENGINES:
         raise options_mod.UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray "
                                      "or --backend slurm")
     slurm = {k: kwargs.pop(k, None) for k in SLURM_ONLY}
@@ -144,11 +145,9 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
     lost: list[str] = []
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
         if cluster is not None:
-            from ..cluster import ray_driver, slurm_driver
-
             sent = {**declared.for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
-            engine = slurm_driver if backend == "slurm" else ray_driver
-            document, path, lost = engine.run_cells(opts, cluster, sent, progress)
+            assert backend is not None
+            document, path, lost = engine(backend).run_cells(opts, cluster, sent, progress)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     registry.print_run(document, opts.stages, out, err, path)
