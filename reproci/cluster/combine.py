@@ -127,11 +127,15 @@ def write_golden(options: RunOptions, doc: ResultsDocument, done: list[cell_mod.
         verdicts.summarize(doc)  # drift is now this update's evidence, as on one machine
 
 
+Publish = Callable[[RunOptions, Path, ResultsDocument], Path]  # a finished run's alerts, results file, history
+
+
 def finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]], started: float,
-           write_cells: Callable[[Path], None], twins: Sequence[across.Twin] = ()
+           write_cells: Callable[[Path], None], publish: Publish, twins: Sequence[across.Twin] = ()
            ) -> tuple[ResultsDocument, Path, list[str]]:
     """The cells that came back made one run: its directory, document and golden, published as one
-    machine's; ``lost`` (a line and an exit code per cell that did not) makes it exit 5.
+    machine's (``publish``, the command's: ``orchestrate.publish``); ``lost`` (a line and an exit
+    code per cell that did not) makes it exit 5.
     ``write_cells(run_dir)`` records where each cell ran (the engine's own ``cells.json``).
     ``twins`` (``--across-nodes``): each cell's twin from another node, compared with it (``across``)."""
     if not done:
@@ -151,8 +155,6 @@ def finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tupl
         if lost:
             doc["lost_cells"] = [line for line, _ in lost]
             doc["summary"]["exit_code"] = errors.EXIT_INFRA  # as verdicts.document_exit_code reads it back
-        from ..orchestrate import publish
-
         path = publish(options, run_dir, doc)
         write_cells(run_dir)
         return doc, path, [line for line, _ in lost]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ..results import ResultsDocument
 from ..settings.options import RunOptions
+from .combine import Publish
 
 # --backend NAME -> the module that implements ClusterEngine
 ENGINES: dict[str, str] = {"ray": "reproci.cluster.ray_driver", "slurm": "reproci.cluster.slurm_driver"}
@@ -18,10 +19,11 @@ ENGINES: dict[str, str] = {"ray": "reproci.cluster.ray_driver", "slurm": "reproc
 
 class ClusterEngine(Protocol):
     def run_cells(self, options: RunOptions, cluster: Any, cell_options: dict[str, Any],
-                  progress: Callable[[str], None]) -> tuple[ResultsDocument, Path, list[str]]:
+                  progress: Callable[[str], None], publish: Publish) -> tuple[ResultsDocument, Path, list[str]]:
         """Run every model's cell (``cell_options``: what each cell's run receives,
         ``settings.declared.for_cell``; ``cluster``: the engine's own options, checked once);
-        return the combined document, its path, and one line per cell lost."""
+        return the combined document (``publish``ed as one machine's), its path, and one line
+        per cell lost."""
         ...
 
 

@@ -128,7 +128,7 @@ def connect(ray: Any, cluster: ClusterOptions, options: RunOptions) -> None:
 
 
 def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[str, Any],
-              progress: Callable[[str], None]) -> tuple[ResultsDocument, Path, list[str]]:
+              progress: Callable[[str], None], publish: combine.Publish) -> tuple[ResultsDocument, Path, list[str]]:
     """Run every cell on the cluster (``cell_options``: what each cell's run receives,
     ``settings.declared.for_cell``); return the combined document, its path, and one line per
     cell lost (its node died, or its run ended without results)."""
@@ -153,7 +153,7 @@ def run_cells(options: RunOptions, cluster: ClusterOptions, cell_options: dict[s
                 pending[ref] = (spec, node)
                 progress(f"cell {spec.name}: placed on node {node.name}")
         done, lost = _collect(ray, pending, progress)
-        return _finish(options, done, lost, pending, started)
+        return _finish(options, done, lost, pending, started, publish)
     finally:
         ray.shutdown()
 
@@ -230,11 +230,12 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
 
 
 def _finish(options: RunOptions, done: list[cell_mod.CellResult], lost: list[tuple[str, int]],
-            pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float
+            pending: dict[Any, tuple[cell_mod.CellSpec, Node]], started: float, publish: combine.Publish
             ) -> tuple[ResultsDocument, Path, list[str]]:
     placed = {spec.name: node for spec, node in pending.values()}
     own, twins = across.split(done, {name: node.name for name, node in placed.items()})
-    return combine.finish(options, own, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost), twins)
+    return combine.finish(options, own, lost, started, lambda run_dir: _write_cells(run_dir, done, placed, lost),
+                          publish, twins)
 
 
 def _write_cells(run_dir: Path, done: list[cell_mod.CellResult], placed: dict[str, Node],

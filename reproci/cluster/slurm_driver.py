@@ -123,7 +123,7 @@ class Task:
 
 
 def run_cells(options: RunOptions, slurm: SlurmOptions, cell_options: dict[str, Any],
-              progress: Callable[[str], None]) -> tuple[ResultsDocument, Path, list[str]]:
+              progress: Callable[[str], None], publish: combine.Publish) -> tuple[ResultsDocument, Path, list[str]]:
     """Submit every cell as one array job, follow it, and combine what came back; return the
     document, its path and one line per cell lost."""
     started = time.monotonic()
@@ -154,7 +154,7 @@ def run_cells(options: RunOptions, slurm: SlurmOptions, cell_options: dict[str, 
         done, lost = _collect(job, tasks, spool, progress)
         cells, twins = across.split(done, {t.spec.name: t.node for t in tasks})
         return combine.finish(options, cells, lost, started, lambda run_dir: _write_cells(run_dir, job, tasks, done, spool),
-                              twins)
+                              publish, twins)
     finally:
         cell_mod.remove(spool)
         if root != slurm.spool and root.is_dir() and not any(root.iterdir()):

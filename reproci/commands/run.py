@@ -147,7 +147,7 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
         if cluster is not None:
             sent = {**declared.for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
             assert backend is not None
-            document, path, lost = engine(backend).run_cells(opts, cluster, sent, progress)
+            document, path, lost = engine(backend).run_cells(opts, cluster, sent, progress, orchestrate.publish)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     registry.print_run(document, opts.stages, out, err, path)
