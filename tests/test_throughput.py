@@ -255,3 +255,28 @@ def test_every_report_says_how_the_sampling_stopped_beside_the_figure():
     md = build.markdown_report(doc)
     assert "94 pairs, budget spent at ±4.1 %" in next(line for line in md.splitlines() if line.startswith("| conv |"))
     assert "or the time budget of 15 s a model is spent" in md
+
+
+@pytest.mark.slow
+def test_the_throughput_stage_alone_compares_its_cost_with_the_golden(tmp_path: Path):
+    """A nightly cost job runs ``--stage throughput`` alone: its cost is compared with the golden's
+    run as when the determinism stage runs beside it (the comparison used to run inside the
+    determinism stage's golden check, so a cost job never compared). The golden's strict
+    slowdown is set to 0.5× here, so this run's is past the factor: a warning, and exit 3 with
+    --slowdown-fails."""
+    import yaml
+
+    cli = Cli(tmp_path)
+    short = ("-m", "embedding", "--steps", "12", "--repetitions", "2", "--time-budget", "60")
+    update = cli("golden", "update", "--stage", "determinism", "--stage", "throughput", *short)
+    assert update.returncode == 0, update.stdout + update.stderr
+    path = tmp_path / "goldens" / "local.yaml"
+    header = "".join(line for line in path.read_text().splitlines(True) if line.startswith("#"))
+    data = yaml.safe_load(path.read_text())
+    data["models"]["embedding"]["throughput"]["slowdown"]["strict"]["median"] = 0.5
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    cost = cli("run", "--stage", "throughput", *short, "--slowdown-fails")
+    entry = model_entry(cli.latest(), "embedding")
+    assert entry["verdict"] == verdicts.NOT_CHECKED, entry["message"]
+    assert "against the golden's 0.500x" in entry["throughput_regression"], entry
+    assert cost.returncode == 3 and "strict-mode slowdown regressed" in cost.stderr, cost.stdout + cost.stderr

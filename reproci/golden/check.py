@@ -1,4 +1,5 @@
-"""After the strict stage: compare with the image's golden, and record goldens on request."""
+"""After the strict stage: compare each model's hashes with the image's golden, and record goldens on request
+(the throughput stage compares its cost with the golden itself, at its conclude)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,6 @@ def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Go
             entry["message"] = f"{entry['message']}; {section['message']}"  # own checks passed: say so too
         else:
             entry["message"] = section["message"]
-    _throughput_regressions(options, document, old)
     document["golden"] = {"update_command": update_command(options),
                           "file": str(store.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
@@ -88,20 +88,3 @@ def cleanup(options: RunOptions, run_dir: Path, document: ResultsDocument) -> No
         return
     for entry in document["models"]:
         (run_dir / entry["model"] / "final-A.pt").unlink(missing_ok=True)
-
-
-def _throughput_regressions(options: RunOptions, document: ResultsDocument, old: Golden | None) -> None:
-    """Warn (or fail, with --slowdown-fails) when strict mode got slower than the golden's run."""
-    if old is None:
-        return
-    from ..stages.throughput import check_regression, throughput_summary
-
-    for entry in document["models"]:
-        g = old.models.get(entry["model"])
-        current = throughput_summary(entry)
-        if g is None or not current or not g.entry.get("throughput"):
-            continue
-        msg = check_regression(current, g.entry["throughput"], options.knob("slowdown_factor"))
-        if msg:
-            entry["throughput_regression"] = msg
-            entry["throughput"]["regression"] = msg

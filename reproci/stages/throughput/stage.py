@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from ...results import ModelEntry
+from ...results import ModelEntry, ResultsDocument
 from ...settings.declared import BOOLEAN, INTEGER, NUMBER, SECONDS, Option
 from ..base import Stage, StageRun
-from . import attach, report, run_model
+from . import attach, check_regression, report, run_model, throughput_summary
 
 # Seconds per model. On an H200 a quick-profile repetition (two processes launched and warmed up, 30 steps timed)
 # took at most about 8 s (conv's and transformer's ten and part of embedding's: 80 s); 15 s a model, plus the last
@@ -50,6 +50,22 @@ class Throughput(Stage):
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         for model, entry in zip(run.options.models, entries):
             attach(entry, run_model(run, model))
+
+    def conclude(self, run: StageRun, document: ResultsDocument) -> None:
+        """The cost compared with the golden's run, whichever stages ran beside it: strict mode
+        slower than the golden's by more than --slowdown-factor is a warning on the entry (or fails
+        the run, with --slowdown-fails)."""
+        if run.old_golden is None:
+            return
+        for entry in document["models"]:
+            golden = run.old_golden.models.get(entry["model"])
+            current = throughput_summary(entry)
+            if golden is None or not current or not golden.entry.get("throughput"):
+                continue
+            msg = check_regression(current, golden.entry["throughput"], run.options.knob("slowdown_factor"))
+            if msg:
+                entry["throughput_regression"] = msg
+                entry["throughput"]["regression"] = msg
 
 
 STAGE = Throughput()
