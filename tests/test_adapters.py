@@ -413,6 +413,46 @@ def test_activation_checkpointing_every_n_layers_marks_the_layers_trainer_marks(
     assert marked == [True, False, True, False]
 
 
+def test_a_step_trains_the_bits_trainer_trains_with_its_loss_over_the_steps_label_tokens(tmp_path) -> None:
+    """Against a real ``Trainer.train`` of 3 steps, 2 micro-batches each, labels padded with -100
+    in varying numbers: the same parameters to the bit. Trainer passes a model that takes loss
+    kwargs the step's label tokens (``num_items_in_batch``) and does not divide by the
+    accumulation; hf_setup used to take each micro-batch's mean over K (other values)."""
+    from reproci.worker.data.batches import Accumulated
+    from reproci.worker.train import train_step
+
+    def model():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0))
+
+    g = torch.Generator().manual_seed(0)
+    data = []
+    for i in range(12):
+        ids = torch.randint(0, 20, (8,), generator=g)
+        labels = ids.clone()
+        labels[8 - i % 5:] = -100  # 0 to 4 padded positions
+        data.append({"input_ids": ids, "labels": labels})
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=3,
+                                          per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                                          train_sampling_strategy="sequential", save_strategy="no",
+                                          disable_tqdm=True, learning_rate=1e-2)
+    trainer = transformers.Trainer(model=model(), args=args, train_dataset=data)
+    trainer.train()
+    ctx = ModelContext(profile="quick", device=torch.device("cpu"), seed=0, steps=3)
+    from reproci.worker.contract import validate
+
+    setup = validate(hf.hf_setup(ctx, model(), args, train_dataset=data), "hf_setup")
+    assert setup.config["loss"] == "num_items_in_batch"
+    setup.model.train()
+    batches = iter(setup.loader)
+    for step in range(1, 4):
+        train_step(setup, setup.model, Accumulated([next(batches), next(batches)]), step)
+    theirs, ours = trainer.model.state_dict(), setup.model.state_dict()
+    assert [k for k in theirs if not torch.equal(theirs[k], ours[k])] == []
+
+
 def test_neftune_noise_is_added_to_the_embeddings_from_torchs_global_generator() -> None:
     data = [{"input_ids": torch.arange(8) % 20, "labels": torch.arange(8) % 20}]
     setup = hf.hf_setup(CTX, _tiny_gpt2(), _args(neftune_noise_alpha=5.0), train_dataset=data)

@@ -58,8 +58,12 @@ sets itself: ``seed`` from ``--seed``, the length from ``--steps``, the device f
 tables (a newer release's), set to anything but its default is refused in one line that names
 it, so no field is dropped without a word. ``label_smoothing_factor``,
 ``train_sampling_strategy="batch_rebalance"`` and ``group_by_length`` above one rank are
-refused with a line that says what to do. The loss is the model's own
-(``model(**batch).loss``: the batch must hold labels). With ``eval_dataset``, the held-out
+refused with a line that says what to do. The loss is the model's own; where the model takes
+loss kwargs (``accepts_loss_kwargs``, or a ``**kwargs`` in its forward, as GPT-2's), it is
+given the step's label tokens as ``num_items_in_batch`` (of ``labels[..., 1:]`` for a causal
+LM's shifted loss) and not divided by the accumulation, as Trainer computes it
+(``TrainSetup.step_items``; the identity then says ``loss: num_items_in_batch``). Either way
+it is ``model(**batch).loss``: the batch must hold labels. With ``eval_dataset``, the held-out
 loss is the run's ``eval_loss`` metric.
 """
 
@@ -73,7 +77,7 @@ import transformers
 from transformers import Trainer
 from transformers.trainer_utils import RemoveColumnsCollator
 
-from reproci.worker.contract import ContractError, ModelContext, TrainSetup
+from reproci.worker.contract import ContractError, ModelContext, TrainSetup, loss_of
 
 
 def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, train_dataset: Any,
@@ -103,9 +107,16 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
     autocast = _autocast(args, ctx.device)
     scaler = torch.amp.GradScaler("cuda") if args.fp16 else None
 
-    def loss_fn(m: torch.nn.Module, batch: Any) -> Any:
+    step_items = _step_items(model) if _accepts_loss_kwargs(model) else None
+
+    def loss_fn(m: torch.nn.Module, batch: Any, items: Any = None) -> Any:
+        """The model's own loss; with the step's label tokens (``items``), normalised by them, as
+        Trainer passes ``num_items_in_batch`` to a model that takes loss kwargs."""
         with autocast():
-            return m(**batch)
+            if items is None:
+                return m(**batch)
+            loss = loss_of(m(**batch, num_items_in_batch=items))
+        return loss * ctx.world_size if ctx.world_size > 1 else loss  # average_tokens_across_devices
 
     eval_fn = None
     if eval_dataset is not None:
@@ -115,7 +126,7 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
     if args.neftune_noise_alpha is not None:  # as Trainer does, before it compiles
         _neftune(model, args.neftune_noise_alpha)
     identity = {"hf_model": type(model).__name__, "hf_config": model.config.to_dict() if hasattr(model, "config") else {},
-                "training_args": _knobs(args), **(config or {})}
+                "training_args": _knobs(args), **({"loss": "num_items_in_batch"} if step_items else {}), **(config or {})}
     # As Trainer sets it; after the identity, so that a config as the user made it keeps its goldens.
     if hasattr(args, "use_cache") and getattr(model, "config", None) is not None:
         model.config.use_cache = args.use_cache
@@ -124,7 +135,8 @@ def hf_setup(ctx: ModelContext, model: torch.nn.Module, args: Any = None, *, tra
     return TrainSetup(model=model, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=scheduler, scaler=scaler,
                       grad_clip=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None,
                       batch_size=args.per_device_train_batch_size * args.gradient_accumulation_steps * ctx.world_size,
-                      accumulate=args.gradient_accumulation_steps, config=identity, eval_fn=eval_fn, **setup)
+                      accumulate=args.gradient_accumulation_steps, config=identity, eval_fn=eval_fn,
+                      step_items=step_items, **setup)
 
 
 def _refuse_unsupported(args: Any) -> None:
@@ -235,6 +247,40 @@ def _same(value: Any, usual: Any) -> bool:
         return bool(value == usual)
     except Exception:  # noqa: BLE001 - values that do not compare (arrays): not the default
         return False
+
+
+def _accepts_loss_kwargs(model: torch.nn.Module) -> bool:
+    """Whether Trainer passes the model ``num_items_in_batch``: its ``accepts_loss_kwargs``, else
+    a ``**kwargs`` in its forward (``Trainer.__init__``'s model introspection)."""
+    accepts = getattr(model, "accepts_loss_kwargs", None)
+    if accepts is not None:
+        return bool(accepts)
+    return any(p.kind == inspect.Parameter.VAR_KEYWORD for p in inspect.signature(model.forward).parameters.values())
+
+
+def _step_items(model: torch.nn.Module) -> Any:
+    """``Trainer._get_num_items_in_batch``: the label tokens of all the step's micro-batches (of
+    ``labels[..., 1:]`` for a causal LM's shifted loss, or ``shift_labels`` where the collator
+    gives them), summed over the ranks; None where the batches hold no labels."""
+    try:
+        from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+
+        shifts = LOSS_MAPPING.get(getattr(model, "loss_type", None)) is ForCausalLMLoss and \
+            not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    except ImportError:  # transformers before its loss module
+        shifts = False
+
+    def items(parts: list[Any]) -> Any:
+        if not parts or "labels" not in parts[0]:
+            return None
+        counted = [p["shift_labels"] if "shift_labels" in p else p["labels"][..., 1:] if shifts else p["labels"]
+                   for p in parts]
+        total = sum(labels.ne(-100).sum() for labels in counted)
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and \
+                torch.distributed.get_world_size() > 1:
+            torch.distributed.all_reduce(total)
+        return total / 1  # as Trainer divides by the tensor-, context- and sequence-parallel sizes: a float
+    return items
 
 
 def _sampling(args: Any) -> str:

@@ -75,7 +75,7 @@ class TrainSetup:
     loader: Iterable[Any]  # re-iterable once per epoch, e.g. a DataLoader with a generator
     # (model, batch on device) -> the loss: a scalar tensor, or an output with .loss (HF's
     # ModelOutput) or a "loss" key (Lightning's dict); under accumulation, one micro-batch's
-    loss_fn: Callable[[torch.nn.Module, Any], Any]
+    loss_fn: Callable[..., Any]  # (model, batch), or (model, batch, items) with step_items
     scheduler: Any | None = None  # one or a list: torch, ReduceLROnPlateau, timm, EveryEpoch (steppers.py)
     scaler: Any | None = None  # torch.amp.GradScaler
     grad_clip: float | None = None
@@ -96,6 +96,11 @@ class TrainSetup:
     accumulate: int = 1  # micro-batches (loader batches) per optimizer step; each loss is divided by it
     after_step: Callable[[int], None] | None = None  # after each optimizer step (1-based): update an EMA here
     after_backward: Callable[[], None] | None = None  # after each batch's backward (each micro-batch's)
+    # The items a step's loss is normalised by, from the step's batches (HF Trainer's
+    # num_items_in_batch: the label tokens of all its micro-batches): passed to loss_fn as a third
+    # argument, and each batch's loss is then not divided by ``accumulate`` (the sum over the
+    # step's items already is the step's mean).
+    step_items: Callable[[list[Any]], Any] | None = None
 
     def generator(self) -> torch.Generator | None:
         """The generator that decides the loader's order and worker seeds, if any."""
@@ -289,6 +294,8 @@ def validate(setup: object, ref: str) -> TrainSetup:
         raise ContractError(f"{ref}: TrainSetup.accumulate must be a whole number of micro-batches, at least 1")
     if setup.after_step is not None and not callable(setup.after_step):
         raise ContractError(f"{ref}: TrainSetup.after_step is not callable (give a function step -> None)")
+    if setup.step_items is not None and not callable(setup.step_items):
+        raise ContractError(f"{ref}: TrainSetup.step_items is not callable (give a function batches -> items)")
     if setup.after_backward is not None and not callable(setup.after_backward):
         raise ContractError(f"{ref}: TrainSetup.after_backward is not callable (give a function () -> None)")
     if setup.eval_fn is not None and not callable(setup.eval_fn):

@@ -263,11 +263,12 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
     compiled under ``--compile``); each forward and loss runs in ``autocast()`` (``--amp``)."""
     parts = list(batch) if isinstance(batch, Accumulated) else [batch]
     setup.optimizer.zero_grad(set_to_none=True)
+    items = setup.step_items(parts) if setup.step_items is not None else None  # each loss then sums to the step's
     losses = []
     for part in parts:
         with autocast():
-            loss = loss_of(setup.loss_fn(net, part))
-        scaled = loss / len(parts) if len(parts) > 1 else loss
+            loss = loss_of(setup.loss_fn(net, part) if items is None else setup.loss_fn(net, part, items))
+        scaled = loss / len(parts) if len(parts) > 1 and items is None else loss
         (setup.scaler.scale(scaled) if setup.scaler is not None else scaled).backward()
         if setup.after_backward is not None:
             setup.after_backward()
@@ -286,7 +287,7 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
     total = losses[0].detach()
     for more in losses[1:]:
         total = total + more.detach()
-    loss = total / len(parts) if len(parts) > 1 else total
+    loss = total / len(parts) if len(parts) > 1 and items is None else total
     if setup.scheduler is not None:
         setup.scheduler.stepped(step, loss)
     if setup.after_step is not None:
