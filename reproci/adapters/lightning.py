@@ -135,13 +135,13 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
     trainer.num_training_batches = per_epoch or float("inf")
     calls = {"n": 0}  # training_step calls so far: the batch index, checkpointed as extra state
     autocast = _autocast(precision, ctx.device)
+    last = fit.Batch()  # the training batch being stepped, as its later hooks are given it
     if any(_overridden(module, pl.LightningModule, h) for h in _STEP_HOOKS):
         module.clip_gradients = fit.clip_gradients  # the precision plugin's, which the Trainer would give
-        optimizer = fit.Stepped(optimizer, module, trainer, lambda: (calls["n"] - 1) % per_epoch if per_epoch
-                                else calls["n"] - 1)
+        optimizer = fit.Stepped(optimizer, module, trainer, last)
         grad_clip = None  # clipped in the optimizer's step, after on_before_optimizer_step
     loss_fn, batch_hooks = _batch_hooks(module, datamodule, trainer, calls, per_epoch, accumulate, autocast,
-                                        setup.pop("after_step", None),
+                                        setup.pop("after_step", None), last,
                                         optimizer if isinstance(optimizer, fit.Stepped) else None)
     return TrainSetup(model=module, optimizer=optimizer, loader=loader, loss_fn=loss_fn, scheduler=schedulers or None,
                       grad_clip=grad_clip, accumulate=accumulate, batch_size=getattr(loader, "batch_size", None),
@@ -156,7 +156,7 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
 
 
 def _batch_hooks(module: Any, datamodule: Any, trainer: fit.Trainer, calls: dict[str, int], per_epoch: int | None,
-                 accumulate: int, autocast: Any, user_after_step: Any,
+                 accumulate: int, autocast: Any, user_after_step: Any, last: fit.Batch,
                  stepped: fit.Stepped | None) -> tuple[Any, dict[str, Any]]:
     """``loss_fn`` and the TrainSetup's ``after_backward``/``after_step``: the hooks of each
     training batch in the Trainer's order (``lightning_fit``'s docstring), each called where
@@ -167,7 +167,6 @@ def _batch_hooks(module: Any, datamodule: Any, trainer: fit.Trainer, calls: dict
     # One of them, as Lightning's DataHookSelector picks it: the datamodule's where it has its own.
     transfers = [o for o, base in ((datamodule, pl.LightningDataModule), (module, pl.LightningModule))
                  if o is not None and _overridden(o, base, "on_after_batch_transfer")][:1]
-    last = fit.Batch()
 
     def loss_fn(m: Any, batch: Any) -> torch.Tensor:
         idx = calls["n"] % per_epoch if per_epoch else calls["n"]
@@ -181,14 +180,14 @@ def _batch_hooks(module: Any, datamodule: Any, trainer: fit.Trainer, calls: dict
             raise ContractError(f"lightning_setup: {type(module).__name__}.on_train_batch_start returned -1, which ends "
                                 "the epoch early in a Trainer: reproci trains every batch of an epoch")
         calls["n"] += 1
+        last.batch, last.idx = batch, idx
         with autocast():
-            out = _hook(module, "training_step", batch, idx)
-        loss = loss_of(out)
+            last.out = _hook(module, "training_step", batch, idx)
+        loss = loss_of(last.out)
         if stepped is not None:
             stepped.zeroed()
         if own("on_before_backward"):
             _hook(module, "on_before_backward", loss / accumulate if accumulate > 1 else loss)
-        last.out, last.batch, last.idx = out, batch, idx
         return loss
 
     def after_backward() -> None:

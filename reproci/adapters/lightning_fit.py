@@ -20,7 +20,7 @@ they have run, so an override's code before ``optimizer.step(closure=...)`` runs
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -130,13 +130,6 @@ class Trainer:
     the step and epoch counts as each hook sees them, the run's shape; anything else is one
     line that names it."""
 
-    GIVEN = ("global_step", "current_epoch", "max_steps", "max_epochs", "estimated_stepping_batches",
-             "num_training_batches", "accumulate_grad_batches", "gradient_clip_val", "gradient_clip_algorithm",
-             "precision", "world_size", "num_devices", "num_nodes", "global_rank", "local_rank", "node_rank",
-             "is_global_zero", "training", "sanity_checking", "logger", "loggers", "callback_metrics",
-             "logged_metrics", "progress_bar_metrics", "progress_bar_callback", "lightning_module", "datamodule", "optimizers", "callbacks",
-             "default_root_dir", "log_every_n_steps", "fast_dev_run", "check_val_every_n_epoch", "val_check_interval")
-
     def __init__(self, ctx: ModelContext, module: Any, datamodule: Any, *, per_epoch: int | None, accumulate: int,
                  grad_clip: float | None, precision: str) -> None:
         self.global_step, self.current_epoch = 0, 0
@@ -169,7 +162,7 @@ class Trainer:
         if name.startswith("__"):
             raise AttributeError(name)
         raise NotGiven(f"lightning_setup: self.trainer.{name} is not given outside a Trainer (reproci gives "
-                       f"{', '.join(self.GIVEN[:6])}, ...; ctx.steps is the run's optimizer steps): "
+                       f"{', '.join(list(vars(self))[:6])}, ...; ctx.steps is the run's optimizer steps): "
                        "check your own training script with `reproci run --script`, which runs the real Trainer")
 
 
@@ -182,8 +175,8 @@ class Stepped(torch.optim.Optimizer):
     checkpoint are the optimizer's."""
 
     def __init__(self, inner: torch.optim.Optimizer, module: Any, trainer: Trainer,  # noqa: D107 - no groups of its own
-                 batch_idx: Callable[[], int]) -> None:
-        self.inner, self.module, self.trainer, self.batch_idx = inner, module, trainer, batch_idx
+                 batch: Batch) -> None:
+        self.inner, self.module, self.trainer, self.batch = inner, module, trainer, batch
         self.pending, self._set_to_none = False, True
         self.defaults = inner.defaults
         self._optimizer_step_pre_hooks: dict[int, Any] = {}
@@ -217,11 +210,11 @@ class Stepped(torch.optim.Optimizer):
         if self.pending:
             self.pending = False
             self.module.on_before_zero_grad(self.view)
-            self.module.optimizer_zero_grad(self.trainer.current_epoch, self.batch_idx(), self.view)
+            self.module.optimizer_zero_grad(self.trainer.current_epoch, self.batch.idx, self.view)
 
     def step(self, closure: Any = None) -> Any:
         self.view.stepped = False
-        self.module.optimizer_step(self.trainer.current_epoch, self.batch_idx(), self.view, _done)
+        self.module.optimizer_step(self.trainer.current_epoch, self.batch.idx, self.view, _done)
         if not self.view.stepped:
             raise ContractError(f"lightning_setup: {type(self.module).__name__}.optimizer_step did not call "
                                 "optimizer.step(closure=optimizer_closure), which Lightning requires too")

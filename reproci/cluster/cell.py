@@ -84,20 +84,11 @@ def _die_with_parent() -> None:
 
 def options(spec: CellSpec, results_dir: str) -> dict[str, Any]:
     """The cell's run's options: the user's, its one model (or its script's commands:
-    ``script_options``), its own results and goldens."""
+    ``cells.script_options``), its own results and goldens."""
     model = {} if "script" in spec.options else {"models": [spec.model]}
     return {**spec.options, **model, "results_dir": results_dir, "goldens_dir": spec.goldens_dir,
             **({"update_golden": True} if spec.update_golden else {}),
             **({"keep_checkpoints": True} if spec.keep_checkpoints else {})}
-
-
-def script_options(model: Any) -> dict[str, Any]:
-    """A script model's commands and name as its cell's options (``--script``, ``--resume-script``,
-    ``--name``); none for a factory model, which its cell names with ``-m``."""
-    script = getattr(model, "script", None)
-    if script is None:
-        return {}
-    return {"script": script.command, "resume_script": script.resume, "script_name": model.name}
 
 
 def command() -> list[str]:

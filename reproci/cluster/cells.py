@@ -46,11 +46,19 @@ def cell_name(options: RunOptions, model: str) -> str:
     return f"{model}@{options.image_name}"
 
 
+def script_options(model: ModelRef) -> dict[str, Any]:
+    """A script model's commands and name as its cell's options (``--script``, ``--resume-script``,
+    ``--name``); none for a factory model, which its cell names with ``-m``."""
+    if model.script is None:
+        return {}
+    return {"script": model.script.command, "resume_script": model.script.resume, "script_name": model.name}
+
+
 def model_cell(options: RunOptions, model: ModelRef, cell_options: dict[str, Any],
                golden_files: dict[str, bytes] | None = None) -> cell_mod.CellSpec:
     """The cell of one model of the run: its name, its model as ``-m`` names it (a script model's
     commands and name among its options), the user's options, and the golden to compare with."""
     return cell_mod.CellSpec(name=cell_name(options, model.name), model=shown(model, options.project_root),
-                             options={**cell_options, **cell_mod.script_options(model)},
+                             options={**cell_options, **script_options(model)},
                              goldens_dir=cell_goldens_dir(options), golden_files=golden_files or {},
                              update_golden=options.update_golden, keep_checkpoints=options.keep_checkpoints)
