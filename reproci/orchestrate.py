@@ -23,8 +23,8 @@ from .reports import github, history, webhook
 from .results import Alerts, Image, ModelEntry, ResultsDocument
 from .runner import RunContext
 from .settings.options import RunOptions
-from .stages import model_entry, registry
-from .stages.base import StageRun
+from .stages import model_entry
+from .stages.base import StageRun, Stages, composed
 
 
 def project_commit(root: Path) -> str | None:
@@ -69,10 +69,10 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
                 ctx.on_step = on_step
             run = StageRun(options=options, ctx=ctx, project_commit=commit, image=image, old_golden=old_golden)
             models = [model_entry.new(options, m) for m in options.models]  # NOT_CHECKED until a stage says
-            stages = registry.selected(options.stages)
+            stages = composed(options).selected(options.stages)
             for stage in stages:
                 stage.run(run, models)
-            environment = _environment(run_dir, models)
+            environment = _environment(run_dir, models, composed(options))
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
             for stage in stages:
                 stage.conclude(run, document)
@@ -148,19 +148,19 @@ class _Environment(TypedDict, total=False):
     packages: dict[str, str] | None
 
 
-def _environment(run_dir: Path, models: list[ModelEntry]) -> _Environment | None:
+def _environment(run_dir: Path, models: list[ModelEntry], stages: Stages) -> _Environment | None:
     """What the results record of the environment: from the first model whose runs succeeded,
     else from any record there is."""
     ok = (e for e in models if e.get("verdict") != verdicts.ERROR)
-    return next((env for e in ok if (env := _environment_of(run_dir, e))), None) or \
-        next((env for e in models if (env := _environment_of(run_dir, e))), None)
+    return next((env for e in ok if (env := _environment_of(run_dir, e, stages))), None) or \
+        next((env for e in models if (env := _environment_of(run_dir, e, stages))), None)
 
 
-def _environment_of(run_dir: Path, entry: ModelEntry) -> _Environment | None:
+def _environment_of(run_dir: Path, entry: ModelEntry, stages: Stages) -> _Environment | None:
     import json
 
     records = entry.get("records", {})
-    rec = next((records[role] for stage in registry.STAGES for role in stage.records if records.get(role)), None)
+    rec = next((records[role] for stage in stages for role in stage.records if records.get(role)), None)
     if not rec:
         return None
     data = json.loads((run_dir / rec).read_text())
@@ -187,11 +187,11 @@ def _alert(options: RunOptions, document: ResultsDocument) -> Alerts:
     """Annotations, the step summary and the webhook; failures here never change the verdict."""
     out: Alerts = {}
     if options.github_actions:
-        for line in github.run_annotations(document):
+        for line in github.run_annotations(document, composed(options)):
             print(line, flush=True)
     if options.step_summary is not None:
         try:
-            github.write_step_summary(document, options.step_summary)
+            github.write_step_summary(document, options.step_summary, composed(options))
             out["step_summary"] = str(options.step_summary)
         except OSError as e:
             print(f"warning: could not append to the step summary {options.step_summary}: {e.strerror}", file=sys.stderr)

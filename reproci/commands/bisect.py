@@ -9,7 +9,7 @@ import click
 
 from ..errors import UsageError
 from ..settings.config_file import Settings
-from .run import RunCommand, run_and_report, run_options
+from .run import run_and_report, run_options
 
 
 def with_stage(kwargs: dict[str, Any], stage: str, verb: str, settings: Settings | None = None) -> None:
@@ -23,7 +23,7 @@ def with_stage(kwargs: dict[str, Any], stage: str, verb: str, settings: Settings
     run_and_report(kwargs, settings=settings)
 
 
-@click.command("bisect", cls=RunCommand)
+@click.command("bisect")
 @run_options(without=("script", "resume_script", "script_name"),  # a script model is checked, not bisected
              helps={"models": "The model that failed (required, here or as models: in reproci.yaml): conv, transformer, "
                               "embedding, FILE.py:factory or module:factory. Repeatable."})

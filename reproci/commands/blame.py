@@ -10,10 +10,10 @@ import click
 from ..errors import UsageError
 from ..settings.config_file import Settings
 from .bisect import with_stage
-from .run import RunCommand, run_options
+from .run import run_options
 
 
-@click.command("blame", cls=RunCommand)
+@click.command("blame")
 @run_options(without=("script", "resume_script", "script_name"),  # blame re-runs factory models in images
              helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
                              "reference): the golden names the old one.",

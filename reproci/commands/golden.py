@@ -13,7 +13,7 @@ from ..golden import store
 from ..golden.folder import require_folder
 from ..golden.image_diff import diff_goldens
 from ..reports.goldens import print_diff, print_golden
-from .run import RunCommand, run_and_report, run_options
+from .run import run_and_report, run_options
 
 GOLDENS_DIR = click.option("--goldens-dir", type=click.Path(path_type=Path), default=Path("goldens"), show_default=True,
                            help="Where golden files live.")
@@ -24,7 +24,7 @@ def golden_group() -> None:
     """Golden hashes per image: record, inspect, compare."""
 
 
-@golden_group.command("update", cls=RunCommand)
+@golden_group.command("update")
 @run_options(without=("bisect", "blame"))  # they explain a failure or a drift: `reproci bisect`, `reproci blame`
 def update_cmd(**kwargs: Any) -> None:
     """Run the strict stage and record its hashes as the golden for --image.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .. import atomic, results
+from .. import atomic, plugins, results
 from ..reports import prbody
 
 
@@ -19,8 +19,8 @@ def pr_body_cmd(results_path: Path, output: Path | None, require_reproducible: b
     """Render a golden update's evidence (RESULTS: results.json or its run directory) as Markdown."""
     doc = results.load(results_path)
     if require_reproducible:
-        prbody.require_reproducible(doc, results_path)
-    body = prbody.render(doc)
+        prbody.require_reproducible(doc, results_path, plugins.stages())
+    body = prbody.render(doc, plugins.stages())
     if output is None:
         click.echo(body, nl=False)
     else:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .. import atomic
+from .. import atomic, plugins
 from ..errors import UsageError
 from ..reports import build, history
 
@@ -36,7 +36,7 @@ def report_cmd(results_path: Path | None, fmt: str, output: Path | None, history
             raise UsageError(f"--rebuild-history needs a results folder; {root} is not one")
         written = history.rebuild(root)
         click.echo(f"wrote {len(written)} history file(s) under {root / history.DIRNAME}", err=True)
-    text = build.render(results_path, fmt, history_dir)
+    text = build.render(results_path, fmt, history_dir, plugins.stages())
     if output is None:
         click.echo(text, nl=False)
     else:

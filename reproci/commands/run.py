@@ -3,7 +3,6 @@ code; ``orchestrate.run_all`` does the work."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from dataclasses import replace
@@ -12,13 +11,12 @@ from typing import Any, Callable
 
 import click
 
-from .. import console, orchestrate
+from .. import console, orchestrate, plugins
 from ..cluster.engines import ENGINES, engine
 from ..reports.progress import RunProgress
-from ..settings import declared
+from ..reports.terminal import print_run
 from ..settings import options as options_mod
 from ..settings.declared import Option
-from ..stages import registry
 
 
 def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
@@ -49,22 +47,13 @@ def click_option(o: Option) -> Callable[[Callable[..., Any]], Callable[..., Any]
     return click.option(*decls, **attrs)
 
 
-@functools.cache
-def _late_option(o: Option) -> click.Option:
-    decls, attrs = _click_args(o)
-    return click.Option(decls, **attrs)
-
-
-_GIVEN: dict[Callable[..., Any], frozenset[str]] = {}  # a command's function -> the options @run_options gave it
-
-
 def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...] = (),
                 helps: dict[str, str] | None = None) -> Any:
     """Every option of ``reproci run``, for the commands that run the matrix: ``@run_options``,
     or ``@run_options(without=(names...), helps={name: help})`` for a command that has no use
     for some of them or says one differently (bisect's -m is required)."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        table = declared.options()
+        table = plugins.catalog().options()
         for option in reversed(table):
             fn = click_option(option)(fn)
         params = fn.__click_params__  # type: ignore[attr-defined]
@@ -72,21 +61,8 @@ def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...
         for p in params:
             if p.name in (helps or {}):
                 p.help = (helps or {})[p.name]
-        _GIVEN[fn] = frozenset(o.key for o in table)
         return fn
     return decorate(fn) if fn is not None else decorate
-
-
-class RunCommand(click.Command):
-    """A command with the options of ``reproci run`` (``@click.command(NAME, cls=RunCommand)`` over
-    ``@run_options``): the knobs of a stage registered after it was made (``registry.register``)
-    are options of it too, after the others."""
-
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        given = _GIVEN.get(self.callback) if self.callback is not None else None
-        late = [_late_option(o) for o in declared.options() if given is not None and o.key not in given]
-        help_option = self.get_help_option(ctx)
-        return [*self.params, *late, *([help_option] if help_option is not None else [])]
 
 
 SLURM_ONLY = ("partition", "account", "qos", "slurm_time", "gres", "gpus_per_task", "sbatch_args", "launcher",
@@ -131,11 +107,11 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
     """Build the options once, run every stage, print the tables, exit with the verdict's code
     (``settings``: reproci.yaml as the command already read it)."""
     if kwargs.get("cell_options") is not None:  # a cell of --backend ray or slurm: the driver's options for it
-        kwargs = declared.from_cell(json.loads(Path(kwargs["cell_options"]).read_text()))
+        kwargs = plugins.catalog().from_cell(json.loads(Path(kwargs["cell_options"]).read_text()))
     kwargs.pop("cell_options", None)
     given = dict(kwargs)
     backend, cluster = _backend(kwargs)
-    opts = options_mod.build(kwargs, settings=settings)
+    opts = plugins.build_options(kwargs, settings=settings)
     if cluster is not None and backend is not None:
         options_mod.check_script_cells(opts, backend)
     out, err = console.stdout(), console.stderr()
@@ -145,12 +121,12 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
     lost: list[str] = []
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
         if cluster is not None:
-            sent = {**declared.for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
+            sent = {**plugins.catalog().for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
             assert backend is not None
             document, path, lost = engine(backend).run_cells(opts, cluster, sent, progress, orchestrate.publish)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
-    registry.print_run(document, opts.stages, out, err, path)
+    print_run(document, plugins.stages(), out, err, path)
     g = document.get("golden") or {}
     if g.get("updated"):
         out.print(f"golden recorded: {g['file']} (review and commit it)")
@@ -163,7 +139,7 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
         raise SystemExit(code)
 
 
-@click.command("run", cls=RunCommand)
+@click.command("run")
 @run_options
 def run_cmd(**kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage (and any other --stage)."""

@@ -4,14 +4,16 @@ Markdown, self-contained HTML with charts, or JSON."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import results
 from ..errors import ReprociError, ResultsError, UsageError
 from ..results import ResultsDocument
-from ..stages import registry
 from . import history, jsonexport, markdown
 from .history import Trends
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 FORMATS = ("md", "html", "json")
 
@@ -45,8 +47,8 @@ def golden_losses(document: ResultsDocument) -> dict[str, list[Any]]:
     return {name: m.entry.get("losses") or [] for name, m in (g.models if g else {}).items()}
 
 
-def render(results_path: Path | None, fmt: str, history_dir: Path | None) -> str:
-    """The report text. No RESULTS with --history: a trends-only report."""
+def render(results_path: Path | None, fmt: str, history_dir: Path | None, stages: Stages) -> str:
+    """The report text (each of ``stages`` draws its parts). No RESULTS with --history: a trends-only report."""
     document: ResultsDocument | None = None
     run_dir: Path | None = None
     if results_path is not None or history_dir is None:
@@ -55,33 +57,32 @@ def render(results_path: Path | None, fmt: str, history_dir: Path | None) -> str
             history_dir = run_dir.parent / history.DIRNAME  # the history beside these results
     trends = history.trends(history.load(history_dir)) if history_dir is not None else None
     if fmt == "md":
-        return markdown_report(document, trends)
+        return markdown_report(document, stages, trends)
     if fmt == "json":
-        return jsonexport.render(document, trends)
+        return jsonexport.render(document, stages, trends)
     try:
         from . import html  # noqa: F401  (matplotlib, for the charts)
     except ImportError as e:
         raise UsageError(f"the HTML report needs matplotlib ({e.name} is missing): pip install 'reproci[report]'") from e
-    return html_report(document, trends, run_dir=run_dir, golden_losses=golden_losses(document) if document else None)
+    return html_report(document, stages, trends, run_dir=run_dir, golden_losses=golden_losses(document) if document else None)
 
 
-def markdown_report(document: ResultsDocument | None,
-                    trends: Trends | None = None) -> str:
+def markdown_report(document: ResultsDocument | None, stages: Stages, trends: Trends | None = None) -> str:
     """The Markdown report: the run's facts and verdicts, the warnings, each stage's sections
     in the order the stages run, then the trends."""
     lines: list[str] = []
     if document is not None:
-        lead = next((t for stage in registry.STAGES if (t := stage.markdown_verdicts(document))), [])
+        lead = next((t for stage in stages if (t := stage.markdown_verdicts(document))), [])
         lines += markdown.head(document, lead)
         lines += markdown.warnings(document)
-        for stage in registry.STAGES:
+        for stage in stages:
             lines += stage.markdown(document)
     if trends:
         lines += markdown.trends(trends)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def html_report(document: ResultsDocument | None, trends: Trends | None = None, *,
+def html_report(document: ResultsDocument | None, stages: Stages, trends: Trends | None = None, *,
                 run_dir: Path | None = None, golden_losses: dict[str, list[Any]] | None = None) -> str:
     """The HTML report: the run's facts and verdicts, the warnings, each stage's sections in the
     order the stages run, the loss curves, then the trends."""
@@ -90,7 +91,7 @@ def html_report(document: ResultsDocument | None, trends: Trends | None = None, 
     parts = []
     if document is not None:
         parts += [html.head(document), html.warnings(document)]
-        parts += [stage.html(document) for stage in registry.STAGES]
+        parts += [stage.html(document) for stage in stages]
         parts.append(html.losses(document, run_dir, golden_losses or {}))
     if trends:
         parts.append(html.history(trends))

@@ -4,14 +4,18 @@ one run's results (``reproci run`` in a job) and for a merged matrix (``reproci 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import atomic, errors, verdicts
 from ..cluster.merged import MergedDocument
 from ..results import ModelEntry, ResultsDocument
-from ..stages import probes, registry
+from ..stages import probes
 from ..stages.throughput.report import slowdown_text
 from . import markdown
 from .mdtable import cell, code, table
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 
 def escape_data(text: str) -> str:
@@ -47,7 +51,7 @@ def _model_annotations(m: ModelEntry, image: str | None, *, ci: bool) -> list[st
                   for kind, text in verdicts.warnings(m)]
 
 
-def run_annotations(document: ResultsDocument) -> list[str]:
+def run_annotations(document: ResultsDocument, stages: Stages) -> list[str]:
     """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``),
     one per warning of a model (``verdicts.warnings``), then the portability dependencies."""
     image = (document.get("image") or {}).get("name")
@@ -89,7 +93,7 @@ def _package_lines(models: list[ModelEntry], limit: int = 30) -> list[str]:
             *[f"- `{k}`: {old or '(absent)'} → {new or '(absent)'}" for k, (old, new) in changed[:limit]], *more]
 
 
-def summary_markdown(document: ResultsDocument) -> str:
+def summary_markdown(document: ResultsDocument, stages: Stages) -> str:
     """The step summary of one run: what changed comes first."""
     image = document.get("image") or {}
     exit_ = (document.get("summary") or {}).get("exit_code", 0)
@@ -102,7 +106,7 @@ def summary_markdown(document: ResultsDocument) -> str:
         [cell(m["model"]), f"{verdicts.ICON.get(str(m.get('verdict')), '')} **{m.get('verdict')}**",
          code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
     warned = markdown.warnings(document)
-    sections = [line for stage in registry.STAGES for line in stage.markdown(document)]
+    sections = [line for stage in stages for line in stage.markdown(document)]
     return "\n".join(lines + (["", *warned] if warned else []) + _package_lines(models)
                      + (["", *sections] if sections else [])) + "\n"
 
@@ -141,5 +145,5 @@ def merged_summary_markdown(merged: MergedDocument) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_step_summary(document: ResultsDocument, path: Path) -> None:
-    atomic.append_text(path, summary_markdown(document))
+def write_step_summary(document: ResultsDocument, path: Path, stages: Stages) -> None:
+    atomic.append_text(path, summary_markdown(document, stages))

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
 from ..entry_sections import GoldenComparison
 from ..results import ResultsDocument
 from .history import Trends
 
+if TYPE_CHECKING:
+    from ..stages.base import Stages
+
 SCHEMA = "reproci.report"
 VERSION = 1
 
 
-def render(document: ResultsDocument | None, trends: Trends | None = None) -> str:
+def render(document: ResultsDocument | None, stages: Stages, trends: Trends | None = None) -> str:
     out: dict[str, Any] = {"schema": SCHEMA, "version": VERSION}
     if document is not None:
         out["run"] = {k: document.get(k) for k in ("run_id", "created", "project_commit", "reproci_version", "image",

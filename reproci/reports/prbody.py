@@ -13,27 +13,29 @@ golden is only worth recording from runs that agree with each other.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
 from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
 from ..errors import NotReproducibleError
 from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
-from ..stages import registry
 from ..stages.throughput.report import slowdown_text
 from ..stages.variance.report import spread as variance_spread
 from ..stats import number
 from .mdtable import cell, code, table
 
+if TYPE_CHECKING:
+    from ..stages.base import Stages
+
 MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
 
 
-def reproducibility_problems(doc: ResultsDocument) -> list[str]:
+def reproducibility_problems(doc: ResultsDocument, stages: Stages) -> list[str]:
     """Why these results did not reproduce themselves (empty when every model's runs agreed)."""
     problems: list[str] = []
-    ran = tuple((doc.get("options") or {}).get("stages") or ["determinism"])
-    if not any(stage.checks_reproducibility for stage in registry.selected(ran)):
-        problems.append("the determinism stage did not run (add --stage determinism)")
+    if not any(stage.checks_reproducibility for stage in stages.ran(doc)):
+        checker = next(s.name for s in stages if s.checks_reproducibility)
+        problems.append(f"the {checker} stage did not run (add --stage {checker})")
     if not doc.get("models"):
         problems.append("no models ran")
     for m in doc.get("models", []):
@@ -58,9 +60,9 @@ def golden_problems(doc: ResultsDocument) -> list[str]:
     return []
 
 
-def require_reproducible(doc: ResultsDocument, source: object) -> None:
+def require_reproducible(doc: ResultsDocument, source: object, stages: Stages) -> None:
     """Refuse a results document that must not become a golden, saying every reason."""
-    problems = reproducibility_problems(doc)
+    problems = reproducibility_problems(doc, stages)
     if problems:
         raise NotReproducibleError(f"{source}: not recording a golden from a run that did not reproduce "
                                    f"itself: {'; '.join(problems + golden_problems(doc))}; fix the nondeterminism first")
@@ -100,18 +102,18 @@ def _diff_rows(diffs: list[dict[str, list[Any]] | None]) -> list[list[str]]:
             for k, (old, new) in sorted(merged.items())]
 
 
-def render(doc: ResultsDocument) -> str:
+def render(doc: ResultsDocument, stages: Stages) -> str:
     """The pull-request body for a results document (renders whatever stages and goldens are present)."""
     models = doc.get("models", [])
     has_old = any(_golden(m).get("golden_final_sha256") for m in models)
-    lines = [*_verdict_lines(doc), *_warning_lines(models), *_image_lines(doc, has_old), *_diff_lines(models, has_old),
+    lines = [*_verdict_lines(doc, stages), *_warning_lines(models), *_image_lines(doc, has_old), *_diff_lines(models, has_old),
              *_model_lines(models), *_throughput_lines(models), *_variance_lines(models), *_environment_lines(doc)]
     return "\n".join(lines) + "\n"
 
 
-def _verdict_lines(doc: ResultsDocument) -> list[str]:
+def _verdict_lines(doc: ResultsDocument, stages: Stages) -> list[str]:
     name = (doc.get("image") or {}).get("name") or "local"
-    problems, unrecorded = reproducibility_problems(doc), golden_problems(doc)
+    problems, unrecorded = reproducibility_problems(doc, stages), golden_problems(doc)
     lines = [f"## Golden update for `{name}`", "",
              f"From `reproci run` {doc.get('run_id')} (reproci {doc.get('reproci_version')}, "
              f"project commit {_short(doc.get('project_commit'), 10)}, {doc.get('created')}).", ""]

@@ -1,8 +1,11 @@
 """What ``reproci run`` prints of the verdicts: the verdict table (verdicts first), each model's
-message and warnings, the notice of a missing golden. ``stages.registry.print_run`` puts the stages'
+message and warnings, the notice of a missing golden. ``print_run`` puts the stages'
 parts together (each stage's own tables are in its ``report.py``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,6 +13,9 @@ from rich.table import Table
 
 from .. import verdicts
 from ..results import ModelEntry, ResultsDocument
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 
 def _where(m: ModelEntry) -> str:
@@ -70,3 +76,20 @@ def print_warnings(m: ModelEntry, err: Console, said: str = "") -> None:
         label = "[bold]notice[/]" if kind.endswith(".notice") else "[bold yellow]warning[/]"  # notices never fail
         err.print(f"{label}: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
 
+
+
+def print_run(document: ResultsDocument, composed: Stages, out: Console, err: Console, results: Path) -> None:
+    """What ``reproci run`` prints: each stage's part (of those ``composed`` that ran, in their
+    order); where no stage checked reproducibility, the models' warnings and a line saying so;
+    then the results file."""
+    stages = composed.ran(document)
+    for stage in stages:
+        stage.terminal(document, out, err)
+    if not any(stage.checks_reproducibility for stage in stages):
+        for m in document.get("models", []):
+            print_warnings(m, err)
+        ran = ", ".join(stage.name for stage in stages)
+        checker = next(s.name for s in composed if s.checks_reproducibility)
+        out.print(f"{checker} not checked ({ran} {'stage' if len(stages) == 1 else 'stages'} only; "
+                  f"add --stage {checker})", highlight=False, markup=False)
+    out.print(f"results: {results}", highlight=False, markup=False)

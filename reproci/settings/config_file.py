@@ -12,7 +12,7 @@ import yaml
 
 from .. import safe_yaml
 from ..errors import ConfigError
-from .declared import config_keys, options
+from .declared import Catalog
 
 CONFIG_FILE = "reproci.yaml"
 
@@ -33,8 +33,9 @@ def find_config(start: Path | None = None) -> Path | None:
     return None
 
 
-def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
-    """The run section of reproci.yaml (an explicit path, else the one ``find_config`` finds)."""
+def load_config(path: Path | None, catalog: Catalog) -> tuple[dict[str, Any], Path | None]:
+    """The run section of reproci.yaml (an explicit path, else the one ``find_config`` finds),
+    checked against the keys of ``catalog`` (the core options and the stages' own)."""
     if path is None:
         path = find_config()
         if path is None:
@@ -51,7 +52,7 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); a config file is YAML: fix the file") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of options at the top level")
-    keys = config_keys()
+    keys = catalog.config_keys()
     unknown = sorted(set(data) - set(keys))
     if unknown:
         raise ConfigError(f"{path}: unknown option(s) {', '.join(map(str, unknown))}; "
@@ -60,33 +61,32 @@ def load_config(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         expected, ok = keys[key]
         if value is not None and not ok(value):
             raise ConfigError(f"{path}: {key}: expected {expected}, got {value!r}; fix the file")
-    for o in options():
+    for o in catalog.options():
         for alias in o.aliases:
             if alias in data and o.name not in data:
                 data[o.name] = data.pop(alias)
     return data, path
 
 
-def _param(name: str) -> str:
-    """The click parameter that holds the command line's value of the option ``name``."""
-    return next((o.key for o in options() if o.name == name), name)
-
-
 class Settings:
     """A run's settings: a command-line value (None or (): not given) over the config file's
     over a default; and where each came from, so that an error names it as the user wrote it."""
 
-    def __init__(self, cli: Mapping[str, Any], config: Mapping[str, Any], path: Path | None) -> None:
-        self.cli, self.config, self.path = cli, config, path
+    def __init__(self, cli: Mapping[str, Any], config: Mapping[str, Any], path: Path | None, catalog: Catalog) -> None:
+        self.cli, self.config, self.path, self.catalog = cli, config, path, catalog
         # a reproci.yaml found above the working directory (not named by --config): the folder
         # its relative paths, and the results and goldens folders by default, are beside
         self.root = path.parent if path is not None and cli.get("config") is None and path.parent != Path(".") else None
 
     @classmethod
-    def read(cls, cli: Mapping[str, Any]) -> Settings:
+    def read(cls, cli: Mapping[str, Any], catalog: Catalog) -> Settings:
         """The settings of a command line: its reproci.yaml (``--config``, else the one found) read, once."""
-        config, path = load_config(cli.get("config"))
-        return cls(cli, config, path)
+        config, path = load_config(cli.get("config"), catalog)
+        return cls(cli, config, path, catalog)
+
+    def _param(self, name: str) -> str:
+        """The click parameter that holds the command line's value of the option ``name``."""
+        return next((o.key for o in self.catalog.table if o.name == name), name)
 
     def folder(self, name: str, default: str) -> Path:
         """A folder setting (``results_dir``, ``goldens_dir``): the command line's as given, else
@@ -104,12 +104,12 @@ class Settings:
 
     def given(self, name: str) -> bool:
         """Whether the command line gave ``name``."""
-        v = self.cli.get(_param(name))
+        v = self.cli.get(self._param(name))
         return v is not None and v != ()
 
     def __call__(self, name: str, default: Any) -> Any:
         if self.given(name):
-            return self.cli[_param(name)]
+            return self.cli[self._param(name)]
         v = self.config.get(name)
         return default if v is None else v  # `steps:` with no value: as if not set
 
@@ -122,4 +122,4 @@ class Settings:
         not set at all), 'reproci.yaml: compile_mode' from the config file."""
         if self.from_file(name):
             return f"{self.from_file(name)}{name}"
-        return next((o.shown for o in options() if o.name == name), "--" + name.replace("_", "-"))
+        return next((o.shown for o in self.catalog.table if o.name == name), "--" + name.replace("_", "-"))

@@ -3,23 +3,22 @@
 its group (what it is about) and whether the results record it.
 
 This module holds the core options (``OPTIONS``: the image, the run's shape, its resources and
-output); each stage declares its own knobs beside its code (``stages.base.Stage.options``), and
-``stages.registry`` hands every stage to ``add_stage`` as it registers it (the first read of the
-table imports the registry, so a caller of the Python API needs no import of its own). ``options()`` is the
-whole table: ``commands/run.py`` makes the click options from it, ``settings.config_file`` the
-keys ``reproci.yaml`` accepts, ``settings.options.build`` the frozen ``RunOptions`` and
-``recorded`` the ``options`` of results.json. An option with no field of ``RunOptions`` of its
-own (a stage's knob) is read as ``options.knob(name)``: adding an option is its declaration
-and its use. This module imports nothing of reproci at its top, so that a stage's module can
-declare its options with it.
+output). A stage declares its own as the fields of its frozen options dataclass (``setting``;
+``stages.base.Stage.options``) and reads them by attribute. ``Catalog`` is the whole table for
+an ordered tuple of stages, which the command line composes (``reproci.plugins``) and hands
+down: ``commands/run.py`` makes the click options from it, ``settings.config_file`` the keys
+``reproci.yaml`` accepts, ``settings.options.build`` the frozen ``RunOptions`` (each stage's
+options dataclass built) and ``recorded`` the ``options`` of results.json. Nothing here imports
+a stage; this module imports nothing of reproci, so that a stage's module can declare its
+options with it.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Protocol, TypeVar, cast
 
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 AMP = ("bf16", "fp16")
@@ -223,74 +222,120 @@ RECORDED_ORDER = ("stages", "profile", "steps", "resume_at", "seed", "threads", 
                   "fault", "ci", "slowdown_fails", "probes_fail", "fork_server", "compile", "compile_mode", "amp")
 
 
+OPTION = "reproci.option"  # the metadata key of a stage's option, a field of its options dataclass (``setting``)
+T = TypeVar("T")
+
+
+def setting(default: T, *, help: str, **how: Any) -> T:
+    """A stage's option, as a field of the stage's frozen options dataclass (``Stage.options``): its
+    default, its command-line help, and the rest of its declaration (``Option``'s fields: ``type``,
+    ``yaml``, ``flag``, ``convert``, ``refuse``, ``record``, ...). The field's name is the option's:
+    its reproci.yaml key, ``--NAME`` on the command line, its key in results.json; a stage reads
+    its value by attribute (``run.options.of(ThroughputOptions).repetitions``)."""
+    unknown = sorted(set(how) - {f.name for f in fields(Option)})
+    if unknown:
+        raise TypeError(f"setting() takes Option's fields; not {', '.join(unknown)}")
+    return cast(T, field(default=default, metadata={OPTION: {"help": help, **how}}))
+
+
+def declared_by(stage: str, kind: type[Any] | None) -> tuple[Option, ...]:
+    """The options a stage's options dataclass declares (its fields made by ``setting``), in
+    field order, each in the stage's group."""
+    if kind is None:
+        return ()
+    if not is_dataclass(kind):
+        raise TypeError(f"stage {stage!r}: its options must be a frozen dataclass, not {kind!r}")
+    out = []
+    for f in fields(kind):
+        if OPTION not in f.metadata:
+            raise TypeError(f"stage {stage!r}: option {f.name} is not declared with settings.declared.setting()")
+        out.append(Option(name=f.name, group=stage, default=f.default, **f.metadata[OPTION]))
+    return tuple(out)
 
 
 class StageOptions(Protocol):
     """What the options know of a stage (``stages.base.Stage`` has each of these)."""
 
-    name: str  # what --stage says
-    options: tuple[Option, ...]  # its knobs: options of ``reproci run`` like the core ones
-    needs: tuple[str, ...]  # the stages it starts from: added before it when not asked for
-    needs_image: str | None  # why it needs --image (said after the flag that asked for it); None: it does not
-    needs_golden: str | None  # why it needs the image's golden (said after the flag that asked for it); None: it does not
+    @property
+    def name(self) -> str: ...  # what --stage says
+
+    @property
+    def options(self) -> type[Any] | None: ...  # its frozen options dataclass (fields made by ``setting``)
+
+    @property
+    def needs(self) -> tuple[str, ...]: ...  # the stages it starts from: added before it when not asked for
+
+    @property
+    def needs_image(self) -> str | None: ...  # why it needs --image (said after the flag that asked for it)
+
+    @property
+    def needs_golden(self) -> str | None: ...  # why it needs the image's golden (said after the flag)
 
 
-STAGES: tuple[StageOptions, ...] = ()  # every stage, in the order they run, as stages.registry adds them
+@dataclass(frozen=True)
+class Catalog:
+    """The options of ``reproci run`` with a given ordered tuple of stages: the core ones, then each
+    stage's own. The command line composes it from the stages it runs (``reproci.plugins``) and
+    hands it down: nothing in settings imports a stage."""
 
+    stages: tuple[StageOptions, ...] = ()
+    table: tuple[Option, ...] = field(init=False, repr=False, compare=False)
+    owners: Mapping[str, str] = field(init=False, repr=False, compare=False)  # a stage's option -> the stage
 
-def add_stage(stage: StageOptions) -> None:
-    """Make a stage's name a value of --stage and its knobs options (``stages.registry`` calls it)."""
-    global STAGES
-    taken = {o.name for o in options()} if STAGES else {o.name for o in OPTIONS}
-    clash = sorted(taken & {o.name for o in stage.options})
-    if clash:
-        raise ValueError(f"stage {stage.name!r} declares options that exist already: {', '.join(clash)}")
-    STAGES = (*STAGES, stage)
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two stages are named {', '.join(map(repr, twice))}")
+        taken = {o.name for o in OPTIONS}
+        owners: dict[str, str] = {}
+        for stage in self.stages:
+            declared = declared_by(stage.name, stage.options)
+            clash = sorted(taken & {o.name for o in declared})
+            if clash:
+                raise ValueError(f"stage {stage.name!r} declares options that exist already: {', '.join(clash)}")
+            taken |= {o.name for o in declared}
+            owners.update((o.name, stage.name) for o in declared)
+        listed = (f"{names[0]} (default), {', '.join(names[1:-1])} or {names[-1]}" if len(names) > 2
+                  else " or ".join(names))
+        core = [replace(o, help=o.help.format(stages=listed)) if o.name == "stages" else o for o in OPTIONS]
+        table = (*(o for o in core if not o.hidden), *(o for s in self.stages for o in declared_by(s.name, s.options)),
+                 *(o for o in core if o.hidden))
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "owners", MappingProxyType(owners))
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names --stage and reproci.yaml's ``stages`` accept, in the order the stages run."""
+        return tuple(s.name for s in self.stages)
 
-def stage_names() -> tuple[str, ...]:
-    """The names --stage and reproci.yaml's ``stages`` accept, in the order the stages run."""
-    if not STAGES:  # the first read: the registry adds the stages as it is imported
-        importlib.import_module("reproci.stages.registry")
-    if not STAGES:  # read while the registry itself is being imported: the table would lack every knob
-        raise RuntimeError("the options were read before any stage was registered (during reproci.stages.registry's import)")
-    return tuple(s.name for s in STAGES)
+    def options(self) -> list[Option]:
+        """Every option of ``reproci run``: the core ones, then each stage's in the order the
+        stages run, then the test-only ones (hidden from --help)."""
+        return list(self.table)
 
+    def declared(self, name: str) -> Option:
+        """The declaration of the option ``name`` (its reproci.yaml key)."""
+        return next(o for o in self.table if o.name == name)
 
-def options() -> list[Option]:
-    """Every option of ``reproci run``: the core ones, then each stage's knobs in the order the
-    stages run, then the test-only ones (hidden from --help)."""
-    names = stage_names()
-    listed = f"{names[0]} (default), {', '.join(names[1:-1])} or {names[-1]}" if len(names) > 2 else " or ".join(names)
-    core = [replace(o, help=o.help.format(stages=listed)) if o.name == "stages" else o for o in OPTIONS]
-    return [*(o for o in core if not o.hidden), *(o for s in STAGES for o in s.options), *(o for o in core if o.hidden)]
+    def config_keys(self) -> dict[str, tuple[str, Check]]:
+        """The keys reproci.yaml takes, each with what it takes and the check of its value."""
+        return {key: o.yaml for o in self.table if o.yaml is not None for key in (o.name, *o.aliases)}
 
+    def for_cell(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The options a user gave (click parameter -> value) that a cell of --backend ray or slurm
+        receives, as JSON: not the driver's own (``cell=False``, the cluster's), not those left unset."""
+        return {o.key: _json(given[o.key]) for o in self.table
+                if o.cell and o.group != CLUSTER and given.get(o.key) not in (None, ())}
 
-def declared(name: str) -> Option:
-    """The declaration of the option ``name`` (its reproci.yaml key)."""
-    return next(o for o in options() if o.name == name)
-
-
-def config_keys() -> dict[str, tuple[str, Check]]:
-    """The keys reproci.yaml takes, each with what it takes and the check of its value."""
-    return {key: o.yaml for o in options() if o.yaml is not None for key in (o.name, *o.aliases)}
-
-
-def for_cell(given: Mapping[str, Any]) -> dict[str, Any]:
-    """The options a user gave (click parameter -> value) that a cell of --backend ray or slurm
-    receives, as JSON: not the driver's own (``cell=False``, the cluster's), not those left unset."""
-    return {o.key: _json(given[o.key]) for o in options()
-            if o.cell and o.group != CLUSTER and given.get(o.key) not in (None, ())}
-
-
-def from_cell(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A cell's options as ``settings.options.build`` takes them (``for_cell``'s JSON, read back):
-    click parameter -> value, each of the type the command line gives it."""
-    by_key = {o.key: o for o in options()}
-    unknown = sorted(set(values) - set(by_key))
-    if unknown:  # the driver checks that the nodes run its reproci: a different one here is a bug
-        raise ValueError(f"a cell's options name no option of this reproci: {', '.join(unknown)}")
-    return {key: _typed(by_key[key], v) for key, v in values.items()}
+    def from_cell(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """A cell's options as ``settings.options.build`` takes them (``for_cell``'s JSON, read back):
+        click parameter -> value, each of the type the command line gives it."""
+        by_key = {o.key: o for o in self.table}
+        unknown = sorted(set(values) - set(by_key))
+        if unknown:  # the driver checks that the nodes run its reproci: a different one here is a bug
+            raise ValueError(f"a cell's options name no option of this reproci: {', '.join(unknown)}")
+        return {key: _typed(by_key[key], v) for key, v in values.items()}
 
 
 def _json(value: Any) -> Any:

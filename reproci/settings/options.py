@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, cast
+from typing import Any, Mapping, TypeVar, cast
 
 from .. import cpu_flags, images
 from ..backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
@@ -22,7 +22,7 @@ from ..results import RecordedOptions
 from ..worker.process.spec import FAULTS
 from . import declared
 from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
-from .declared import PROFILES  # noqa: F401 (re-exported)
+from .declared import PROFILES, Catalog  # noqa: F401 (PROFILES re-exported)
 from .models import ModelRef, resolve_all, resolve_script
 
 MAX_STEPS = 1_000_000  # a bound on N: a typo of many digits is refused, not trained for hours
@@ -65,8 +65,9 @@ class RunOptions:
     compile_mode: str | None = None  # torch.compile's mode; None: its default
     amp: str | None = None  # "bf16" or "fp16": the step under torch.autocast
     fault: str | None = None  # test-only fault injection into run B (or C for resume faults)
-    # the options declared without a field of their own (a stage's knobs, stages.base.Stage.options), by name
-    knobs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # each stage's own options (its frozen dataclass, ``stages.base.Stage.options``), by the stage's name
+    staged: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    catalog: Catalog = field(default_factory=Catalog, repr=False, compare=False)  # the options with these stages
     github_actions: bool = False  # print ::error/::warning annotations
     step_summary: Path | None = None  # $GITHUB_STEP_SUMMARY, appended to when set
     project_root: Path = field(default_factory=lambda: Path.cwd())
@@ -76,22 +77,25 @@ class RunOptions:
     def backend(self) -> str:
         return "local" if self.image is None else "docker"
 
-    def knob(self, name: str) -> Any:
-        """The value of a declared option without a field of its own (its default when not built)."""
-        return self.knobs[name] if name in self.knobs else declared.declared(name).default
+    def of(self, kind: type[OptionsT]) -> OptionsT:
+        """A stage's options (``kind``: its frozen options dataclass), as built; its defaults where
+        the stage is not among this run's catalog (options made by hand)."""
+        found = next((v for v in self.staged.values() if type(v) is kind), None)
+        return found if found is not None else kind()
 
     def recorded(self) -> RecordedOptions:
         """The options a run's results record (``options`` of results.json): every declaration marked
         ``record``, in the order results have always had, then any recorded later (a registered stage's
         knob among them, which ``RecordedOptions`` does not name: the keys come from the declarations)."""
-        names = [o.name for o in declared.options() if o.record]
+        names = [o.name for o in self.catalog.options() if o.record]
         order = [n for n in declared.RECORDED_ORDER if n in names] + [n for n in names if n not in declared.RECORDED_ORDER]
         return cast(RecordedOptions, {name: self._recorded(name) for name in order})
 
     def _recorded(self, name: str) -> Any:
         if name == "fork_server":  # as the run took it: on by default locally, off for Docker
             return self.fork_server if self.fork_server is not None else self.backend == "local"
-        value = getattr(self, "compiled" if name == "compile" else name) if name in _FIELDS else self.knob(name)
+        value = (getattr(self, "compiled" if name == "compile" else name) if name in _FIELDS
+                 else getattr(self.staged[self.catalog.owners[name]], name))
         return list(value) if isinstance(value, tuple) else value
 
     def compile_spec(self, model: str) -> dict[str, Any] | None:
@@ -101,13 +105,9 @@ class RunOptions:
         return {"backend": "inductor", "mode": self.compile_mode, "dynamic": None, "fullgraph": False}
 
 
+OptionsT = TypeVar("OptionsT")
+
 _FIELDS = {f.name for f in fields(RunOptions)} | {"compile"}  # declared options RunOptions holds (compile: compiled)
-
-
-def _not_knob(o: declared.Option) -> bool:
-    """A declared option that is not a run's: the cluster's (the driver's own), a switch that adds
-    its stage (folded into ``stages``), the config file's path."""
-    return o.group == declared.CLUSTER or o.adds_stage is not None or o.name == "config"
 
 
 def default_jobs(threads: int) -> int:
@@ -117,16 +117,18 @@ def default_jobs(threads: int) -> int:
     return max(1, min(3, usable // max(threads, 1)))
 
 
-def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings: Settings | None = None) -> RunOptions:
+def build(cli: Mapping[str, Any], catalog: Catalog, env: Mapping[str, str] | None = None,
+          settings: Settings | None = None) -> RunOptions:
     """Merge CLI values (None = not given) over the config file over defaults, and check them
-    (``settings``: the config file as a command already read it, with these CLI values)."""
+    (``catalog``: the options with the stages the command line composed; ``settings``: the config
+    file as a command already read it, with these CLI values)."""
     env = os.environ if env is None else env
-    pick = Settings.read(cli) if settings is None else Settings(cli, settings.config, settings.path)
+    pick = Settings.read(cli, catalog) if settings is None else Settings(cli, settings.config, settings.path, catalog)
     config, config_path = pick.config, pick.path
     shape = _run_shape(pick, config)
     resources = _resources(pick)
     image = _image(pick, env)
-    for stage in declared.STAGES:
+    for stage in catalog.stages:
         if stage.name in shape["stages"] and stage.needs_image and image["image"] is None:
             raise UsageError(f"{_asked(pick, stage.name)} {stage.needs_image}")
     script = _script(pick, shape)
@@ -134,7 +136,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
     model_texts = (model_texts,) if isinstance(model_texts, str) else tuple(model_texts)
     models = resolve_all(model_texts if pick.given("models") else tuple(map(pick.beside, model_texts)),
                          () if script is None else (script,))
-    for o in declared.options():
+    for o in catalog.options():
         if o.needs_stage is not None and pick(o.name, None) and o.needs_stage[0] not in shape["stages"]:
             raise UsageError(f"{pick.said(o.name)} {o.needs_stage[1]}: add --stage {o.needs_stage[0]}")
     goldens_dir = _goldens_dir(pick)
@@ -157,7 +159,8 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
         keep_checkpoints=bool(pick("keep_checkpoints", False)),
         fork_server=pick("fork_server", None),
         fork_servers=Path(env["REPROCI_FORK_SERVERS"]).absolute() if env.get("REPROCI_FORK_SERVERS") else None,
-        knobs=MappingProxyType(_knobs(pick)),
+        staged=MappingProxyType(_staged(pick)),
+        catalog=catalog,
         config_file=config_path,
         github_actions=str(env.get("GITHUB_ACTIONS", "")).lower() == "true",
         step_summary=Path(env["GITHUB_STEP_SUMMARY"]) if env.get("GITHUB_STEP_SUMMARY") else None,
@@ -167,7 +170,7 @@ def build(cli: Mapping[str, Any], env: Mapping[str, str] | None = None, settings
 def _require_golden(pick: Settings, stages: tuple[str, ...], goldens_dir: Path, image_name: str) -> None:
     """A stage that compares with the image's golden (``needs_golden``), asked for where there is
     none: refused before any run, not found once the runs are done."""
-    for stage in declared.STAGES:
+    for stage in pick.catalog.stages:
         if stage.name in stages and stage.needs_golden and not (path := golden_path(goldens_dir, image_name)).is_file():
             raise UsageError(f"{_asked(pick, stage.name)} {stage.needs_golden}, and there is no golden for {image_name} "
                              f"({path}); record one in the old image first: reproci golden update --image OLD "
@@ -176,24 +179,27 @@ def _require_golden(pick: Settings, stages: tuple[str, ...], goldens_dir: Path, 
 
 def _asked(pick: Settings, stage: str) -> str:
     """How the user asked for ``stage``: the switch that adds it (--blame), else --stage NAME."""
-    switch = next((o for o in declared.options() if o.adds_stage == stage and pick(o.name, False)), None)
+    switch = next((o for o in pick.catalog.options() if o.adds_stage == stage and pick(o.name, False)), None)
     return pick.said(switch.name) if switch is not None else f"{pick.said('stages')} {stage}"
 
 
-def _knobs(pick: Settings) -> dict[str, Any]:
-    """The declared options without a field of their own, each given or its default, made its
-    type and checked by its declaration."""
+def _staged(pick: Settings) -> dict[str, Any]:
+    """Each stage's options dataclass, made of its options each given or its default, made its
+    type and checked by its declaration (a switch that adds its stage is folded into ``stages``)."""
     out = {}
-    for o in declared.options():
-        if o.name in _FIELDS or _not_knob(o):
+    for stage in pick.catalog.stages:
+        if stage.options is None:
             continue
-        value = pick(o.name, o.default)
-        if value is not None and o.convert is not None:
-            value = o.convert(value)
-        why = o.refuse(value) if o.refuse is not None and value is not None else None
-        if why:
-            raise UsageError(f"{pick.said(o.name)} {why}")
-        out[o.name] = value
+        values = {}
+        for o in declared.declared_by(stage.name, stage.options):
+            value = pick(o.name, o.default) if o.adds_stage is None else bool(pick(o.name, False))
+            if value is not None and o.convert is not None:
+                value = o.convert(value)
+            why = o.refuse(value) if o.refuse is not None and value is not None else None
+            if why:
+                raise UsageError(f"{pick.said(o.name)} {why}")
+            values[o.name] = value
+        out[stage.name] = stage.options(**values)
     return out
 
 
@@ -214,17 +220,17 @@ def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
     if not 1 <= resume_at < steps:
         raise UsageError(f"{said('resume_at')} must be between 1 and steps-1 = {steps - 1} (got {resume_at}); "
                          "N must exceed k")
-    stages = tuple(pick("stages", declared.stage_names()[:1]))  # the first stage by default
+    names = pick.catalog.names
+    stages = tuple(pick("stages", names[:1]))  # the first stage by default
     if isinstance(config.get("stages"), str) and not pick.given("stages"):
         stages = (config["stages"],)
-    names = declared.stage_names()
     for s in stages:
         if s not in names:
             raise UsageError(f"{pick.from_file('stages')}unknown stage {s!r}; use one of {', '.join(names)}")
-    for o in declared.options():  # a switch that adds its stage (--bisect)
+    for o in pick.catalog.options():  # a switch that adds its stage (--bisect)
         if o.adds_stage is not None and pick(o.name, False) and o.adds_stage not in stages:
             stages = (*stages, o.adds_stage)
-    for stage in declared.STAGES:  # the stages a stage starts from, before it (bisect: determinism)
+    for stage in pick.catalog.stages:  # the stages a stage starts from, before it (bisect: determinism)
         if stage.name in stages:
             stages = (*(n for n in stage.needs if n not in stages), *stages)
     fault = pick("fault", None)
@@ -246,7 +252,7 @@ def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
                              "that trains")
     if command is None:
         return None
-    other = [s for s in shape["stages"] if s != declared.stage_names()[0]]  # the first stage: A, B and C
+    other = [s for s in shape["stages"] if s != pick.catalog.names[0]]  # the first stage: A, B and C
     if other:
         raise UsageError(f"{pick.said('script')}: the {other[0]} stage does not run a script model; a script's "
                          "runs are checked by the determinism stage (drop --stage " + other[0] + ")")

@@ -2,23 +2,38 @@
 of one invocation shares, and ``per_model``, which runs a stage's work for every model.
 
 A stage has a ``name`` (what ``--stage`` says) and these parts, each with a default that does
-nothing, so a stage writes only the ones it has:
+nothing, so a stage writes only the ones it has. Every channel a stage appears in is one of them:
+golden/, verdicts, reports/ and cluster/ loop over the stages they are handed and never name one.
 
-- ``run(run, entries)``: its work for every model; its result goes on the model entries (under
-  its name, by custom), which is its part of the results document;
+- ``options``: its frozen options dataclass, each field made by ``settings.declared.setting``: a
+  flag of ``reproci run``, a ``reproci.yaml`` key, recorded in the results when it says so, read
+  by attribute as ``run.options.of(TheOptions).field``; ``needs``: the stages it starts from
+  (added before it when not asked for); ``needs_image``: why it needs ``--image``, when it does;
+  ``needs_golden``: why it needs the image's golden, when it does (refused before any run);
+- ``run(run, entries)``: its work for every model; its result goes on the model entries under
+  its name, which is its part of the results document;
 - ``conclude(run, document)``: called once the results document holds every stage's results and
-  before the verdicts are counted (the determinism stage compares with the golden there);
+  before the verdicts are counted (its comparison with the golden, where it has one);
+- ``exit_code(document, code)``: the run's exit code once this stage had its say (``code``: the
+  verdicts' and the stages' before it); a stage whose findings can fail the run changes it;
+- ``golden_summary(entry)``: what the image's golden keeps of its result for a model (under its
+  name), None for nothing;
+- ``golden_lines(name, entry)``: its lines in ``reproci golden show`` for a model of a golden;
 - ``terminal(document, out, err)``: its tables and lines in what ``reproci run`` prints;
 - ``markdown(document)`` and ``html(document)``: its sections of the Markdown report (the step
   summary shows them too) and of the HTML report, empty where the document holds nothing of it;
 - ``markdown_verdicts(document)``: a table of the models' verdicts beside this stage's figures,
   shown in the Markdown report in place of the plain verdict table;
+- ``pr_body(document)``: its sections of the golden update's pull-request body;
+- ``annotations(document)``: its GitHub workflow-command lines (``::notice ...``);
+- ``history(entry)``: its keys of a model's point in the run history (results/history/);
+- ``export(entry)``: its keys of a model in the JSON report;
+- ``matrix_columns``: its columns in a merged matrix's step summary (``reproci merge``), each a
+  header and the cell of a merged model (whose entry keeps this stage's section when it has any);
+- ``commands``: the commands it adds to the ``reproci`` group (``reproci bisect``);
 - ``records``: the roles of its runs whose records say what the environment was;
-- ``options``: its knobs, each a ``settings.declared.Option`` (group: the stage's name): a flag
-  of ``reproci run``, a ``reproci.yaml`` key, read as ``options.knob(name)``, recorded in the
-  results when it says so; ``needs``: the stages it starts from (added before it when not
-  asked for); ``needs_image``: why it needs ``--image``, when it does; ``needs_golden``: why it
-  needs the image's golden, when it does (a run without one is refused before it starts).
+- ``in_golden_update``: False for a stage that explains a failure and has no place in recording
+  a golden (``reproci golden update`` leaves its options out).
 
 A stage in a package renders its own parts in its ``report.py`` (``terminal``, ``markdown``,
 ``html``), each built from the same rows of the results, with the reports' primitives (Markdown
@@ -29,8 +44,9 @@ call the function of that name in it, where it has one.
 ``reports/`` keeps what the whole document shows: the head and verdicts, the warnings, the loss
 curves, the trends, the exports.
 
-``stages.registry`` lists the stages in the order they run; the orchestrator, ``reproci run``
-and the reports loop over it and never name a stage.
+``reproci.plugins`` composes the stages in the order they run (this package's, then those of the
+``reproci.stages`` entry points of installed packages) and the command line hands that tuple
+down: the orchestrator, the golden, the verdicts and the reports loop over it.
 """
 
 from __future__ import annotations
@@ -39,16 +55,18 @@ import dataclasses
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar, cast
+
+import click
 
 from .. import results
 from ..results import Image, ModelEntry, ResultsDocument
 from ..runner import RunContext, background, settle
-from ..settings.declared import Option
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ..cluster.merged import MergedModel
     from ..settings.models import ModelRef
     from ..settings.options import RunOptions
 
@@ -95,10 +113,13 @@ class Stage:
     name = ""
     checks_reproducibility = False  # whether its verdicts say that the runs reproduce (the determinism stage)
     records: tuple[str, ...] = ()  # the roles of its runs' records that say what the environment was
-    options: tuple[Option, ...] = ()  # its knobs (settings.declared.Option)
+    options: type[Any] | None = None  # its frozen options dataclass (fields made by settings.declared.setting)
     needs: tuple[str, ...] = ()  # the stages it starts from, run before it when not asked for
     needs_image: str | None = None  # why it needs --image (said after the flag that asked for it)
     needs_golden: str | None = None  # why it needs the image's golden, refused before any run without one
+    in_golden_update = True  # False: it explains a failure, `reproci golden update` leaves its options out
+    commands: tuple[click.Command, ...] = ()  # the commands it adds to the reproci group
+    matrix_columns: tuple[tuple[str, Callable[[MergedModel], str]], ...] = ()  # header, cell of a merged model
     report: ModuleType | None = None  # its report.py, whose terminal, markdown, markdown_verdicts
     # and html (those it has) are this stage's parts of every report
 
@@ -107,6 +128,18 @@ class Stage:
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         """Nothing to add once every stage's results are in."""
+
+    def exit_code(self, document: ResultsDocument, code: int) -> int:
+        """The exit code as the verdicts and the stages before it made it: nothing to change."""
+        return code
+
+    def golden_summary(self, entry: ModelEntry) -> Any:
+        """Nothing of it in the golden."""
+        return None
+
+    def golden_lines(self, name: str, entry: Mapping[str, Any]) -> list[str]:
+        """Nothing of it in ``reproci golden show``."""
+        return []
 
     def terminal(self, document: ResultsDocument, out: Console, err: Console) -> None:
         """Its tables and lines on ``out`` (the results), its warnings on ``err``: its report's
@@ -126,6 +159,47 @@ class Stage:
         """Its sections of the HTML report: its report's; none without one."""
         return self._drawn("html", document, "")
 
+    def pr_body(self, document: ResultsDocument) -> list[str]:
+        """Its sections of the pull-request body: its report's; none without one."""
+        return self._drawn("pr_body", document, [])
+
+    def annotations(self, document: ResultsDocument) -> list[str]:
+        """Its workflow-command lines: its report's; none without one."""
+        return self._drawn("annotations", document, [])
+
+    def history(self, entry: ModelEntry) -> dict[str, Any]:
+        """Nothing of it in the run history."""
+        return {}
+
+    def export(self, entry: ModelEntry) -> dict[str, Any]:
+        """Nothing of it in the JSON report."""
+        return {}
+
     def _drawn(self, part: str, document: ResultsDocument, nothing: R) -> R:
         draw = getattr(self.report, part, None)
-        return nothing if draw is None else draw(document)
+        return nothing if draw is None else cast(R, draw(document))
+
+
+def composed(options: RunOptions) -> Stages:
+    """The stages a run's options were built with (the command line's composition, carried by
+    their catalog), in the order they run."""
+    return Stages(cast("tuple[Stage, ...]", options.catalog.stages))
+
+
+class Stages(tuple[Stage, ...]):
+    """The stages of ``reproci run`` in the order they run, as ``reproci.plugins`` composes them and
+    the command line hands them down."""
+
+    __slots__ = ()
+
+    def selected(self, names: Iterable[str]) -> list[Stage]:
+        """The stages ``names`` asks for (``--stage``, or a document's recorded stages), in the order they run."""
+        wanted = set(names)
+        return [s for s in self if s.name in wanted]
+
+    def ran(self, document: ResultsDocument) -> list[Stage]:
+        """The stages a results document says ran, in the order they run."""
+        return self.selected((document.get("options") or {}).get("stages") or [s.name for s in self[:1]])
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self)

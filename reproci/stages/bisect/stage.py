@@ -6,10 +6,20 @@ its report."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...results import ResultsDocument
-from ...settings.declared import BOOLEAN, Option
+from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun
 from . import conclude, report
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectOptions:
+    bisect: bool = setting(
+        False, flag=True, yaml=BOOLEAN, adds_stage="bisect",
+        help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
+             "threads turned off one at a time, and name the first change that restores equality.")
 
 
 class Bisect(Stage):
@@ -18,11 +28,7 @@ class Bisect(Stage):
     name = "bisect"
     report = report
     needs = ("determinism",)  # it bisects what that stage's verdicts and the golden comparison found
-    options = (
-        Option(name="bisect", group="bisect", flag=True, yaml=BOOLEAN, adds_stage="bisect",
-               help="For each model that fails its check, re-run it with compile, AMP, loader workers, ranks and "
-                    "threads turned off one at a time, and name the first change that restores equality."),
-    )
+    options = BisectOptions
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)

@@ -6,10 +6,20 @@ module reads its report."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...results import ResultsDocument
-from ...settings.declared import BOOLEAN, Option
+from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun
 from . import conclude, report
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlameOptions:
+    blame: bool = setting(
+        False, flag=True, yaml=BOOLEAN, adds_stage="blame",
+        help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
+             "(group) of the new image at a time, and name the one that alone reproduces the change.")
 
 
 class Blame(Stage):
@@ -21,11 +31,7 @@ class Blame(Stage):
     needs_image = ("compares images: name the new one with --image (the golden names the old one); "
                    "the local backend has one environment only")  # it builds images: Docker only
     needs_golden = "compares the new image with the golden, which names the old one"
-    options = (
-        Option(name="blame", group="blame", flag=True, yaml=BOOLEAN, adds_stage="blame",
-               help="For each UPGRADE_CHANGED model (--image), run it in the golden's image with one changed package "
-                    "(group) of the new image at a time, and name the one that alone reproduces the change."),
-    )
+    options = BlameOptions
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)

@@ -5,10 +5,20 @@ module reads its report."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...results import ModelEntry
-from ...settings.declared import BOOLEAN, Option
+from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun, attach_results
 from . import report, run_model
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbesOptions:
+    probes_fail: bool = setting(
+        False, flag=True, yaml=BOOLEAN, convert=bool, record=True,
+        needs_stage=("probes", "fails a run on what the portability probes find"),
+        help="A dependency found by --stage probes fails the run (exit 1) instead of being reported.")
 
 
 class Probes(Stage):
@@ -16,11 +26,7 @@ class Probes(Stage):
 
     name = "probes"
     report = report
-    options = (
-        Option(name="probes_fail", group="probes", flag=True, yaml=BOOLEAN, default=False, convert=bool, record=True,
-               needs_stage=("probes", "fails a run on what the portability probes find"),
-               help="A dependency found by --stage probes fails the run (exit 1) instead of being reported."),
-    )
+    options = ProbesOptions
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         attach_results(self.name, run_model, run, entries)

@@ -40,6 +40,7 @@ from ...worker.run_record import RunRecord
 from ..base import StageRun
 from ..model_entry import add_result
 from . import lockstep, sampling
+from .options import ThroughputOptions
 
 SUMMARY_VERSION = 1
 BASELINE = "default"
@@ -65,7 +66,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     warm = warmup_steps(options.steps)
     timed = timed_cap(options, paired)
     groups = []
-    for rep in range(1, options.knob("repetitions") + 1):
+    for rep in range(1, options.of(ThroughputOptions).repetitions + 1):
         order = modes if rep % 2 else tuple(reversed(modes))
         group = []
         for mode in order:
@@ -201,7 +202,8 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
     if BASELINE not in modes or len(modes) < 2:
         raise ValueError(f"throughput modes {modes} must include {BASELINE!r} and another mode")
     t0 = time.monotonic()
-    repetitions, time_budget = options.knob("repetitions"), options.knob("time_budget")
+    own = options.of(ThroughputOptions)
+    repetitions, time_budget = own.repetitions, own.time_budget
     budget = sampling.Budget(time_budget)
     paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
     groups = plan(options, model, project_commit=run.project_commit, image=run.image, modes=modes, paired=paired)

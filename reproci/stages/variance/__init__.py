@@ -27,6 +27,7 @@ from ...worker.run_record import Launched, RunRecord
 from ..base import StageRun
 from ..determinism import base_spec
 from ..model_entry import add_result
+from .options import VarianceOptions
 
 SUMMARY_VERSION = 1
 FINAL_LOSS = "final_loss"  # the last step's training loss
@@ -38,7 +39,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     base = base_spec(options, model, "variance", project_commit=project_commit, image=image)
     return [dataclasses.replace(base, role=f"variance-seed{s}", output=f"record-variance-seed{s}.json", seed=s,
                                 fingerprints=False, evaluate=True)
-            for s in range(options.seed, options.seed + options.knob("seeds"))]
+            for s in range(options.seed, options.seed + options.of(VarianceOptions).seeds)]
 
 
 def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, MetricSpread]:
