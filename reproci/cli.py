@@ -1,5 +1,8 @@
 """The command line: the ``reproci`` group and ``main``, the only place that turns errors
-into exit codes. Each verb's click code is in ``reproci/commands/<verb>.py``.
+into exit codes. Each verb's click code is in ``reproci/commands/<verb>.py``, and each stage's
+own (``reproci bisect``, ``reproci compare``) in its package (``stages.base.Stage.commands``): the
+group takes them from the stages ``reproci.plugins`` composes, and hands those stages down to every
+command as the click context's object.
 
 Ctrl-C is honoured from the first moment: ``_interrupt`` (Python's own handler but for two
 kinds of place where raising breaks the interpreter) is installed before the heavy imports,
@@ -70,29 +73,16 @@ try:
     import click
     from rich.markup import escape
 
-    from . import __version__, console, errors
-    from .commands import (
-        audit,
-        bisect,
-        blame,
-        compare,
-        golden,
-        images,
-        init,
-        matrix,
-        merge,
-        models,
-        pr_body,
-        report,
-        run,
-    )
-    from .errors import ReprociError
+    from . import __version__, console, errors, plugins
+    from .commands import golden, images, init, matrix, merge, models, pr_body, report, run
+    from .errors import ReprociError, UsageError
 
     err_console = console.stderr()
 
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(__version__, prog_name="reproci")
-    def cli() -> None:
+    @click.pass_context
+    def cli(ctx: click.Context) -> None:
         """reproci: prove PyTorch training is bitwise reproducible inside a container image,
         and alert when an upgrade changes results.
 
@@ -100,11 +90,21 @@ try:
         4 run error, 5 engine/infrastructure error, 6 golden file error, 7 compare: too few seeds,
         130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
         """
+        ctx.obj = plugins.stages()  # handed down: the commands that run the stages take their options
 
-    for command in (run.run_cmd, bisect.bisect_cmd, blame.blame_cmd, audit.audit_cmd, golden.golden_group, images.images_group,
-                    matrix.matrix_cmd, merge.merge_cmd, pr_body.pr_body_cmd, report.report_cmd, models.models_cmd,
-                    compare.compare_cmd, init.init_cmd):
+    for command in (run.run_cmd, golden.golden_group, images.images_group, matrix.matrix_cmd, merge.merge_cmd,
+                    pr_body.pr_body_cmd, report.report_cmd, models.models_cmd, init.init_cmd):
         cli.add_command(command)
+    _unloaded: list[ReprociError] = []  # a stage that does not load: main says it, in one line
+    try:  # then each composed stage's own commands (reproci bisect); click lists them all by name
+        for stage in plugins.stages():
+            for command in stage.commands:
+                if command.name in cli.commands:
+                    raise UsageError(f"the {stage.name} stage's command {command.name} is a command of reproci "
+                                     "already: uninstall the package that adds the stage, or rename its command")
+                cli.add_command(command)
+    except ReprociError as e:
+        _unloaded.append(e)
 except KeyboardInterrupt:  # Ctrl-C while the CLI's own modules load: nothing was started yet
     from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         terminated.clear()
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _interrupt)
+        if _unloaded:
+            raise _unloaded[0]
         cli.main(args=argv, prog_name="reproci", standalone_mode=False)
         return 0
     except ReprociError as e:

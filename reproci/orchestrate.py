@@ -76,7 +76,7 @@ def run_all(options: RunOptions, progress: Callable[[str], None] = lambda m: Non
             document = _document(options, run_id, image, environment, models, commit, time.monotonic() - started)
             for stage in stages:
                 stage.conclude(run, document)
-            verdicts.summarize(document)  # counts and the exit code, once every verdict is in
+            verdicts.summarize(document, composed(options))  # counts and the exit code, once every verdict is in
             path = publish(options, run_dir, document)
             golden_check.cleanup(options, run_dir, document)
             for cache in run_dir.glob("*/inductor-cache-*"):  # any stage's compiled code: rebuilt by a re-run
@@ -94,7 +94,7 @@ def publish(options: RunOptions, run_dir: Path, document: ResultsDocument) -> Pa
     if alerts_out:
         document["alerts"] = alerts_out
     path = results.write(run_dir, document)
-    history.record(options.results_dir, document)
+    history.record(options.results_dir, document, composed(options))
     return path
 
 
@@ -196,7 +196,7 @@ def _alert(options: RunOptions, document: ResultsDocument) -> Alerts:
         except OSError as e:
             print(f"warning: could not append to the step summary {options.step_summary}: {e.strerror}", file=sys.stderr)
     if options.webhook and webhook.needs_alert(document):
-        r = webhook.post(options.webhook, webhook.slack_message(document))
+        r = webhook.post(options.webhook, webhook.slack_message(document, composed(options)))
         out["webhook"] = {"ok": r.ok, "attempts": r.attempts, "status": r.status, "error": r.error}
         if not r.ok:
             print(f"warning: webhook alert not delivered after {r.attempts} attempt(s) ({r.error}); "

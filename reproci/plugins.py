@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .settings import options as options_mod
-from .settings.declared import Catalog
+from .settings.declared import Catalog, catalog_of
 from .settings.options import RunOptions, Settings
 from .stages.audit import stage as audit
 from .stages.base import Stage, Stages
@@ -76,14 +76,9 @@ def stages() -> Stages:
     return compose(tuple(_loaded(e) for e in found))
 
 
-@functools.cache
-def _catalog(composed: Stages) -> Catalog:
-    return Catalog(composed)
-
-
 def catalog() -> Catalog:
     """The options of ``reproci run`` with every stage of this installation."""
-    return _catalog(stages())
+    return catalog_of(stages())
 
 
 def build_options(cli: Mapping[str, Any], env: Mapping[str, str] | None = None,

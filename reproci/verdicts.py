@@ -8,12 +8,15 @@ webhook, ``merge`` and ``pr-body`` all read it from here."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from . import errors, results
 from .entry_sections import Evidence, FirstOp, GoldenComparison
 from .results import ModelEntry, ResultsDocument
 from .worker.audit import module_text
+
+if TYPE_CHECKING:
+    from .stages.base import Stages
 
 M = TypeVar("M", bound=ModelEntry)  # a model entry, or a merged document's row (which adds its image)
 
@@ -72,14 +75,14 @@ def exit_code(verdicts: list[str], *, ci: bool = False) -> int:
     return errors.most_serious(codes)  # when several models disagree, the most serious
 
 
-def document_exit_code(document: ResultsDocument) -> int:
+def document_exit_code(document: ResultsDocument, stages: Stages) -> int:
     """The exit code of a results document, from its verdicts and options alone (``run``
     computes it once, ``merge`` recomputes it from each shard the same way).
 
     When this run recorded the golden, drift against the previous one is the evidence of
-    the update, not a failure of it. A throughput regression fails only with
-    ``--slowdown-fails``, a portability dependency (``--stage probes``) only with
-    ``--probes-fail``, and each only a run that passed otherwise.
+    the update, not a failure of it. Otherwise each of ``stages`` has its say after the
+    verdicts, in the order they run (``Stage.exit_code``: a stage's findings that fail a run
+    with its flag, each only a run that passed otherwise).
     """
     opts = document.get("options") or {}
     models = document.get("models") or []
@@ -91,19 +94,17 @@ def document_exit_code(document: ResultsDocument) -> int:
         vs = [PASS if v in DRIFTING | NOTICES else v for v in vs]
         return exit_code(vs)
     code = exit_code(vs, ci=ci)
-    if code == errors.EXIT_PASS and opts.get("slowdown_fails") and any(m.get("throughput_regression") for m in models):
-        return errors.EXIT_DRIFT
-    if code == errors.EXIT_PASS and opts.get("probes_fail") and any((m.get("probes") or {}).get("depends") for m in models):
-        return errors.EXIT_REPRO_FAILURE  # a dependency on the environment: not reproducible elsewhere
+    for stage in stages:
+        code = stage.exit_code(document, code)
     return code
 
 
-def summarize(document: ResultsDocument) -> None:
-    """Set the document's verdict counts and exit code from its models."""
+def summarize(document: ResultsDocument, stages: Stages) -> None:
+    """Set the document's verdict counts and exit code from its models (and ``stages``' findings)."""
     vs = [str(m.get("verdict")) for m in document.get("models") or []]
     summary = document.setdefault("summary", {})
     summary["verdicts"] = {v: vs.count(v) for v in sorted(set(vs))}
-    summary["exit_code"] = document_exit_code(document)
+    summary["exit_code"] = document_exit_code(document, stages)
 
 
 def annotation_level(verdict: str, *, ci: bool = False) -> str | None:

@@ -101,6 +101,18 @@ def docker_client(*images: str) -> Any:
     return client
 
 
+def params_of(command: Any) -> list[Any]:
+    """A command's parameters as ``reproci`` gives them, its help option aside: with the stages the
+    command line composes, which the commands that run them take their options from
+    (``commands.run.RunCommand``)."""
+    import click
+
+    from reproci import plugins
+
+    ctx = click.Context(command, obj=plugins.stages())
+    return [p for p in command.get_params(ctx) if p is not command.get_help_option(ctx)]
+
+
 def said(stderr: str) -> list[str]:
     """What reproci said on stderr, its progress lines (``[  12.3 s] conv: run A ...``) aside."""
     return [line for line in stderr.strip().splitlines() if not re.match(r"^\[\s*\d+\.\d s\] ", line)]

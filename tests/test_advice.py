@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from reproci import errors, verdicts
+from reproci import errors, plugins, verdicts
 
 SHORT = ("-m", "embedding", "--steps", "6", "--resume-at", "3")
 
@@ -79,7 +79,7 @@ def _compared(tmp_path, *, ci: bool, **entry_changes):
     from .test_golden import fake_run
 
     document, records, states = fake_run(1)
-    store.write(tmp_path / "goldens", "local", document, records, states)
+    store.write(tmp_path / "goldens", "local", document, records, states, plugins.stages())
     run_dir = tmp_path / "results" / "run-2"
     (run_dir / "m").mkdir(parents=True)
     (run_dir / "m" / "record-A.json").write_text(json.dumps(records["m"]))
@@ -89,7 +89,7 @@ def _compared(tmp_path, *, ci: bool, **entry_changes):
     steps = entry_changes.get("steps", 5)
     options = RunOptions(models=(resolve("embedding"),), steps=steps, resume_at=steps // 2, resume_at_auto=False,
                          goldens_dir=tmp_path / "goldens", ci=ci)
-    check.apply(options, document, run_dir, store.load(tmp_path / "goldens", "local"))
+    check.apply(options, document, run_dir, store.load(tmp_path / "goldens", "local"), plugins.stages())
     return document
 
 
@@ -111,6 +111,6 @@ def test_ci_fails_on_a_golden_it_cannot_compare_and_names_the_fix(tmp_path):
     """With CI=true, MODEL_CHANGED compared nothing: exit 3 (drift, as NEW is), and it says so."""
     for ci, code in ((False, errors.EXIT_PASS), (True, errors.EXIT_DRIFT)):
         document = _compared(tmp_path / str(ci), ci=ci, seed=1)
-        assert verdicts.document_exit_code(document) == code
+        assert verdicts.document_exit_code(document, plugins.stages()) == code
         assert document["models"][0]["message"].endswith(" (CI mode: this fails)") is ci
         assert "--seed" not in advice(document["models"][0]["message"], "run")  # the golden's seed, 0

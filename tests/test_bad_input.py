@@ -337,13 +337,14 @@ def test_a_goldens_dir_that_is_a_file_is_said_by_every_command(cli, verb):
 
 
 def _write_golden(goldens: Path, name: str, run: int, **identity) -> None:
+    from reproci import plugins
     from reproci.golden import store
 
     from .test_golden import fake_run
 
     document, records, states = fake_run(run)  # a golden of model m, 5 steps, seed 0, hash of `run`
     document["models"][0].update(identity)
-    store.write(goldens, name, document, records, states)
+    store.write(goldens, name, document, records, states, plugins.stages())
 
 
 def test_golden_diff_of_other_settings_names_them_and_compares_nothing(cli, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from reproci import verdicts
+from reproci import plugins, verdicts
 from reproci.golden.divergence import first_divergence
 from reproci.stages.determinism import census as compare
 from reproci.worker.contract import ModelContext, TrainSetup
@@ -419,7 +419,7 @@ def test_a_logged_metric_is_a_warning_in_every_report_and_a_metric_the_loss_read
     assert warning.endswith("call model.train_acc.persistent(True)"), warning
     flat = " ".join(run["reports"]["stderr"].split())
     assert f"warning: lightning_state.kept: {' '.join(warning.split())}" in flat, run["reports"]["stderr"]
-    assert f"- ⚠️ **lightning_state.kept**: {warning}" in build.markdown_report(run["reports"]["doc"])
+    assert f"- ⚠️ **lightning_state.kept**: {warning}" in build.markdown_report(run["reports"]["doc"], plugins.stages())
     fed = run["lightning_state.metric_in_loss"]
     assert fed["verdict"] == verdicts.RESUME_BROKEN and fed["evidence"]["cause"] != "census", fed["message"]
     assert ("likely cause: model.running.mean_value (Tensor[float32, ()]) differs between A and C at step 6, outside "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reproci import errors, verdicts
+from reproci import errors, plugins, verdicts
 from reproci.cluster import cell, placement, ray_driver, ray_join
 from reproci.commands.run import run_cmd
 from reproci.settings import declared
@@ -18,7 +18,7 @@ from tests.helpers import unavailable
 
 
 def parsed(*argv: str) -> dict:
-    return run_cmd.make_context("run", list(argv)).params
+    return run_cmd.make_context("run", list(argv), obj=plugins.stages()).params
 
 
 @pytest.mark.parametrize("argv", [
@@ -30,9 +30,10 @@ def parsed(*argv: str) -> dict:
 ])
 def test_a_cells_options_give_back_every_option_the_user_gave(argv):
     given = parsed(*argv, "-m", "conv", "--results-dir", "out", "--update-golden", "--backend", "ray")
-    sent = declared.for_cell(given)
-    back = declared.from_cell(json.loads(json.dumps(sent)))  # as a Ray task or a Slurm spool carries it
-    driver_only = {o.key for o in declared.options() if not o.cell or o.group == declared.CLUSTER}
+    catalog = plugins.catalog()
+    sent = catalog.for_cell(given)
+    back = catalog.from_cell(json.loads(json.dumps(sent)))  # as a Ray task or a Slurm spool carries it
+    driver_only = {o.key for o in catalog.options() if not o.cell or o.group == declared.CLUSTER}
     assert back == {k: v for k, v in given.items() if k not in driver_only and v not in (None, ())}
     assert not {"models", "results_dir", "update_golden", "backend"} & set(sent)  # the cell sets its own
 
@@ -102,9 +103,9 @@ def test_without_ray_installed_the_backend_says_how_to_install_it(monkeypatch):
 
 def test_a_lost_cell_makes_the_results_an_infrastructure_failure_however_the_others_went():
     doc = {"options": {}, "models": [{"model": "conv", "verdict": verdicts.PASS}]}
-    assert verdicts.document_exit_code(doc) == errors.EXIT_PASS
+    assert verdicts.document_exit_code(doc, plugins.stages()) == errors.EXIT_PASS
     doc["lost_cells"] = ["cell embedding@local on node 10.0.0.7 (abcdef01) was lost: the node died"]
-    assert verdicts.document_exit_code(doc) == errors.EXIT_INFRA
+    assert verdicts.document_exit_code(doc, plugins.stages()) == errors.EXIT_INFRA
 
 
 @pytest.mark.parametrize("argv,fragment", [

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from reproci import errors, results
+from reproci import errors, plugins, results
 from reproci.golden import store
 from reproci.reports import build, github, jsonexport, prbody
 from reproci.stages import variance
@@ -125,11 +125,11 @@ def golden_doc(entry_variance: dict[str, Any] | None) -> tuple[dict[str, Any], d
 
 def test_goldens_keep_the_variance_and_older_goldens_still_load(cli, tmp_path: Path) -> None:
     doc, records = golden_doc(None)
-    store.write(tmp_path, "old", doc, records, {})
+    store.write(tmp_path, "old", doc, records, {}, plugins.stages())
     old = store.load(tmp_path, "old")
     assert old is not None and "variance" not in old.models["conv"].entry  # recorded before the stage existed
     doc, records = golden_doc(BASE)
-    store.write(tmp_path, "img", doc, records, {})
+    store.write(tmp_path, "img", doc, records, {}, plugins.stages())
     kept = store.load(tmp_path, "img").models["conv"].entry["variance"]  # type: ignore[union-attr]
     assert kept["k"] == 5 and kept["metrics"]["final_loss"]["values"] == BASE["metrics"]["final_loss"]["values"]
     code, out, _ = cli("compare", str(tmp_path / "img.yaml"), str(write_results(tmp_path, "b", conv=WORSE)))
@@ -150,18 +150,19 @@ def judged_doc(current: dict[str, Any]) -> dict[str, Any]:
 
 def test_reports_and_the_pr_body_say_whether_the_metrics_moved() -> None:
     doc = judged_doc(WORSE)
-    md = build.markdown_report(doc)
+    stages = plugins.stages()
+    md = build.markdown_report(doc, stages)
     assert "### Seed-to-seed spread (variance stage)" in md
     assert "| conv | final_loss ↓ | 5 | 2.42 ± 0.0286 | 2.4, 2.45, 2.38, 2.42, 2.44 | outside seed noise: B is worse" in md
-    body = prbody.render(doc)
+    body = prbody.render(doc, stages)
     assert "### Did the metrics move? (variance stage)" in body
     assert "| conv | `final_loss` | 2 ± 0.0381 (K=5) | 2.42 ± 0.0286 (K=5) | outside seed noise: B is worse by 0.418" in body
-    assert "inside seed noise" in prbody.render(judged_doc(SAME))
-    assert "outside seed noise: B is worse by 0.418" in github.summary_markdown(doc)  # the job's step summary
-    exported = json.loads(jsonexport.render(doc))
+    assert "inside seed noise" in prbody.render(judged_doc(SAME), stages)
+    assert "outside seed noise: B is worse by 0.418" in github.summary_markdown(doc, stages)  # the job's step summary
+    exported = json.loads(jsonexport.render(doc, stages))
     assert exported["models"][0]["variance"]["metrics"]["accuracy"]["mean"] == pytest.approx(0.404)
     few = judged_doc(variance_result([2.0, 2.1], [0.5, 0.6]))
-    assert "not compared: 5 seed(s) in the golden, 2 in this run" in prbody.render(few)
+    assert "not compared: 5 seed(s) in the golden, 2 in this run" in prbody.render(few, stages)
 
 
 class Images(HTMLParser):
@@ -181,6 +182,6 @@ def test_the_html_report_draws_a_strip_chart_per_model() -> None:
     doc = judged_doc(WORSE)
     doc["models"].append({**doc["models"][0], "model": "embedding"})
     parser = Images()
-    parser.feed(build.html_report(doc))
+    parser.feed(build.html_report(doc, plugins.stages()))
     assert [i["alt"] for i in parser.images] == ["seed strip chart of conv", "seed strip chart of embedding"]
     assert all(str(i["src"]).startswith("data:image/png;base64,") and len(str(i["src"])) > 2000 for i in parser.images)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from reproci import plugins
 from reproci.golden import store
 from reproci.golden.divergence import ABSENT, FINGERPRINT_SCHEME, first_divergence, step_rows
 
@@ -112,7 +113,7 @@ def test_a_golden_keeps_absent_gradients_and_compares_them(run, tmp_path):
     factory = "whisper_layerdrop" if HAS_TRANSFORMERS else "branch_every_other_step"
     name, recs = entry(run, factory)["model"], records(run, factory)
     doc = {**run["doc"], "models": [entry(run, factory)]}
-    store.write(tmp_path, "conditional", doc, {name: recs["A"]}, {name: {}})
+    store.write(tmp_path, "conditional", doc, {name: recs["A"]}, {name: {}}, plugins.stages())
     golden = store.load(tmp_path, "conditional").models[name].as_record()
     assert golden.fingerprint_scheme == FINGERPRINT_SCHEME and ABSENT in sum(golden.fingerprints, [])
     assert first_divergence(golden, recs["C"]) is None

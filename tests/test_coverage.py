@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reproci.settings.options import build
+from reproci.plugins import build_options
 from reproci.stages.determinism import coverage
 from reproci.worker.contract import TrainSetup
 from reproci.worker.data.loader import resume_point
@@ -35,7 +35,7 @@ def test_run_a_moves_k_past_the_first_epoch_only_when_asked_and_possible(batches
 
 
 def _options(**kw):
-    return build({"models": ("conv",), **kw}, env={})
+    return build_options({"models": ("conv",), **kw}, env={})
 
 
 def test_coverage_says_when_the_run_never_crossed_an_epoch():

@@ -11,13 +11,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 import torch
 
-from reproci import errors, verdicts
+from reproci import errors, plugins, verdicts
 from reproci.backends import docker_spec
 from reproci.backends.local import LocalBackend
 from reproci.cluster import github_matrix
 from reproci.golden import drift
 from reproci.golden import store as golden
-from reproci.settings.options import build
+from reproci.plugins import build_options
 from reproci.stages.determinism import epochs, replicas
 from reproci.worker.contract import ModelContext
 from reproci.worker.process.launch import worker_command
@@ -59,17 +59,17 @@ def test_each_rank_writes_its_own_files_and_rank_0_keeps_the_runs_names():
 ])
 def test_bad_world_sizes_are_usage_errors(kw, fragment):
     with pytest.raises(errors.UsageError, match="world-size") as e:
-        build(cli(**kw), env={})
+        build_options(cli(**kw), env={})
     assert fragment in str(e.value) and e.value.return_code == errors.EXIT_USAGE
 
 
 def test_world_size_comes_from_the_command_line_or_the_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert build(cli(), env={}).world_size == 1
+    assert build_options(cli(), env={}).world_size == 1
     (tmp_path / "reproci.yaml").write_text("world_size: 2\n")
-    o = build(cli(), env={})
+    o = build_options(cli(), env={})
     assert o.world_size == 2 and o.jobs == max(1, min(3, len(__import__("os").sched_getaffinity(0)) // 2))
-    assert build(cli(world_size=4, device="cuda", image="img:1", gpus="all"), env={}).world_size == 4
+    assert build_options(cli(world_size=4, device="cuda", image="img:1", gpus="all"), env={}).world_size == 4
 
 
 def test_a_factory_written_for_one_process_keeps_working_and_shards_above_one():
@@ -141,7 +141,7 @@ def test_a_shuffling_loader_that_repeats_its_order_each_epoch_is_reported():
 def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
     document, records, states = fake_run(0)
     document["environment"]["world_size"] = 4
-    golden.write(tmp_path, "img", document, records, states)
+    golden.write(tmp_path, "img", document, records, states, plugins.stages())
     old = golden.load(tmp_path, "img")
     now, records_now, _ = fake_run(1)
     now["environment"]["world_size"] = 2
@@ -195,7 +195,7 @@ def test_two_ranks_pass_a_b_and_a_resume_and_the_cost_is_timed_at_two_ranks(shar
     assert "each mode a job of 2 ranks under DDP, timed by rank 0" in out.stdout
     from reproci.reports import build
 
-    md = build.markdown_report(doc)
+    md = build.markdown_report(doc, plugins.stages())
     assert "· world size 2 ·" in md
     assert "each mode a fresh job of 2 ranks under DDP, timed by rank 0 (one after another, ABBA)" in md
 
@@ -283,7 +283,7 @@ def test_a_stopped_run_leaves_no_rank_behind(tmp_path):
     import threading
     import time
 
-    backend = LocalBackend(build(cli(), env={}))
+    backend = LocalBackend(build_options(cli(), env={}))
     spec = WorkerSpec(model_ref=f"{DDP}:stalls", model_name="stalls", role="A", steps=2, world_size=2)
     spec.write(tmp_path / "spec.json")
     results = []
@@ -312,7 +312,7 @@ def test_more_ranks_than_gpus_is_named_before_any_rank_starts(monkeypatch):
 def test_a_changed_nccl_algorithm_is_named_in_the_drift(tmp_path):
     document, records, states = fake_run(0)
     document["environment"]["env"] = {"NCCL_ALGO": "Ring"}
-    golden.write(tmp_path, "img", document, records, states)
+    golden.write(tmp_path, "img", document, records, states, plugins.stages())
     now, records_now, _ = fake_run(1)
     now["environment"]["env"] = {"NCCL_ALGO": "Tree"}
     section = drift.compare(now["models"][0], records_now["m"], None, now, golden.load(tmp_path, "img"), ci=False,

@@ -15,7 +15,7 @@ from reproci import errors
 from reproci.backends import docker_backend
 from reproci.backends import docker_engine as engine
 from reproci.backends import docker_spec as ds
-from reproci.settings.options import build
+from reproci.plugins import build_options
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
@@ -196,7 +196,7 @@ def test_gpus_requested_follow_the_options_resolved_from_the_manifest(tmp_path, 
     (tmp_path / "docker").mkdir()
     (tmp_path / "docker" / "manifest.yaml").write_text(GPU_MANIFEST)
     monkeypatch.chdir(tmp_path)
-    assert docker_backend.requested_gpus(build(cli, env={})) == gpus
+    assert docker_backend.requested_gpus(build_options(cli, env={})) == gpus
 
 
 def test_the_docker_backend_refuses_options_not_made_by_build():

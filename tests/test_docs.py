@@ -13,6 +13,7 @@ import pytest
 
 from reproci import errors, verdicts
 from reproci.cli import cli
+from tests.helpers import params_of
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -206,7 +207,7 @@ def invocations(text: str) -> list[list[str]]:
 
 def option_names(command: click.Command) -> set[str]:
     names = {"-h", "--help"}
-    for param in command.params:
+    for param in params_of(command):
         if isinstance(param, click.Option):
             names.update(param.opts)
             names.update(param.secondary_opts)
@@ -378,7 +379,7 @@ def test_reference_lists_every_option() -> None:
     for name, command in commands:
         if f"reproci {name}" not in text and f"`{name.split()[-1]}`" not in text:
             missing.append(f"command {name}")
-        for param in command.params:
+        for param in params_of(command):
             if isinstance(param, click.Option) and not param.hidden:
                 if not any(opt in text for opt in param.opts if opt.startswith("--")):
                     missing.append(f"{name} {param.opts[0]}")

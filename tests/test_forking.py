@@ -20,7 +20,7 @@ import pytest
 
 from reproci.backends import forking, forkpool, local
 from reproci.backends.base import CODE_ROOT
-from reproci.settings.options import build
+from reproci.plugins import build_options
 from reproci.worker import forkserver
 from reproci.worker.process.spec import WorkerSpec
 
@@ -38,7 +38,7 @@ def backends():
     made: list[local.LocalBackend] = []
 
     def make(fork_server: bool = True) -> local.LocalBackend:
-        made.append(local.LocalBackend(build({"fork_server": fork_server}, env={})))
+        made.append(local.LocalBackend(build_options({"fork_server": fork_server}, env={})))
         return made[-1]
     yield make
     for b in made:
@@ -76,7 +76,7 @@ SPEC = WorkerSpec(model_ref=FACTS, model_name="facts", role="A", steps=3, seed=5
 @pytest.fixture(scope="module")
 def forking_backend():
     """A backend with fork servers that tests of SPEC's launch environment share: its server starts once."""
-    backend = local.LocalBackend(build({"fork_server": True}, env={}))
+    backend = local.LocalBackend(build_options({"fork_server": True}, env={}))
     yield backend
     backend.__exit__(None, None, None)
 
@@ -86,7 +86,7 @@ def plain_pair(tmp_path_factory, forking_backend):
     """SPEC run once fresh (``--no-fork-server``) and once forked: the results and facts of both,
     and the folder each ran in. Several promises read this one pair."""
     work = tmp_path_factory.mktemp("plain-pair")
-    fresh_backend = local.LocalBackend(build({"fork_server": False}, env={}))
+    fresh_backend = local.LocalBackend(build_options({"fork_server": False}, env={}))
     try:
         fresh_result, fresh = launch(fresh_backend, SPEC, work / "fresh")
     finally:
@@ -261,13 +261,13 @@ ORPHAN = """\
 import dataclasses, json, sys, threading
 from pathlib import Path
 from reproci.backends import local
-from reproci.settings.options import build
+from reproci.plugins import build_options
 from reproci.worker.process.spec import WorkerSpec
 work = Path(sys.argv[1])
 work.mkdir()
 spec = WorkerSpec(model_ref=sys.argv[2], model_name="h", role="A", steps=3, output="record-A.json")
 spec.write(work / "spec.json")
-backend = local.LocalBackend(build({}, env={}))
+backend = local.LocalBackend(build_options({}, env={}))
 threading.Thread(target=backend.launch, args=(spec, work / "spec.json"), kwargs={"timeout": 600}, daemon=True).start()
 threading.Event().wait()
 """

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from reproci import atomic, errors
+from reproci import atomic, errors, plugins
 from reproci.errors import GoldenError
 from reproci.golden import store as golden
 
@@ -41,7 +41,7 @@ def fake_run(seed: int = 0, torch_version: str = "2.13.0+cpu"):
 
 def test_round_trip_keeps_everything_needed_to_bisect(tmp_path):
     doc, recs, states = fake_run(1)
-    path = golden.write(tmp_path, "img", doc, recs, states)
+    path = golden.write(tmp_path, "img", doc, recs, states, plugins.stages())
     text = path.read_text()
     assert text.startswith("# reproci golden hashes") and "final_sha256" in text
     assert "fingerprints" not in yaml.safe_load(text)["models"]["m"]  # bulky data lives in the sidecar
@@ -63,8 +63,8 @@ def _umask():
 
 
 def test_rewrite_replaces_the_sidecar(tmp_path):
-    golden.write(tmp_path, "img", *fake_run(1))
-    golden.write(tmp_path, "img", *fake_run(2))
+    golden.write(tmp_path, "img", *fake_run(1), plugins.stages())
+    golden.write(tmp_path, "img", *fake_run(2), plugins.stages())
     assert len(list(tmp_path.glob("img.*.npz"))) == 1
     assert golden.load(tmp_path, "img").models["m"].state["param:w"].tolist() == [2.0] * 3
 
@@ -82,7 +82,7 @@ def test_missing_golden_is_none(tmp_path):
     (lambda t: t.replace("steps: 5", "steps: five"), "key models.m.steps"),
 ])
 def test_corrupt_golden_names_file_and_key(tmp_path, mutate, fragment):
-    path = golden.write(tmp_path, "img", *fake_run(1))
+    path = golden.write(tmp_path, "img", *fake_run(1), plugins.stages())
     path.write_text(mutate(path.read_text()))
     with pytest.raises(GoldenError) as e:
         golden.load(tmp_path, "img")
@@ -103,7 +103,7 @@ def test_a_golden_of_nul_bytes_is_one_line(capsys, tmp_path):
 
 
 def test_tampered_or_missing_sidecar_is_refused(tmp_path):
-    golden.write(tmp_path, "img", *fake_run(1))
+    golden.write(tmp_path, "img", *fake_run(1), plugins.stages())
     side = next(tmp_path.glob("img.*.npz"))
     side.write_bytes(side.read_bytes()[:-10])
     with pytest.raises(GoldenError, match="sidecar.sha256"):
@@ -114,7 +114,7 @@ def test_tampered_or_missing_sidecar_is_refused(tmp_path):
 
 
 def test_interrupted_update_leaves_the_old_golden_intact(tmp_path, monkeypatch):
-    golden.write(tmp_path, "img", *fake_run(1))
+    golden.write(tmp_path, "img", *fake_run(1), plugins.stages())
     before = golden.load(tmp_path, "img").models["m"].entry["final_sha256"]
     real = atomic.write_bytes
     calls = []
@@ -127,11 +127,11 @@ def test_interrupted_update_leaves_the_old_golden_intact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(atomic, "write_bytes", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        golden.write(tmp_path, "img", *fake_run(2))
+        golden.write(tmp_path, "img", *fake_run(2), plugins.stages())
     monkeypatch.undo()
     assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == before
     assert not list(tmp_path.glob(".*.tmp"))
-    golden.write(tmp_path, "img", *fake_run(3))  # the next update cleans the orphan sidecar
+    golden.write(tmp_path, "img", *fake_run(3), plugins.stages())  # the next update cleans the orphan sidecar
     assert len(list(tmp_path.glob("img.*.npz"))) == 1
 
 
@@ -140,26 +140,26 @@ def test_a_golden_write_that_fails_half_way_leaves_the_previous_golden_whole(tmp
     way through (past a file size limit, as on a full disk) leaves the previous golden loading
     as it was and no temporary file, whether the sidecar fails (nothing of the update is left)
     or the YAML after it (the old YAML whole; the new sidecar an orphan the next update removes)."""
-    golden.write(tmp_path, "img", *fake_run(1))
+    golden.write(tmp_path, "img", *fake_run(1), plugins.stages())
     files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     old = golden.load(tmp_path, "img").models["m"].entry["final_sha256"]
 
     doc, recs, states = fake_run(2)
     states["m"]["param:w"] = torch.from_numpy(np.random.default_rng(0).random(20_000))  # a sidecar of 160 KB
     with file_size_limit(32_768), pytest.raises(OSError):
-        golden.write(tmp_path, "img", doc, recs, states)
+        golden.write(tmp_path, "img", doc, recs, states, plugins.stages())
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
     assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == old
 
     doc, recs, states = fake_run(3)
     recs["m"]["losses"] = np.random.default_rng(0).random(4000).tolist()  # a YAML of 80 KB, a small sidecar
     with file_size_limit(32_768), pytest.raises(OSError):
-        golden.write(tmp_path, "img", doc, recs, states)
+        golden.write(tmp_path, "img", doc, recs, states, plugins.stages())
     assert (tmp_path / "img.yaml").read_bytes() == files["img.yaml"]
     assert golden.load(tmp_path, "img").models["m"].entry["final_sha256"] == old
     left = [p.name for p in tmp_path.iterdir() if p.name not in files]
     assert len(left) == 1 and left[0].startswith("img.") and left[0].endswith(".npz")  # whole: it failed at the YAML
-    golden.write(tmp_path, "img", *fake_run(4))
+    golden.write(tmp_path, "img", *fake_run(4), plugins.stages())
     assert len(list(tmp_path.glob("img.*.npz"))) == 1
 
 
@@ -180,7 +180,7 @@ def test_a_golden_is_recorded_only_from_runs_reproducible_by_themselves(tmp_path
                           for name, v in (("m", "NEW"), ("n", verdict))]
     document["golden"] = {"updated": False}
     options = SimpleNamespace(goldens_dir=tmp_path / "goldens", image_name="img")
-    check.update(options, document, run_dir)  # type: ignore[arg-type]
+    check.update(options, document, run_dir, plugins.stages())  # type: ignore[arg-type]
     if verdict == "NEW":
         assert document["golden"]["updated"] is True and set(golden.load(tmp_path / "goldens", "img").models) == {"m", "n"}
         return
@@ -193,18 +193,18 @@ WRITER = """
 import sys, itertools
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from reproci import atomic
+from reproci import atomic, plugins
 from reproci.golden import store as golden
 from tests.test_golden import fake_run
 for i in itertools.count(int(sys.argv[2])):
-    golden.write(Path(sys.argv[1]), sys.argv[4], *fake_run(i % 50))
+    golden.write(Path(sys.argv[1]), sys.argv[4], *fake_run(i % 50), plugins.stages())
 """
 
 
 @pytest.mark.slow
 def test_killed_writers_never_leave_a_broken_golden(tmp_path):
     """SIGKILL at random moments of real writer processes; every survivor state loads."""
-    golden.write(tmp_path, "img", *fake_run(0))
+    golden.write(tmp_path, "img", *fake_run(0), plugins.stages())
     rng = np.random.default_rng(0)
     for trial in range(6):
         before = (tmp_path / "img.yaml").stat().st_mtime_ns
@@ -239,12 +239,12 @@ def test_partial_update_with_a_changed_environment_is_refused(tmp_path):
     doc, recs, states = fake_run(1)
     doc["models"].append({**doc["models"][0], "model": "n"})
     recs["n"] = recs["m"]
-    golden.write(tmp_path, "img", doc, recs, states)
+    golden.write(tmp_path, "img", doc, recs, states, plugins.stages())
     doc2, recs2, states2 = fake_run(2, torch_version="2.14.1")
     with pytest.raises(GoldenError, match="re-record every model together"):
-        golden.write(tmp_path, "img", doc2, recs2, states2)
+        golden.write(tmp_path, "img", doc2, recs2, states2, plugins.stages())
     doc3, recs3, states3 = fake_run(3)  # same environment: the other model's entry is kept
-    golden.write(tmp_path, "img", doc3, recs3, states3)
+    golden.write(tmp_path, "img", doc3, recs3, states3, plugins.stages())
     assert set(golden.load(tmp_path, "img").models) == {"m", "n"}
 
 
@@ -256,10 +256,10 @@ def test_golden_names_cannot_escape_the_directory(tmp_path):
 def test_diff_of_goldens_recorded_with_other_settings_names_each_setting(tmp_path):
     from reproci.golden.image_diff import diff_goldens
 
-    golden.write(tmp_path, "eager", *fake_run(1))
+    golden.write(tmp_path, "eager", *fake_run(1), plugins.stages())
     document, records, states = fake_run(2)
     document["models"][0].update(steps=30, execution={"compile": {"backend": "inductor", "mode": None}, "amp": "bf16"})
-    golden.write(tmp_path, "compiled", document, records, states)
+    golden.write(tmp_path, "compiled", document, records, states, plugins.stages())
     d = diff_goldens(golden.load(tmp_path, "eager"), golden.load(tmp_path, "compiled"))
     m = d["models"]["m"]
     assert m["status"] == "not comparable: steps 5 vs 30, eager fp32 vs compiled (inductor, mode default), bf16 autocast"
@@ -278,11 +278,11 @@ def test_a_plugin_is_recorded_by_its_path_in_the_repository(tmp_path, layout):
     goldens = repo / "ci" / "goldens" if layout == "git" else repo / "goldens"
     doc, recs, states = fake_run(1)
     doc["models"][0]["ref"] = f"{repo / 'models' / 'net.py'}:build"
-    golden.write(goldens, "img", doc, recs, states)
+    golden.write(goldens, "img", doc, recs, states, plugins.stages())
     assert golden.load(goldens, "img").models["m"].entry["ref"] == "models/net.py:build"
     assert str(tmp_path) not in (goldens / "img.yaml").read_text()
     doc["models"][0]["ref"] = f"{tmp_path / 'elsewhere' / 'net.py'}:build"
-    golden.write(goldens, "img", doc, recs, states)
+    golden.write(goldens, "img", doc, recs, states, plugins.stages())
     assert golden.load(goldens, "img").models["m"].entry["ref"] == f"{tmp_path / 'elsewhere' / 'net.py'}:build"
 
 
@@ -291,7 +291,7 @@ def test_a_golden_recorded_with_an_absolute_plugin_path_still_reads(cli, tmp_pat
     doc, recs, states = fake_run(1)
     goldens = tmp_path / "goldens"
     doc["models"][0]["ref"] = f"{tmp_path / 'net.py'}:build"
-    path = golden.write(goldens, "img", doc, recs, states)
+    path = golden.write(goldens, "img", doc, recs, states, plugins.stages())
     path.write_text(path.read_text().replace("ref: net.py:build\n", f"ref: {tmp_path / 'net.py'}:build\n"))
     assert golden.load(goldens, "img").models["m"].entry["ref"] == f"{tmp_path / 'net.py'}:build"
     code, out, err = cli("golden", "show", "img", "--goldens-dir", str(goldens))

@@ -16,8 +16,7 @@ import pytest
 import torch
 import yaml
 
-from reproci import ModelContext, TrainSetup, __version__, atomic, errors, scaffold
-from reproci.settings import options
+from reproci import ModelContext, TrainSetup, __version__, atomic, errors, plugins, scaffold
 from reproci.settings.config_file import load_config
 from tests.helpers import ROOT, WORKFLOWS, triggers
 from tests.workflow_helpers import actionlint, check_jsonschema, zizmor
@@ -70,9 +69,9 @@ def test_init_writes_its_files_and_ends_with_the_next_three_commands(cli, repo: 
 
 def test_reproci_yaml_loads_with_reproci_s_own_loader_and_names_the_plugin(cli, repo: Path) -> None:
     assert cli("init")[0] == 0
-    config, path = load_config(repo / "reproci.yaml")
+    config, path = load_config(repo / "reproci.yaml", plugins.catalog())
     assert config == {"models": ["reproci_tiny_net.py:build"]}
-    run = options.build({"config": path}, env={})  # what `reproci run` makes of it: the plugin, resolved and compiled
+    run = plugins.build_options({"config": path}, env={})  # what `reproci run` makes of it: the plugin, resolved and compiled
     assert [(m.name, m.source) for m in run.models] == [("reproci_tiny_net", repo / "reproci_tiny_net.py")]
     assert run.image is None and run.image_name == "local"
 
@@ -80,7 +79,7 @@ def test_reproci_yaml_loads_with_reproci_s_own_loader_and_names_the_plugin(cli, 
 def test_an_image_goes_into_reproci_yaml_and_the_workflows(cli, repo: Path) -> None:
     code, out, err = cli("init", "--image", "cpu-torch2.13", "--runner-labels", "self-hosted, linux,cpu")
     assert code == 0, err
-    assert load_config(repo / "reproci.yaml")[0]["image"] == "cpu-torch2.13"
+    assert load_config(repo / "reproci.yaml", plugins.catalog())[0]["image"] == "cpu-torch2.13"
     (job,) = workflow(repo, "reproci")["jobs"].values()
     assert job["with"]["images"] == "${{ inputs.images || 'cpu-torch2.13' }}"
     assert job["with"]["runner-labels"] == '["self-hosted", "linux", "cpu"]'
@@ -97,14 +96,14 @@ def test_the_script_adapter_writes_a_script_entry_to_fill_in_and_no_plugin(cli, 
     assert not (repo / "reproci_tiny_net.py").exists() and (repo / "goldens" / "README.md").is_file()
     text = (repo / "reproci.yaml").read_text()
     assert text.count("TODO(reproci)") == 2
-    config, _ = load_config(repo / "reproci.yaml")
+    config, _ = load_config(repo / "reproci.yaml", plugins.catalog())
     assert {"{steps}", "{out}", "{resume_at}"} <= set(re.findall(r"\{\w+\}", config["script"]))
     assert "{out}" in config["resume_script"] and config["script_name"] == "tiny_net" and "models" not in config
     assert next_commands(out) == ["reproci run", "reproci golden update --image local",
                                   "git add .gitignore reproci.yaml goldens .github && git commit -m "
                                   "\"Check the training script's reproducibility with reproci\""]
     (repo / "train.py").write_text("print('stand-in')\n")  # the file the template's command names
-    built = options.build({}, settings=options.Settings.read({"config": repo / "reproci.yaml"}))
+    built = plugins.build_options({}, settings=plugins.read_settings({"config": repo / "reproci.yaml"}))
     assert [m.name for m in built.models] == ["tiny_net"] and built.models[0].script is not None
 
 
@@ -154,7 +153,7 @@ def test_force_overwrites_them(cli, repo: Path) -> None:
     code, out, err = cli("init", "--force")
     assert code == 0, err
     assert "overwrote reproci.yaml" in out and "wrote reproci_tiny_net.py" in out
-    assert load_config(repo / "reproci.yaml")[0]["models"] == ["reproci_tiny_net.py:build"]
+    assert load_config(repo / "reproci.yaml", plugins.catalog())[0]["models"] == ["reproci_tiny_net.py:build"]
 
 
 def test_outside_a_git_repository_it_says_to_run_git_init_first(cli, tmp_path: Path,

@@ -159,7 +159,7 @@ def test_a_ctrl_c_while_the_engine_makes_the_preflight_container_leaves_no_conta
 
     from reproci import backends
     from reproci.backends import docker_engine
-    from reproci.settings.options import build
+    from reproci.plugins import build_options
 
     engine = docker_client(IMAGE)
     real, asked = docker_engine.Engine.create, threading.Event()
@@ -188,7 +188,7 @@ def test_a_ctrl_c_while_the_engine_makes_the_preflight_container_leaves_no_conta
     try:
         threading.Thread(target=ctrl_c, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
-            backends.create(build({"image": IMAGE, "models": ("embedding",)}, env={}))
+            backends.create(build_options({"image": IMAGE, "models": ("embedding",)}, env={}))
             time.sleep(5)  # the preflight ran before the Ctrl-C: wait for it here
         time.sleep(1.0)  # past the moment the engine made it
         left = left_behind(pid=os.getpid(), engine=engine, within=3.0)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reproci import plugins
 from reproci.cluster import github_matrix, merge_shards
 from tests.helpers import ROOT, Cli, installed, write_shard
 
@@ -320,7 +321,7 @@ def test_the_merge_keeps_each_model_of_an_image_and_counts_a_cell_without_result
     expected = merge_shards.expected_images(json.dumps({"include": [
         {"image": "img", "tag": "r@sha256:0", "models": ["conv", "embedding", "transformer"]},
         {"image": "gone", "tag": "g@sha256:0", "models": ["conv"]}]}))
-    merged = merge_shards.merge(shards, expected)
+    merged = merge_shards.merge(shards, plugins.stages(), expected)
     assert sorted((m["model"], m["verdict"]) for m in merged["models"]) == [("conv", "PASS"), ("embedding", "NONDETERMINISTIC")]
     assert len(notes) == 1 and "ignored older" in notes[0]
     assert merged["missing"] == ["gone", "img (transformer)"]

@@ -24,7 +24,7 @@ import pytest
 from reproci import errors
 from reproci.backends import local
 from reproci.backends.base import CODE_ROOT
-from reproci.settings.options import build
+from reproci.plugins import build_options
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import ROOT, left_behind
@@ -48,7 +48,7 @@ if report:
 @pytest.fixture
 def backend() -> local.LocalBackend:
     """Fresh subprocesses only (runs forked from a server: tests/test_forking.py)."""
-    return local.LocalBackend(build({"fork_server": False}, env={}))
+    return local.LocalBackend(build_options({"fork_server": False}, env={}))
 
 
 @pytest.fixture
@@ -261,13 +261,12 @@ class NoDockerSdk(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, NoDockerSdk())
-from reproci import backends, errors
-from reproci.settings import options
+from reproci import backends, errors, plugins
 
-with backends.create(options.build({"models": ("embedding",)}, env={})) as b:
+with backends.create(plugins.build_options({"models": ("embedding",)}, env={})) as b:
     print(b.name, b.image_info()["name"])
 try:
-    backends.create(options.build({"image": "reproci/cpu-torch2.13:1"}, env={}))
+    backends.create(plugins.build_options({"image": "reproci/cpu-torch2.13:1"}, env={}))
 except errors.InfrastructureError as e:
     print(e)
 """

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 
-from reproci import errors, results
+from reproci import errors, plugins, results
 from reproci.reports import prbody
 from tests.helpers import run_record, write_shard
 
@@ -45,7 +45,7 @@ def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
 
 
 def render(path: Path) -> str:
-    return prbody.render(results.load(path))
+    return prbody.render(results.load(path), plugins.stages())
 
 
 def test_a_first_golden_from_a_real_run(files: dict[str, Path], cli, tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_results_without_golden_or_throughput_keys_render(files: dict[str, Path]
     for m in doc["models"]:
         m.pop("golden", None)
         m.pop("throughput", None)
-    body = prbody.render(doc)
+    body = prbody.render(doc, plugins.stages())
     assert tables(body)["Models"][0]["verdict"] == "PASS"
     assert "The throughput stage did not run" in body
 
@@ -161,7 +161,7 @@ def test_results_without_golden_or_throughput_keys_render(files: dict[str, Path]
 def test_huge_package_diffs_stay_under_githubs_body_limit(files: dict[str, Path]) -> None:
     doc = json.loads(files["drifted"].read_text())
     doc["models"][0]["golden"]["package_diff"] = {f"package-{i:04d}": ["1.0", "2.0"] for i in range(2000)}
-    body = prbody.render(doc)
+    body = prbody.render(doc, plugins.stages())
     assert len(body) < 65536
     assert len(tables(body)["Package changes"]) == prbody.MAX_ROWS
     assert "1800 more rows" in body
@@ -197,7 +197,7 @@ def test_ranks_that_share_their_batches_are_a_warning_the_reviewer_sees() -> Non
                        "shared_batches": said,
                        "golden": {"verdict": "NEW", "message": "golden recorded in goldens/local.yaml"},
                        "runs": {r: {"final_sha256": "ab" * 32} for r in "ABC"}, "final_sha256": "ab" * 32}]}
-    body = prbody.render(doc)
+    body = prbody.render(doc, plugins.stages())
     assert "✅ Every model reproduced itself in this image" in body
     assert items(body, "Models") == ["**ddp.unsharded**: golden recorded in goldens/local.yaml"]
     assert items(body, "Warnings") == [f"⚠️ **ddp.unsharded**: {said}"]

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from reproci import errors, verdicts
+from reproci import errors, plugins, verdicts
 from reproci.stages import probes
 from reproci.worker import inspection, perturb
 from reproci.worker.contract import ModelContext
@@ -73,9 +73,10 @@ def _doc(depends: list[str], probes_fail: bool) -> dict:
 
 
 def test_a_dependency_fails_only_with_probes_fail() -> None:
-    assert verdicts.document_exit_code(_doc(["threads"], False)) == errors.EXIT_PASS
-    assert verdicts.document_exit_code(_doc(["threads"], True)) == errors.EXIT_REPRO_FAILURE
-    assert verdicts.document_exit_code(_doc([], True)) == errors.EXIT_PASS
+    stages = plugins.stages()
+    assert verdicts.document_exit_code(_doc(["threads"], False), stages) == errors.EXIT_PASS
+    assert verdicts.document_exit_code(_doc(["threads"], True), stages) == errors.EXIT_REPRO_FAILURE
+    assert verdicts.document_exit_code(_doc([], True), stages) == errors.EXIT_PASS
 
 
 def test_each_dependency_of_a_leaky_model_is_named_and_its_twin_is_clean(reproci) -> None:
@@ -111,7 +112,7 @@ def test_the_webhook_says_which_dependency_failed_the_run() -> None:
     doc = _doc(["hash-seed"], True)
     doc["models"][0]["probes"]["rows"] = [{"probe": "hash-seed", "factor": "PYTHONHASHSEED", "status": probes.DEPENDS,
                                            "message": "depends on PYTHONHASHSEED (0 → 1): from step 1"}]
-    msg = webhook.slack_message(doc)
+    msg = webhook.slack_message(doc, plugins.stages())
     assert msg["text"].startswith("reproci: 1 model(s) need attention")
     assert "• *m*: depends on PYTHONHASHSEED (0 → 1)" in msg["text"]
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import html5lib
 import pytest
 
+from reproci import plugins
 from reproci.reports import build as report_build
 from reproci.reports import html as html_report
 
@@ -45,7 +46,7 @@ def _images(tree) -> list[bytes]:
 @pytest.mark.slow
 def test_markdown_shows_rates_slowdown_interval_top_ops_and_verdict(two_runs):
     cli, docs = two_runs
-    md = report_build.render(cli.cwd / "results" / docs[0]["run_id"], "md", None)
+    md = report_build.render(cli.cwd / "results" / docs[0]["run_id"], "md", None, plugins.stages())
     t = model_entry(docs[0], "embedding")["throughput"]
     assert "### Cost of strict determinism" in md
     row = next(line for line in md.splitlines() if line.startswith("| embedding |"))
@@ -115,7 +116,7 @@ def test_loss_curves_overlay_the_golden_only_when_it_differs(two_runs):
 @pytest.mark.slow
 def test_json_report_and_history_trend_across_two_runs(two_runs):
     cli, docs = two_runs
-    data = json.loads(report_build.render(cli.cwd / "results", "json", None))
+    data = json.loads(report_build.render(cli.cwd / "results", "json", None, plugins.stages()))
     assert data["schema"] == "reproci.report" and data["version"] == 1
     assert data["run"]["run_id"] == docs[1]["run_id"]
     points = data["trends"]["local"]["embedding"]
@@ -298,9 +299,11 @@ def _html_warnings(text: str) -> list[str]:
 def _channels(doc: dict) -> dict[str, str]:
     from reproci.reports import github, prbody
 
-    return {"terminal": _terminal(doc)[1], "markdown": report_build.markdown_report(doc), "summary": github.summary_markdown(doc),
-            "pr body": prbody.render(doc), "html": "\n".join(_html_warnings(report_build.html_report(doc))),
-            "annotations": "\n".join(github.run_annotations(doc))}
+    stages = plugins.stages()
+    return {"terminal": _terminal(doc)[1], "markdown": report_build.markdown_report(doc, stages),
+            "summary": github.summary_markdown(doc, stages), "pr body": prbody.render(doc, stages),
+            "html": "\n".join(_html_warnings(report_build.html_report(doc, stages))),
+            "annotations": "\n".join(github.run_annotations(doc, stages))}
 
 
 @pytest.mark.parametrize("path", __import__("reproci.results").results.WARNING_FIELDS, ids=".".join)
@@ -319,7 +322,7 @@ def test_every_warning_is_shown_wherever_the_verdict_is(path):
     assert shown["html"] == f"ddp.unsharded: {text}".replace("`", "")  # a `code span` is <code> there
     assert github.annotation("warning", f"reproci ddp.unsharded on local: warning ({'.'.join(path)})", text) in (
         shown["annotations"])
-    assert json.loads(jsonexport.render(doc))["models"][0]["warnings"] == [{"kind": ".".join(path), "text": text}]
+    assert json.loads(jsonexport.render(doc, plugins.stages()))["models"][0]["warnings"] == [{"kind": ".".join(path), "text": text}]
 
 
 def test_a_result_without_warnings_shows_no_warnings_section():
@@ -343,5 +346,5 @@ def test_the_webhook_adds_the_warnings_its_message_lacks():
     from reproci.reports import webhook
 
     text = _sentence(("shared_batches",))
-    msg = webhook.slack_message(_warned(("shared_batches",), text, "ENV_CHANGED", "the golden differs"))
+    msg = webhook.slack_message(_warned(("shared_batches",), text, "ENV_CHANGED", "the golden differs"), plugins.stages())
     assert f"• *ddp.unsharded*: ENV_CHANGED: the golden differs; warning: {text}" in msg["text"]

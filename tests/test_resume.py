@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reproci import errors
+from reproci import errors, plugins
 from reproci.backends.local import LocalBackend
 from reproci.golden.divergence import first_divergence
-from reproci.settings import options
 from reproci.worker.process.spec import WorkerSpec
 
 from .helpers import PLUGINS, ROOT
@@ -34,7 +33,7 @@ STEPS = 10  # 4 batches an epoch: boundaries after steps 4 and 8
 def _backend() -> LocalBackend:
     """The local backend as ``reproci run`` makes it: each run forked from a fork server (the
     session's standing ones), in the strict launch environment of its spec."""
-    return LocalBackend(options.build({}, env=dict(os.environ)))
+    return LocalBackend(plugins.build_options({}, env=dict(os.environ)))
 
 
 def _launch(spec: WorkerSpec, path: Path) -> dict:

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from reproci import errors
+from reproci import errors, plugins
 from reproci.cluster import slurm_driver, slurm_job
 from reproci.commands.run import run_cmd
-from reproci.settings import declared
-from reproci.settings.options import build
+from reproci.plugins import build_options
 
 from .helpers import ROOT, interruptible
 from .slurm_cluster import Cluster, slurm  # noqa: F401  (the session fixture)
@@ -72,12 +71,12 @@ def test_a_slurm_option_without_backend_slurm_is_a_usage_error(cli, argv, flag):
 def test_a_cell_is_given_none_of_the_drivers_slurm_options():
     given = run_cmd.make_context("run", ["--backend", "slurm", "--partition", "p", "--time", "5", "--gres", "gpu:1",
                                          "--sbatch-arg=--exclusive", "--launcher", "node", "--slurm-spool", "s",
-                                         "-m", "conv", "--steps", "8"]).params
-    assert declared.for_cell(given) == {"steps": 8}  # the cell runs on its node, not on Slurm
+                                         "-m", "conv", "--steps", "8"], obj=plugins.stages()).params
+    assert plugins.catalog().for_cell(given) == {"steps": 8}  # the cell runs on its node, not on Slurm
 
 
 def _options(**given):
-    return build({"models": ("conv", "embedding"), **given})
+    return build_options({"models": ("conv", "embedding"), **given})
 
 
 def test_the_batch_script_asks_for_one_task_per_cell_with_the_users_slurm_options(tmp_path):

@@ -170,59 +170,69 @@ def test_the_budget_names_what_to_do() -> None:
     assert "over the ceiling of 1200 even with its reason" in over_budget("reproci.big", 1201, 600, reasons, "OVER_BUDGET")
 
 
+STAGE_COMMAND_MODULE = "command"  # a stage's verbs: reproci/stages/<stage>/command.py
+
+
 def test_each_cli_verb_lives_in_its_own_command_module() -> None:
-    """From cli.py, a verb's code is one hop away: reproci/commands/<verb>.py."""
+    """From cli.py, a verb's code is one hop away: a core verb's in reproci/commands/<verb>.py, a
+    stage's own (``Stage.commands``) in reproci/stages/<stage>/command.py, which its stage lists."""
+    from reproci import plugins
     from reproci.cli import cli
 
+    owners = {command.name: stage.name for stage in plugins.stages() for command in stage.commands}
+    assert {"audit", "bisect", "blame", "compare"} <= set(owners)
     for name, command in cli.commands.items():
         module = command.callback.__module__ if command.callback else type(command).__module__
         if isinstance(command, click.Group):
             module = next(iter(command.commands.values())).callback.__module__
-        assert module == f"reproci.commands.{name.replace('-', '_')}", (name, module)
-        source = (PACKAGE / "commands" / f"{name.replace('-', '_')}.py").read_text()
-        assert "import click" in source
+        if name in owners:
+            assert module == f"reproci.stages.{owners[name]}.{STAGE_COMMAND_MODULE}", (name, module)
+            source = (PACKAGE / "stages" / owners[name] / f"{STAGE_COMMAND_MODULE}.py").read_text()
+        else:
+            assert module == f"reproci.commands.{name.replace('-', '_')}", (name, module)
+            source = (PACKAGE / "commands" / f"{name.replace('-', '_')}.py").read_text()
+        assert "import click" in source or "run_command" in source, name
+    assert list(cli.list_commands(click.Context(cli))) == sorted(cli.commands)  # `reproci --help`: by name
 
 
-# The document-level parts that show a stage's figure in their own tables, and the one text of it they take.
-READS_A_STAGE_REPORT = {
-    "reproci.reports.github": {"reproci.stages.throughput.report"},  # slowdown_text in the step summary
-    "reproci.reports.prbody": {"reproci.stages.throughput.report", "reproci.stages.variance.report"},
-    "reproci.reports.goldens": {"reproci.stages.variance.report"},  # spread in `golden show`
-}
+# The layers that loop over the stages they are handed (``stages.base.Stage``'s hooks) and import no stage.
+STAGE_FREE = ("reproci.reports.", "reproci.golden.", "reproci.cluster.", "reproci.verdicts")
 
 
 def test_each_stage_renders_its_own_parts_and_the_reports_hold_no_stage_rendering() -> None:
-    """A stage's terminal table, Markdown and HTML sections are in its ``report.py``: no module of
-    reproci/reports/ imports one, but for the texts ``READS_A_STAGE_REPORT`` names."""
+    """A stage's parts of every channel (its tables and sections, golden summary and lines, exit
+    code, PR body, annotations, webhook lines, history and trends, export, matrix columns) are its
+    own, in its package: no module of reproci/reports/, golden/ or cluster/, nor the verdicts,
+    imports a stage's package; they read the interface alone (``reproci.stages.base``)."""
     graph = import_graph()
     for name, imported in graph.items():
-        if name.startswith("reproci.reports."):
-            reports = {m for m in imported if m.startswith("reproci.stages.") and m.endswith(".report")}
-            assert reports == READS_A_STAGE_REPORT.get(name, set()), name
+        if name.startswith(STAGE_FREE):
+            stages = {m for m in imported if m.startswith("reproci.stages.") and m != "reproci.stages.base"}
+            assert stages == set(), name
 
 
-def test_every_stage_the_options_accept_is_one_entry_of_the_registry() -> None:
-    """The orchestrator loops over the registry: a stage --stage accepts and nothing runs is a bug."""
-    from reproci.settings.declared import stage_names
-    from reproci.stages import registry
+def test_every_stage_the_options_accept_is_one_stage_of_the_composition() -> None:
+    """The orchestrator loops over the composed stages: a stage --stage accepts and nothing runs is a bug."""
+    from reproci import plugins
 
-    STAGES = stage_names()
-    assert tuple(s.name for s in registry.STAGES) == STAGES
-    assert [s.name for s in registry.selected(("probes", "determinism"))] == ["determinism", "probes"]
+    stages = plugins.stages()
+    assert plugins.catalog().names == stages.names()
+    assert [s.name for s in stages.selected(("probes", "determinism"))] == ["determinism", "probes"]
     for path in (PACKAGE / "orchestrate.py", PACKAGE / "commands" / "run.py", *sorted((PACKAGE / "reports").glob("*.py"))):
         source = path.read_text()
-        for name in STAGES:  # no stage special-cased: each says its own part
+        for name in stages.names():  # no stage special-cased: each says its own part
             assert not re.search(rf'"{name}"\s+(not\s+)?in\s+[^\n]*stages', source), (path.name, name)
 
 
-def test_the_options_hold_no_rule_about_a_named_stage() -> None:
+def test_the_options_and_the_commands_name_no_stage() -> None:
     """What an option or a stage needs of the others is data the stage declares (``needs``,
-    ``needs_image``, an option's ``adds_stage`` and ``needs_stage``): settings/options.py names a
-    stage only as a field's default."""
-    from reproci.settings.declared import stage_names
+    ``needs_image``, ``in_golden_update``, an option's ``adds_stage`` and ``needs_stage``, the stage that
+    checks reproducibility as ``declared.CHECKER``): the options, the command line and the core
+    commands name no stage."""
+    from reproci import plugins
 
-    tree = ast.parse((PACKAGE / "settings" / "options.py").read_text())
-    defaults = {id(n) for a in ast.walk(tree) if isinstance(a, ast.AnnAssign) for n in ast.walk(a)}
-    named = [n.value for n in ast.walk(tree)
-             if isinstance(n, ast.Constant) and n.value in stage_names() and id(n) not in defaults]
-    assert named == []
+    names = set(plugins.stages().names())
+    for path in (PACKAGE / "settings" / "options.py", PACKAGE / "settings" / "declared.py", PACKAGE / "cli.py",
+                 *sorted((PACKAGE / "commands").glob("*.py"))):
+        named = [n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant) and n.value in names]
+        assert named == [], path.name

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from reproci import verdicts
+from reproci import plugins, verdicts
+from reproci.plugins import build_options
 from reproci.settings.models import resolve_all
-from reproci.settings.options import RunOptions, build
+from reproci.settings.options import RunOptions
 from reproci.stages import throughput
 from reproci.stages.throughput import sampling
+from reproci.stages.throughput.options import ThroughputOptions
 from reproci.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
 from .helpers import Cli, model_entry, undeclared
@@ -77,7 +79,7 @@ def test_regression_beyond_the_factor_warns_in_one_line():
 
 def test_plan_runs_each_mode_in_its_own_process_interleaved_abba():
     opts = RunOptions(models=resolve_all(("embedding",)), stages=("throughput",), steps=12,
-                      knobs={"repetitions": 4})
+                      staged={"throughput": ThroughputOptions(repetitions=4)})
     groups = throughput.plan(opts, opts.models[0], project_commit=None, image={},
                              modes=("strict", "default", "bookkeeping"))
     assert [[s.role for s in g] for g in groups[:2]] == [
@@ -196,7 +198,7 @@ def test_bookkeeping_mode_sets_only_the_cheap_controls(tmp_path: Path):
                       mode="bookkeeping", output="record.json", fingerprints=False, warmup_steps=3)
     spec_file = tmp_path / "spec.json"
     spec.write(spec_file)
-    result = LocalBackend(build({}, env={})).launch(spec, spec_file, timeout=300)
+    result = LocalBackend(build_options({}, env={})).launch(spec, spec_file, timeout=300)
     assert result.returncode == 0, result.log_tail
     rec = json.loads((tmp_path / "record.json").read_text())
     checks = rec["attestation"]["checks"]
@@ -252,7 +254,7 @@ def test_every_report_says_how_the_sampling_stopped_beside_the_figure():
     doc = {"image": {"name": "local"}, "options": {}, "summary": {}, "models": [
         {"model": "conv", "verdict": verdicts.NOT_CHECKED, "throughput": t}]}
     assert report.slowdown_text(sd) == "1.100× [1.050, 1.150], 94 pairs, budget spent at ±4.1 % (wider than the ±2.0% target)"
-    md = build.markdown_report(doc)
+    md = build.markdown_report(doc, plugins.stages())
     assert "94 pairs, budget spent at ±4.1 %" in next(line for line in md.splitlines() if line.startswith("| conv |"))
     assert "or the time budget of 15 s a model is spent" in md
 

@@ -193,13 +193,14 @@ def test_the_workflows_run_the_variance_stage_only_on_request(tmp_path: Path, wo
 
 
 def test_seeds_come_from_the_flag_or_reproci_yaml_and_one_is_refused(tmp_path: Path, cli) -> None:
-    from reproci.settings import options
+    from reproci import plugins
+    from reproci.stages.variance.options import VarianceOptions
 
     config = tmp_path / "reproci.yaml"
     config.write_text("stages: [variance]\nseeds: 4\n")
-    built = options.build({"config": config})
-    assert built.knob("seeds") == 4 and built.stages == ("variance",)
-    assert options.build({"config": config, "seeds": 7}).knob("seeds") == 7
+    built = plugins.build_options({"config": config})
+    assert built.of(VarianceOptions).seeds == 4 and built.stages == ("variance",)
+    assert plugins.build_options({"config": config, "seeds": 7}).of(VarianceOptions).seeds == 7
     code, _, err = cli("run", "--stage", "variance", "--seeds", "1")
     assert code == 2 and err == ("error: --seeds must be at least 2 for a spread (got 1); `reproci compare` needs "
                                  "at least 3 on each side")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from reproci import errors, verdicts
+from reproci import errors, plugins, verdicts
 from reproci.reports import github, webhook
+
+STAGES = plugins.stages()
 
 
 def doc(*vs: str, ci: bool = False, updated: bool = False, slowdown_fails: bool = False,
@@ -38,25 +40,25 @@ def test_every_verdict_has_an_exit_code_a_style_an_icon_and_a_place_in_the_order
     ((), False, errors.EXIT_PASS),
 ])
 def test_the_most_serious_verdict_sets_the_exit_code(vs, ci, code):
-    assert verdicts.document_exit_code(doc(*vs, ci=ci)) == code
+    assert verdicts.document_exit_code(doc(*vs, ci=ci), STAGES) == code
 
 
 def test_drift_is_the_evidence_of_a_golden_update_not_its_failure():
-    assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True)) == errors.EXIT_DRIFT
-    assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True, updated=True)) == 0
-    assert verdicts.document_exit_code(doc(verdicts.NONDETERMINISTIC, updated=True)) == errors.EXIT_REPRO_FAILURE
-    assert verdicts.document_exit_code(doc(verdicts.REPLICAS_DIVERGE, verdicts.NEW, updated=True)) == errors.EXIT_REPRO_FAILURE
+    assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True), STAGES) == errors.EXIT_DRIFT
+    assert verdicts.document_exit_code(doc(verdicts.UPGRADE_CHANGED, verdicts.NEW, ci=True, updated=True), STAGES) == 0
+    assert verdicts.document_exit_code(doc(verdicts.NONDETERMINISTIC, updated=True), STAGES) == errors.EXIT_REPRO_FAILURE
+    assert verdicts.document_exit_code(doc(verdicts.REPLICAS_DIVERGE, verdicts.NEW, updated=True), STAGES) == errors.EXIT_REPRO_FAILURE
 
 
 def test_a_throughput_regression_fails_only_with_slowdown_fails_and_only_a_passing_run():
-    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True)) == 0
-    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True, slowdown_fails=True)) == errors.EXIT_DRIFT
-    assert verdicts.document_exit_code(doc(verdicts.RESUME_BROKEN, regression=True, slowdown_fails=True)) == 1
+    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True), STAGES) == 0
+    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True, slowdown_fails=True), STAGES) == errors.EXIT_DRIFT
+    assert verdicts.document_exit_code(doc(verdicts.RESUME_BROKEN, regression=True, slowdown_fails=True), STAGES) == 1
 
 
 def test_summarize_counts_and_sets_the_exit_code_once():
     d = doc(verdicts.PASS, verdicts.PASS, verdicts.ENV_CHANGED)
-    verdicts.summarize(d)
+    verdicts.summarize(d, STAGES)
     assert d["summary"] == {"verdicts": {"ENV_CHANGED": 1, "PASS": 2}, "exit_code": errors.EXIT_DRIFT}
 
 
@@ -75,9 +77,9 @@ def test_run_and_merged_annotations_agree_on_levels():
     run_doc = doc(verdicts.UPGRADE_CHANGED, verdicts.NONDETERMINISTIC, verdicts.PASS, verdicts.NEW)
     merged = {"missing": [], "models": [{**m, "image": "img"} for m in run_doc["models"]]}
     levels = lambda lines: sorted(line.split(" ", 1)[0] for line in lines)  # noqa: E731
-    assert levels(github.run_annotations(run_doc)) == levels(github.merged_annotations(merged)) == [
+    assert levels(github.run_annotations(run_doc, STAGES)) == levels(github.merged_annotations(merged)) == [
         "::error", "::notice", "::warning"]
-    assert github.run_annotations(run_doc)[0].startswith("::error ")  # most serious first
+    assert github.run_annotations(run_doc, STAGES)[0].startswith("::error ")  # most serious first
 
 
 def test_workflow_command_escaping():
@@ -111,7 +113,7 @@ def test_drift_shows_the_golden_comparisons_evidence_and_failures_their_own():
 
 
 def test_the_webhook_names_failing_and_drifting_models_most_serious_first():
-    msg = webhook.slack_message(doc(verdicts.ENV_CHANGED, verdicts.PASS, verdicts.ERROR))
+    msg = webhook.slack_message(doc(verdicts.ENV_CHANGED, verdicts.PASS, verdicts.ERROR), STAGES)
     assert msg["text"].splitlines() == ["reproci: 2 model(s) need attention on image img",
                                         "• *m2*: ERROR: message 2", "• *m0*: ENV_CHANGED: message 0"]
 

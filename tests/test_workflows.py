@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from reproci.cli import cli
-from tests.helpers import ROOT, WORKFLOWS, run_step, steps, triggers
+from tests.helpers import ROOT, WORKFLOWS, params_of, run_step, steps, triggers
 from tests.workflow_helpers import (
     ALL,
     CALLS,
@@ -302,7 +302,7 @@ def test_every_reproci_command_in_the_workflows_exists_with_the_options_used() -
             words = calls[0].split()
             command = _command(words)
             used = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", script))
-            known = {opt for p in command.params for opt in p.opts + p.secondary_opts}
+            known = {opt for p in params_of(command) for opt in p.opts + p.secondary_opts}
             assert used <= known, f"{name}/{job_id}: {sorted(used - known)} not options of reproci {command.name}"
             seen.add(command.name)
     assert {"matrix", "merge", "pr-body", "run", "build"} <= seen

@@ -29,6 +29,7 @@ from ..golden.divergence import first_divergence, tensor_magnitude
 from ..golden.environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from ..results import ModelEntry, ResultsDocument
 from ..settings.options import RunOptions
+from ..stages.base import composed
 from . import cell as cell_mod
 
 TWINS_DIR = "across-nodes"  # under the run directory: each twin cell's own run directory, by cell name
@@ -195,7 +196,7 @@ def check(options: RunOptions, doc: ResultsDocument, run_dir: Path, twins: list[
         for kept in [*run_dir.glob("*/final-A.pt"), *run_dir.glob("*/ckpt-*.pt"),
                      *run_dir.glob(f"{TWINS_DIR}/*/*/final-A.pt"), *run_dir.glob(f"{TWINS_DIR}/*/*/ckpt-*.pt")]:
             kept.unlink(missing_ok=True)
-    verdicts.summarize(doc)
+    verdicts.summarize(doc, composed(options))
 
 
 def differing(doc: ResultsDocument) -> list[str]:

@@ -22,6 +22,7 @@ from ..golden import store as golden_store
 from ..golden.advice import update_command
 from ..results import GoldenOutcome, ResultsDocument
 from ..settings.options import RunOptions
+from ..stages.base import composed
 from . import across
 from . import cell as cell_mod
 
@@ -71,7 +72,7 @@ def document(options: RunOptions, run_id: str, created: str, seconds: float,
     ordered = {k: doc[k] for k in first if k in doc}  # the keys in the order one machine writes them
     ordered.update({k: v for k, v in doc.items() if k not in ordered})
     out = cast(ResultsDocument, ordered)  # a cell's document, its models, this run's id, time and summary
-    verdicts.summarize(out)
+    verdicts.summarize(out, composed(options))
     return out
 
 
@@ -124,7 +125,7 @@ def write_golden(options: RunOptions, doc: ResultsDocument, done: list[cell_mod.
     section.update({"updated": True, "file": str(path)})
     summary_keys = {"verdicts", "exit_code"}
     if summary_keys <= set(doc.get("summary") or {}):
-        verdicts.summarize(doc)  # drift is now this update's evidence, as on one machine
+        verdicts.summarize(doc, composed(options))  # drift is now this update's evidence, as on one machine
 
 
 Publish = Callable[[RunOptions, Path, ResultsDocument], Path]  # a finished run's alerts, results file, history

@@ -61,7 +61,9 @@ def config_path() -> Path | None:
 def config_settings(path: Path | None) -> dict[str, Any]:
     """The config file's settings (each value checked by its key, as ``load_config`` reads them), refused
     (one line) where a pod cannot honour them."""
-    settings, _ = load_config(path)
+    from .. import plugins  # the stages' keys: here, not above, so that kubernetes.manifests needs no torch or numpy
+
+    settings, _ = load_config(path, plugins.catalog())
     for key, why in REFUSED_KEYS.items():
         if settings.get(key) not in (None, False):
             raise UsageError(f"{path}: {key} {why}; remove it for --format k8s")

@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Iterable, TypedDict, cast
 
 from .. import __version__, atomic, errors, results, verdicts
 from ..errors import ResultsError, UsageError
 from ..reports import github
 from ..results import ResultsDocument
 from .merged import MergedDocument, MergedModel, Shard, ShardEnvironment
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 SCHEMA = "reproci.merged"
 VERSION = 1
@@ -100,9 +103,9 @@ def expected_images(matrix: str | None) -> list[Expected]:
 
 # --- the merged document ----------------------------------------------------------------------
 
-def shard_exit_code(doc: ResultsDocument) -> int:
+def shard_exit_code(doc: ResultsDocument, stages: Stages) -> int:
     """A shard's exit code, recomputed from its verdicts and options as ``run`` computed it."""
-    return verdicts.document_exit_code(doc)
+    return verdicts.document_exit_code(doc, stages)
 
 
 def _environment(env: dict[str, Any] | None) -> ShardEnvironment:
@@ -113,10 +116,13 @@ def _environment(env: dict[str, Any] | None) -> ShardEnvironment:
             "device": env.get("device"), "threads": env.get("threads")}
 
 
-def merge(shards: list[tuple[Path, ResultsDocument]], expected: Iterable[Expected] = ()) -> MergedDocument:
-    """One document for all shards: per-image identity, every model with its image, one exit code."""
+def merge(shards: list[tuple[Path, ResultsDocument]], stages: Stages, expected: Iterable[Expected] = ()) -> MergedDocument:
+    """One document for all shards: per-image identity, every model with its image (with the
+    sections of the stages that have columns in the step summary, ``Stage.matrix_columns``), one
+    exit code."""
     shard_rows: list[Shard] = []
     models: list[MergedModel] = []
+    shown = [stage.name for stage in stages if stage.matrix_columns]  # their sections ride along
     for path, doc in shards:
         image = doc.get("image") or {}
         name = str(image.get("name") or "local")
@@ -124,7 +130,7 @@ def merge(shards: list[tuple[Path, ResultsDocument]], expected: Iterable[Expecte
             "image": image, "run_id": doc.get("run_id"), "created": doc.get("created"), "source": str(path),
             "project_commit": doc.get("project_commit"), "reproci_version": doc.get("reproci_version"),
             "options": doc.get("options"), "environment": _environment(doc.get("environment")),
-            "summary": doc.get("summary"), "exit_code": shard_exit_code(doc),
+            "summary": doc.get("summary"), "exit_code": shard_exit_code(doc, stages),
         })
         for m in doc.get("models", []):
             # the shard's entry copied by name, as it is (a key it lacks: None): a plain dict until whole
@@ -133,7 +139,7 @@ def merge(shards: list[tuple[Path, ResultsDocument]], expected: Iterable[Expecte
                                    "evidence": m.get("evidence"), "seconds": m.get("seconds"),
                                    "ci": bool((doc.get("options") or {}).get("ci"))}
             # the warning fields ride along: the merged summary and annotations print them (verdicts.warnings)
-            for optional in ("golden", "throughput", "error", *dict.fromkeys(p[0] for p in results.WARNING_FIELDS)):
+            for optional in ("golden", *shown, "error", *dict.fromkeys(p[0] for p in results.WARNING_FIELDS)):
                 if m.get(optional) is not None:
                     row[optional] = m.get(optional)
             models.append(cast(MergedModel, row))
@@ -175,7 +181,7 @@ def load_merged(path: Path) -> MergedDocument:
     return cast(MergedDocument, data)  # checked above: this schema, this version
 
 
-def merge_files(shards: tuple[Path, ...], output: Path, *, matrix: str | None = None,
+def merge_files(shards: tuple[Path, ...], output: Path, stages: Stages, *, matrix: str | None = None,
                 summary: Path | None = None) -> tuple[MergedDocument, list[str]]:
     """``reproci merge``: read the shards, write the merged document (and append the step
     summary); return it with notes on superseded shards."""
@@ -188,8 +194,8 @@ def merge_files(shards: tuple[Path, ...], output: Path, *, matrix: str | None = 
     if not loaded and not expected:
         raise ResultsError(f"no results.json under {', '.join(map(str, shards))}; did the shards' `reproci run` "
                            "finish? (pass --matrix to report the missing images instead)")
-    merged = merge(loaded, expected)
+    merged = merge(loaded, stages, expected)
     atomic.write_output(output, json.dumps(merged, indent=2) + "\n")
     if summary is not None:
-        atomic.append_output(summary, github.merged_summary_markdown(merged), flag="--summary")
+        atomic.append_output(summary, github.merged_summary_markdown(merged, stages), flag="--summary")
     return merged, notes

@@ -13,7 +13,7 @@ from ..golden import store
 from ..golden.folder import require_folder
 from ..golden.image_diff import diff_goldens
 from ..reports.goldens import print_diff, print_golden
-from .run import run_and_report, run_options
+from .run import composed_stages, run_and_report, run_command
 
 GOLDENS_DIR = click.option("--goldens-dir", type=click.Path(path_type=Path), default=Path("goldens"), show_default=True,
                            help="Where golden files live.")
@@ -24,15 +24,18 @@ def golden_group() -> None:
     """Golden hashes per image: record, inspect, compare."""
 
 
-@golden_group.command("update")
-@run_options(without=("bisect", "blame"))  # they explain a failure or a drift: `reproci bisect`, `reproci blame`
+@run_command("update", takes=lambda stage: stage.in_golden_update)  # not a stage that explains a failure
 def update_cmd(**kwargs: Any) -> None:
     """Run the strict stage and record its hashes as the golden for --image.
 
-    Takes the options of `reproci run` but --bisect and --blame. Refuses to record from a run that is not
-    reproducible by itself (NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR) and says why.
+    Takes the options of `reproci run` but those of the stages that explain a failure or a drift (they have
+    commands of their own). Refuses to record from a run that is not reproducible by itself
+    (NONDETERMINISTIC, RESUME_BROKEN, REPLICAS_DIVERGE, ERROR) and says why.
     """
     run_and_report({**kwargs, "update_golden": True})
+
+
+golden_group.add_command(update_cmd)
 
 
 def _require(goldens_dir: Path, name: str) -> store.Golden:
@@ -50,7 +53,7 @@ def _require(goldens_dir: Path, name: str) -> store.Golden:
 @GOLDENS_DIR
 def show_cmd(name: str, goldens_dir: Path) -> None:
     """Show the golden of image NAME: identity, environment, hashes per model."""
-    print_golden(_require(goldens_dir, name), console.stdout())
+    print_golden(_require(goldens_dir, name), console.stdout(), composed_stages())
 
 
 @golden_group.command("diff")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from .. import plugins
 from ..atomic import is_stream
 from ..cluster.merge_shards import merge_files
 from ..reports import github
@@ -23,7 +24,7 @@ from ..reports import github
 def merge_cmd(shards: tuple[Path, ...], output: Path, summary: Path | None, matrix: str | None,
               annotate: bool) -> None:
     """Merge per-image results (SHARD: a results.json or a directory holding some) into one verdict."""
-    merged, notes = merge_files(shards, output, matrix=matrix, summary=summary)
+    merged, notes = merge_files(shards, output, plugins.stages(), matrix=matrix, summary=summary)
     streamed = is_stream(output)  # the merged file on a stream (-o -, /dev/stdout): merge's own lines beside it
     for note in notes:
         click.echo(f"note: {note}", err=True)

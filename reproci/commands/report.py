@@ -34,7 +34,7 @@ def report_cmd(results_path: Path | None, fmt: str, output: Path | None, history
         root = results_path or Path("results")
         if not root.is_dir():
             raise UsageError(f"--rebuild-history needs a results folder; {root} is not one")
-        written = history.rebuild(root)
+        written = history.rebuild(root, plugins.stages())
         click.echo(f"wrote {len(written)} history file(s) under {root / history.DIRNAME}", err=True)
     text = build.render(results_path, fmt, history_dir, plugins.stages())
     if output is None:

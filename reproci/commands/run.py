@@ -1,5 +1,11 @@
 """``reproci run`` (and ``reproci golden update``, which takes the same options): the click
-code; ``orchestrate.run_all`` does the work."""
+code; ``orchestrate.run_all`` does the work.
+
+The commands that run the stages (``reproci run``, ``golden update``, a stage's own, ``reproci
+bisect``) are ``RunCommand``s, made with ``@run_command(NAME)``: they take the options of the
+stages the command line composed (``reproci.plugins``), which ``reproci.cli`` hands down as the
+click context's object (``composed_stages``). This module never imports ``reproci.plugins``: a
+stage's command module uses it, and the stages are composed of those modules."""
 
 from __future__ import annotations
 
@@ -7,16 +13,17 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, cast
 
 import click
 
-from .. import console, orchestrate, plugins
+from .. import console, orchestrate
 from ..cluster.engines import ENGINES, engine
 from ..reports.progress import RunProgress
 from ..reports.terminal import print_run
 from ..settings import options as options_mod
-from ..settings.declared import Option
+from ..settings.declared import Option, catalog_of
+from ..stages.base import Stage, Stages
 
 
 def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
@@ -41,28 +48,60 @@ def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
     return [*flags, o.key], {"type": kind, "default": None, "help": o.help, **more}
 
 
-def click_option(o: Option) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The click option of a declaration (``settings.declared``)."""
-    decls, attrs = _click_args(o)
-    return click.option(*decls, **attrs)
+def composed_stages(ctx: click.Context | None = None) -> Stages:
+    """The stages of ``reproci run`` as the command line composed them: the click context's object,
+    which ``reproci.cli`` sets to ``plugins.stages()`` (``ctx``: the current context by default)."""
+    ctx = click.get_current_context() if ctx is None else ctx
+    found = ctx.find_object(Stages)
+    if found is None:
+        raise RuntimeError(f"`{ctx.command_path}` runs the stages the command line composed: invoke it through the "
+                           "reproci group (reproci.cli), or give its context obj=reproci.plugins.stages()")
+    return found
 
 
-def run_options(fn: Callable[..., Any] | None = None, *, without: tuple[str, ...] = (),
-                helps: dict[str, str] | None = None) -> Any:
-    """Every option of ``reproci run``, for the commands that run the matrix: ``@run_options``,
-    or ``@run_options(without=(names...), helps={name: help})`` for a command that has no use
-    for some of them or says one differently (bisect's -m is required)."""
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        table = plugins.catalog().options()
-        for option in reversed(table):
-            fn = click_option(option)(fn)
-        params = fn.__click_params__  # type: ignore[attr-defined]
-        params[:] = [p for p in params if p.name not in without]
-        for p in params:
-            if p.name in (helps or {}):
-                p.help = (helps or {})[p.name]
-        return fn
-    return decorate(fn) if fn is not None else decorate
+def read_settings(kwargs: Mapping[str, Any]) -> options_mod.Settings:
+    """A command line's settings, reproci.yaml read once, with the options of the composed stages."""
+    return options_mod.Settings.read(kwargs, catalog_of(composed_stages()))
+
+
+class RunCommand(click.Command):
+    """A command that takes every option of ``reproci run`` (made with ``@run_command``): the core
+    ones and those of the composed stages (``composed_stages``), made when click first reads the
+    command's parameters with them. A stage's own command is defined before the composition it
+    belongs to exists."""
+
+    def __init__(self, *args: Any, without: tuple[str, ...] = (), helps: Mapping[str, str] | None = None,
+                 takes: Callable[[Stage], bool] = lambda stage: True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.without, self.helps, self.takes = without, dict(helps or {}), takes
+        self._made: dict[Stages, list[click.Parameter]] = {}
+
+    def run_params(self, stages: Stages) -> list[click.Parameter]:
+        """Its options of ``reproci run`` with ``stages``: all but those it is ``without`` and those of
+        the stages it does not take, each with its help (``helps`` where the command says it otherwise)."""
+        if stages not in self._made:
+            catalog = catalog_of(stages)
+            left_out = {stage.name for stage in stages if not self.takes(stage)}
+            made: list[click.Parameter] = []
+            for o in catalog.options():
+                if o.key in self.without or catalog.owners.get(o.name) in left_out:
+                    continue
+                decls, attrs = _click_args(o)
+                made.append(click.Option(decls, **{**attrs, "help": self.helps.get(o.key, o.help)}))
+            self._made[stages] = made
+        return self._made[stages]
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return [*self.run_params(composed_stages(ctx)), *super().get_params(ctx)]
+
+
+def run_command(name: str, *, without: tuple[str, ...] = (), helps: Mapping[str, str] | None = None,
+                takes: Callable[[Stage], bool] = lambda stage: True) -> Callable[[Callable[..., Any]], RunCommand]:
+    """``@run_command(NAME)``: the command NAME with every option of ``reproci run``, or, for a command
+    that has no use for some of them or says one differently (bisect's -m is required), all but those
+    ``without`` names and those of the stages ``takes`` refuses, with the help ``helps`` gives."""
+    return cast(Callable[[Callable[..., Any]], RunCommand],
+                click.command(name, cls=RunCommand, without=without, helps=helps, takes=takes))
 
 
 SLURM_ONLY = ("partition", "account", "qos", "slurm_time", "gres", "gpus_per_task", "sbatch_args", "launcher",
@@ -106,12 +145,14 @@ def _slurm(given: dict[str, Any]) -> Any:
 def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None = None) -> None:
     """Build the options once, run every stage, print the tables, exit with the verdict's code
     (``settings``: reproci.yaml as the command already read it)."""
+    stages = composed_stages()
+    catalog = catalog_of(stages)
     if kwargs.get("cell_options") is not None:  # a cell of --backend ray or slurm: the driver's options for it
-        kwargs = plugins.catalog().from_cell(json.loads(Path(kwargs["cell_options"]).read_text()))
+        kwargs = catalog.from_cell(json.loads(Path(kwargs["cell_options"]).read_text()))
     kwargs.pop("cell_options", None)
     given = dict(kwargs)
     backend, cluster = _backend(kwargs)
-    opts = plugins.build_options(kwargs, settings=settings)
+    opts = options_mod.build(kwargs, catalog, settings=settings)
     if cluster is not None and backend is not None:
         options_mod.check_script_cells(opts, backend)
     out, err = console.stdout(), console.stderr()
@@ -121,12 +162,12 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
     lost: list[str] = []
     with RunProgress(err, log=console.is_log(sys.stderr)) as progress:
         if cluster is not None:
-            sent = {**plugins.catalog().for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
+            sent = {**catalog.for_cell(given), "ci": opts.ci}  # each cell's run: the options, not a command line
             assert backend is not None
             document, path, lost = engine(backend).run_cells(opts, cluster, sent, progress, orchestrate.publish)
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
-    print_run(document, plugins.stages(), out, err, path)
+    print_run(document, stages, out, err, path)
     g = document.get("golden") or {}
     if g.get("updated"):
         out.print(f"golden recorded: {g['file']} (review and commit it)")
@@ -139,8 +180,14 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
         raise SystemExit(code)
 
 
-@click.command("run")
-@run_options
+def run_with(stage: str, kwargs: dict[str, Any], settings: options_mod.Settings | None = None) -> None:
+    """``run_and_report`` with ``stage`` added to the stages asked for (the stages it needs run before
+    it: ``Stage.needs``): a stage's own command (``reproci bisect``)."""
+    kwargs["stages"] = tuple(dict.fromkeys((*(kwargs.get("stages") or ()), stage)))
+    run_and_report(kwargs, settings=settings)
+
+
+@run_command("run")
 def run_cmd(**kwargs: Any) -> None:
     """Run the reference matrix through the strict-determinism stage (and any other --stage)."""
     run_and_report(kwargs)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
 from ..errors import ResultsError
@@ -15,6 +15,9 @@ from ..worker.run_record import RunRecord
 from . import drift, store
 from .advice import rerun_command, update_command
 from .store import Golden
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 OWN_FAILURES = verdicts.FAILING
 
@@ -36,10 +39,11 @@ def _final_state(run_dir: Path, entry: ModelEntry) -> dict[str, Any] | None:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Golden | None,
+def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Golden | None, stages: Stages,
           ops: dict[str, Any] | None = None) -> None:
-    """Fill in each model's ``golden`` section and combined verdict; update goldens if asked.
-    The document's exit code is computed after this, once (``verdicts.document_exit_code``)."""
+    """Fill in each model's ``golden`` section and combined verdict; update goldens if asked (with
+    what each of ``stages`` keeps of its results). The document's exit code is computed after this,
+    once (``verdicts.document_exit_code``)."""
     for entry in document["models"]:
         if entry.get("verdict") in OWN_FAILURES or "A" not in (entry.get("records") or {}):
             continue  # not reproducible by itself, or the strict stage did not run: nothing to compare
@@ -57,15 +61,18 @@ def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Go
                           "file": str(store.path_for(options.goldens_dir, options.image_name)),
                           "existed": old is not None, "updated": False}
     if options.update_golden:
-        update(options, document, run_dir, ops)
+        update(options, document, run_dir, stages, ops)
 
 
-def update(options: RunOptions, document: ResultsDocument, run_dir: Path, ops: dict[str, Any] | None = None) -> None:
+def update(options: RunOptions, document: ResultsDocument, run_dir: Path, stages: Stages,
+           ops: dict[str, Any] | None = None) -> None:
     """Record goldens from this run, only if every model passed its own strict checks (with
-    the per-op hashes of their first steps, ``stages/determinism/golden_ops.py``, where recorded)."""
+    the per-op hashes of their first steps, ``stages/determinism/golden_ops.py``, where recorded,
+    and what each of ``stages`` keeps of its results)."""
     bad = [f"{m['model']} is {m['verdict']}" for m in document["models"]
            if m.get("verdict") in OWN_FAILURES]
-    bad += [f"{m['model']} was not checked (add --stage determinism)" for m in document["models"]
+    checker = next(s.name for s in stages if s.checks_reproducibility)
+    bad += [f"{m['model']} was not checked (add --stage {checker})" for m in document["models"]
             if "A" not in (m.get("records") or {}) and m.get("verdict") not in OWN_FAILURES]
     if bad:
         document["golden"]["refused"] = (f"golden not updated: {', '.join(bad)}; a golden is only recorded from "
@@ -73,7 +80,7 @@ def update(options: RunOptions, document: ResultsDocument, run_dir: Path, ops: d
         return
     records = {m["model"]: _record(run_dir, m) for m in document["models"]}
     states = {m["model"]: _final_state(run_dir, m) or {} for m in document["models"]}
-    path = store.write(options.goldens_dir, options.image_name, document, records, states, ops=ops)
+    path = store.write(options.goldens_dir, options.image_name, document, records, states, stages, ops=ops)
     document["golden"].update({"updated": True, "file": str(path)})  # drift is now this update's evidence (verdicts.document_exit_code)
     for m in document["models"]:  # "no golden yet; record one with ..." is no longer true: say what happened
         section = m.get("golden") or {}

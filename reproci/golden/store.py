@@ -24,7 +24,7 @@ import io
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Collection, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping
 
 import numpy as np
 import yaml
@@ -35,6 +35,9 @@ from ..results import ModelEntry, ResultsDocument
 from ..worker.run_record import Run, Trajectory
 from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
 from .folder import golden_path
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
@@ -229,9 +232,10 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def write(goldens_dir: Path, image_name: str, document: ResultsDocument, records: Mapping[str, Run],
-          states: dict[str, dict[str, Any]], *, replace_models: bool = False,
+          states: dict[str, dict[str, Any]], stages: Stages, *, replace_models: bool = False,
           ops: dict[str, dict[int, tuple[list[str], list[str]]]] | None = None) -> Path:
-    """Record goldens for the models in ``records`` (run A of each) from a results document.
+    """Record goldens for the models in ``records`` (run A of each) from a results document, with
+    what each of ``stages`` keeps of its results (``Stage.golden_summary``).
 
     Entries for other models already in the file are kept when the environment is the
     same; when it differs, every model of the file must be re-recorded together.
@@ -253,7 +257,7 @@ def write(goldens_dir: Path, image_name: str, document: ResultsDocument, records
         repository = repository_of(goldens_dir)
         for name, run in sorted(records.items()):
             rec = Trajectory.of(run)
-            models_yaml[name] = _model_entry(by_name[name], rec, document, now, repository)
+            models_yaml[name] = _model_entry(by_name[name], rec, document, now, repository, stages)
             fps = np.asarray(rec.fingerprints, dtype=np.int64)
             batch = np.asarray(rec.batch_fingerprints, dtype=np.int64)
             _add_arrays(arrays, name, rec.tensor_names, fps, batch, _state_arrays(states.get(name) or {}),
@@ -300,8 +304,9 @@ def _kept_models(old: Golden, records: Collection[str], document: ResultsDocumen
 
 
 def _model_entry(m: ModelEntry, rec: Trajectory, document: ResultsDocument, now: str,
-                 repository: Path) -> dict[str, Any]:
-    """One model's YAML mapping: its identity, settings, final hash and loss trajectory."""
+                 repository: Path, stages: Stages) -> dict[str, Any]:
+    """One model's YAML mapping: its identity, settings, final hash and loss trajectory, then each
+    stage's summary of its result under the stage's name, in the order they run."""
     opts = document["options"]
     entry = {
         "ref": relative_ref(m.get("ref"), repository), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
@@ -313,17 +318,10 @@ def _model_entry(m: ModelEntry, rec: Trajectory, document: ResultsDocument, now:
         "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.losses],
         "run_id": document.get("run_id"), "recorded_at": now,
     }
-    if m.get("throughput"):
-        from ..stages.throughput import throughput_summary
-
-        summary = throughput_summary(m)
+    for stage in stages:
+        summary = stage.golden_summary(m)
         if summary:
-            entry["throughput"] = summary
-    if m.get("variance"):  # optional: goldens recorded without the variance stage have none
-        from ..stages.variance import variance_summary
-
-        if variance_summary(m):
-            entry["variance"] = variance_summary(m)
+            entry[stage.name] = summary
     return entry
 
 

@@ -55,7 +55,7 @@ def render(results_path: Path | None, fmt: str, history_dir: Path | None, stages
         document, run_dir = locate(results_path or Path("results"))
         if history_dir is None and run_dir is not None and (run_dir.parent / history.DIRNAME).is_dir():
             history_dir = run_dir.parent / history.DIRNAME  # the history beside these results
-    trends = history.trends(history.load(history_dir)) if history_dir is not None else None
+    trends = history.trends(history.load(history_dir), stages) if history_dir is not None else None
     if fmt == "md":
         return markdown_report(document, stages, trends)
     if fmt == "json":
@@ -69,7 +69,7 @@ def render(results_path: Path | None, fmt: str, history_dir: Path | None, stages
 
 def markdown_report(document: ResultsDocument | None, stages: Stages, trends: Trends | None = None) -> str:
     """The Markdown report: the run's facts and verdicts, the warnings, each stage's sections
-    in the order the stages run, then the trends."""
+    in the order the stages run, then each stage's trends."""
     lines: list[str] = []
     if document is not None:
         lead = next((t for stage in stages if (t := stage.markdown_verdicts(document))), [])
@@ -78,14 +78,15 @@ def markdown_report(document: ResultsDocument | None, stages: Stages, trends: Tr
         for stage in stages:
             lines += stage.markdown(document)
     if trends:
-        lines += markdown.trends(trends)
+        for stage in stages:
+            lines += stage.markdown_trends(trends)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def html_report(document: ResultsDocument | None, stages: Stages, trends: Trends | None = None, *,
                 run_dir: Path | None = None, golden_losses: dict[str, list[Any]] | None = None) -> str:
     """The HTML report: the run's facts and verdicts, the warnings, each stage's sections in the
-    order the stages run, the loss curves, then the trends."""
+    order the stages run, the loss curves, then each stage's trends."""
     from . import html
 
     parts = []
@@ -94,5 +95,5 @@ def html_report(document: ResultsDocument | None, stages: Stages, trends: Trends
         parts += [stage.html(document) for stage in stages]
         parts.append(html.losses(document, run_dir, golden_losses or {}))
     if trends:
-        parts.append(html.history(trends))
+        parts += [stage.html_trends(trends) for stage in stages]
     return html.page(html.title(document), parts)

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 from .. import atomic, errors, verdicts
 from ..cluster.merged import MergedDocument
 from ..results import ModelEntry, ResultsDocument
-from ..stages import probes
-from ..stages.throughput.report import slowdown_text
 from . import markdown
 from .mdtable import cell, code, table
 
@@ -53,19 +51,12 @@ def _model_annotations(m: ModelEntry, image: str | None, *, ci: bool) -> list[st
 
 def run_annotations(document: ResultsDocument, stages: Stages) -> list[str]:
     """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``),
-    one per warning of a model (``verdicts.warnings``), then the portability dependencies."""
+    one per warning of a model (``verdicts.warnings``), then each stage's (``Stage.annotations``)."""
     image = (document.get("image") or {}).get("name")
     ci = bool((document.get("options") or {}).get("ci"))
     return [line for m in verdicts.by_severity(document.get("models", []))
-            for line in _model_annotations(m, image, ci=ci)] + _probe_annotations(document)
-
-
-def _probe_annotations(document: ResultsDocument) -> list[str]:
-    """A portability dependency (``--stage probes``): an error with ``--probes-fail``, else a notice."""
-    image = (document.get("image") or {}).get("name")
-    level = "error" if (document.get("options") or {}).get("probes_fail") else "notice"
-    return [annotation(level, f"reproci {r['model']} on {image}: depends on {r['factor']}", r["message"])
-            for r in probes.rows(document) if r["status"] == probes.DEPENDS]
+            for line in _model_annotations(m, image, ci=ci)] + [
+        line for stage in stages for line in stage.annotations(document)]
 
 
 def merged_annotations(merged: MergedDocument) -> list[str]:
@@ -77,8 +68,10 @@ def merged_annotations(merged: MergedDocument) -> list[str]:
     return out
 
 
-def _status(code_: int | None, checked: bool) -> str:
-    return {errors.EXIT_PASS: "✅ reproducible" if checked else "throughput only",
+def _status(code_: int | None, unchecked: str | None = None) -> str:
+    """The outcome of an exit code; a pass where no model's reproducibility was checked says what
+    ran instead (``unchecked``: 'throughput only')."""
+    return {errors.EXIT_PASS: "✅ reproducible" if unchecked is None else unchecked,
             errors.EXIT_DRIFT: "⚠️ golden drift", errors.EXIT_REPRO_FAILURE: "❌ not reproducible",
             errors.EXIT_RUN_ERROR: "💥 runs failed"}.get(code_ if code_ is not None else -1, "💥 infrastructure failure")
 
@@ -99,7 +92,8 @@ def summary_markdown(document: ResultsDocument, stages: Stages) -> str:
     exit_ = (document.get("summary") or {}).get("exit_code", 0)
     models = verdicts.by_severity(document.get("models", []))
     checked = any(m.get("verdict") != verdicts.NOT_CHECKED for m in models)
-    lines = [f"## reproci · `{image.get('name')}` · {_status(exit_, checked)} (exit {exit_})", ""]
+    unchecked = None if checked else f"{', '.join(s.name for s in stages.ran(document))} only"
+    lines = [f"## reproci · `{image.get('name')}` · {_status(exit_, unchecked)} (exit {exit_})", ""]
     if image.get("digest"):
         lines += [f"Image digest: `{image['digest']}`", ""]
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
@@ -111,18 +105,20 @@ def summary_markdown(document: ResultsDocument, stages: Stages) -> str:
                      + (["", *sections] if sections else [])) + "\n"
 
 
-def merged_summary_markdown(merged: MergedDocument) -> str:
-    """The step summary of a merged matrix: per image and model, then each image's toolchain."""
+def merged_summary_markdown(merged: MergedDocument, stages: Stages) -> str:
+    """The step summary of a merged matrix: per image and model (with each stage's columns,
+    ``Stage.matrix_columns``), then each image's toolchain."""
     s = merged["summary"]
     counts = ", ".join(f"{v} {n}" for v, n in s["verdicts"].items()) or "no models"
-    lines = [f"## reproci: {_status(s['exit_code'], True)} (exit {s['exit_code']})", "",
+    lines = [f"## reproci: {_status(s['exit_code'])} (exit {s['exit_code']})", "",
              f"{s['images']} image(s), {s['models']} model(s): {counts}.", ""]
     if merged["missing"]:
         lines += [f"**No results from:** {', '.join(f'`{n}`' for n in merged['missing'])} (see those jobs' logs).", ""]
     models = verdicts.by_severity(merged["models"])
-    lines += table(["image", "model", "verdict", "first difference", "final sha256", "strict slowdown"], [
+    columns = [column for stage in stages for column in stage.matrix_columns]
+    lines += table(["image", "model", "verdict", "first difference", "final sha256", *(h for h, _ in columns)], [
         [code(m["image"]), cell(m["model"]), f"{verdicts.ICON.get(m['verdict'], '')} {m['verdict']}", cell(where(m)),
-         code((m.get("final_sha256") or "")[:12] or None), cell(slowdown_text((m.get("throughput") or {}).get("slowdown")))]
+         code((m.get("final_sha256") or "")[:12] or None), *(cell(text(m)) for _, text in columns)]
         for m in models])
     warned = markdown.warnings(merged)
     if warned:

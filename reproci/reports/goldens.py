@@ -3,7 +3,7 @@ hashes per model; and what differs between two images' goldens."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,7 +12,9 @@ from rich.table import Table
 from .. import verdicts
 from ..golden.environment import split_packages
 from ..golden.store import Golden
-from ..stages.variance.report import spread
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 OTHER_PACKAGES_SHOWN = 8
 
@@ -51,7 +53,9 @@ def kernels_line(env: dict[str, Any]) -> str | None:
     return line
 
 
-def print_golden(g: Golden, console: Console) -> None:
+def print_golden(g: Golden, console: Console, stages: Stages) -> None:
+    """A golden's image, recording and environment, its models' hashes, then each model's lines of
+    each stage (``Stage.golden_lines``: the variance stage's spread over the seeds)."""
     img, rec, env = g.image, g.data.get("recorded") or {}, g.data.get("environment") or {}
     console.print(f"[bold]{escape(str(g.path))}[/]  image {img.get('name')} {img.get('reference') or ''} "
                   f"{img.get('digest') or '(local)'}")
@@ -71,11 +75,8 @@ def print_golden(g: Golden, console: Console) -> None:
                   f"{losses[-1]:.6g}" if losses and isinstance(losses[-1], float) else "-", str(e.get("recorded_at")))
     console.print(t)
     for m, mg in g.models.items():
-        v = mg.entry.get("variance") or {}
-        if v.get("metrics"):
-            metrics = ", ".join(f"{name} {'↓' if x.get('lower_is_better') else '↑'} {spread(x)}"
-                                for name, x in v["metrics"].items())
-            console.print(f"{m}: over {v.get('k')} seeds: {metrics}", highlight=False, markup=False)
+        for line in (line for stage in stages for line in stage.golden_lines(m, mg.entry)):
+            console.print(line, highlight=False, markup=False)
 
 
 def print_diff(name_a: str, name_b: str, d: dict[str, Any], console: Console) -> None:

@@ -2,21 +2,23 @@
 
 Each file is named ``<run_id>-<commit12>.json`` (the run id carries the time and the image
 name) and holds schema ``reproci.history`` with an integer ``version``: the run's
-identity, its verdicts and, per model, the throughput summary. ``reproci report
---history DIR`` turns a folder of them into trends per image and model.
+identity, its verdicts and, per model, each stage's keys (``Stage.history``: the throughput
+summary). ``reproci report --history DIR`` turns a folder of them into trends per image and
+model, each stage adding its fields to a point (``Stage.trend``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from .. import atomic
-from ..entry_sections import ThroughputSummary
 from ..errors import ResultsError
 from ..results import RecordedOptions, ResultsDocument, Summary
-from ..stages.throughput import throughput_summary
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 SCHEMA = "reproci.history"
 VERSION = 1
@@ -31,14 +33,15 @@ class HistoryImage(TypedDict):
 
 
 class HistoryModel(TypedDict):
+    """A model's point in the history: its verdict and hash, then each stage's keys (``Stage.history``)."""
+
     model: str | None
     verdict: str | None
     final_sha256: str | None
-    throughput: ThroughputSummary | None
 
 
 class HistoryEntry(TypedDict):
-    """One run in the history (schema reproci.history): its identity, verdicts and throughput."""
+    """One run in the history (schema reproci.history): its identity, verdicts and its stages' keys of each model."""
 
     schema: str
     version: int
@@ -54,7 +57,8 @@ class HistoryEntry(TypedDict):
 
 
 class TrendPoint(TypedDict):
-    """A model's run in the trends (``trends``)."""
+    """A model's run in the trends (``trends``): the run and the model's verdict, then each stage's
+    fields (``Stage.trend``: the throughput stage's slowdown and rates)."""
 
     run_id: str | None
     created: str | None
@@ -62,6 +66,7 @@ class TrendPoint(TypedDict):
     digest: str | None
     verdict: str | None
     final_sha256: str | None
+    # the throughput stage's (its trend): strict mode's slowdown and both modes' rates
     slowdown: float | None  # strict's median
     ci_low: float | None
     ci_high: float | None
@@ -73,8 +78,8 @@ class TrendPoint(TypedDict):
 Trends = dict[str, dict[str, list[TrendPoint]]]  # image name -> model -> its points, oldest first
 
 
-def entry_of(document: ResultsDocument) -> HistoryEntry:
-    """The history entry of one results document."""
+def entry_of(document: ResultsDocument, stages: Stages) -> HistoryEntry:
+    """The history entry of one results document, with each of ``stages``' keys of a model."""
     env = document.get("environment") or {}
     image = document.get("image") or {}
     return {
@@ -90,8 +95,8 @@ def entry_of(document: ResultsDocument) -> HistoryEntry:
         "environment": {k: env.get(k) for k in ("torch", "cuda", "cudnn", "device", "gpu", "threads") if k in env},
         "summary": document.get("summary"),
         "models": [
-            {"model": m.get("model"), "verdict": m.get("verdict"), "final_sha256": m.get("final_sha256"),
-             "throughput": throughput_summary(m) or None}
+            cast(HistoryModel, {"model": m.get("model"), "verdict": m.get("verdict"), "final_sha256": m.get("final_sha256"),
+                                **{k: v for stage in stages for k, v in stage.history(m).items()}})
             for m in document.get("models", [])
         ],
     }
@@ -102,10 +107,10 @@ def file_name(document: ResultsDocument) -> str:
     return f"{document['run_id']}-{commit}.json"
 
 
-def record(results_dir: Path, document: ResultsDocument) -> Path:
+def record(results_dir: Path, document: ResultsDocument, stages: Stages) -> Path:
     """Add this run to ``results_dir/history/`` (atomically); return the file."""
     path = results_dir / DIRNAME / file_name(document)
-    atomic.write_text(path, json.dumps(entry_of(document), indent=1, default=str) + "\n")
+    atomic.write_text(path, json.dumps(entry_of(document, stages), indent=1, default=str) + "\n")
     return path
 
 
@@ -132,31 +137,26 @@ def load(directory: Path) -> list[HistoryEntry]:
     return entries
 
 
-def trends(entries: list[HistoryEntry]) -> Trends:
-    """image name -> model -> points over time (oldest first), one per run of that model."""
+def trends(entries: list[HistoryEntry], stages: Stages) -> Trends:
+    """image name -> model -> points over time (oldest first), one per run of that model, with
+    each of ``stages``' fields of the model's point (``Stage.trend``)."""
     out: Trends = {}
     for e in entries:
         image = (e.get("image") or {}).get("name") or "?"
         for m in e.get("models", []):
-            t = m.get("throughput") or {}
-            sd = (t.get("slowdown") or {}).get("strict") or {}
-            strict = (t.get("modes") or {}).get("strict") or {}
-            default = (t.get("modes") or {}).get("default") or {}
-            out.setdefault(image, {}).setdefault(m.get("model") or "?", []).append({
-                "run_id": e.get("run_id"), "created": e.get("created"), "commit": e.get("project_commit"),
-                "digest": (e.get("image") or {}).get("digest"), "verdict": m.get("verdict"),
-                "final_sha256": m.get("final_sha256"), "slowdown": sd.get("median"), "ci_low": sd.get("ci_low"),
-                "ci_high": sd.get("ci_high"), "noisy": sd.get("noisy"),
-                "strict_steps_per_s": strict.get("steps_per_s"), "default_steps_per_s": default.get("steps_per_s"),
-            })
+            point = {"run_id": e.get("run_id"), "created": e.get("created"), "commit": e.get("project_commit"),
+                     "digest": (e.get("image") or {}).get("digest"), "verdict": m.get("verdict"),
+                     "final_sha256": m.get("final_sha256"),
+                     **{k: v for stage in stages for k, v in stage.trend(m).items()}}
+            out.setdefault(image, {}).setdefault(m.get("model") or "?", []).append(cast(TrendPoint, point))
     return out
 
 
-def rebuild(results_dir: Path) -> list[Path]:
+def rebuild(results_dir: Path, stages: Stages) -> list[Path]:
     """Write history files for every complete run under ``results_dir`` (older reproci, lost history)."""
     from .. import results
 
     written = []
     for doc_path in sorted(results_dir.glob("*/results.json")):
-        written.append(record(results_dir, results.load(doc_path)))
+        written.append(record(results_dir, results.load(doc_path), stages))
     return written

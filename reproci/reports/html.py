@@ -1,5 +1,6 @@
 """The HTML report's parts: one self-contained file, charts embedded as base64 PNG. Each stage shows
-its own sections (``stages.base.Stage.html``); ``reports.build.html_report`` puts them together."""
+its own sections (``stages.base.Stage.html``, and its trends: ``Stage.html_trends``);
+``reports.build.html_report`` puts them together."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 from .. import verdicts
 from ..results import ModelEntry, ResultsDocument
 from . import charts
-from .history import Trends
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
@@ -128,22 +128,4 @@ def losses(doc: ResultsDocument, run_dir: Path | None, golden_losses: dict[str, 
     if not figs:
         return ""
     return "<section id=\"losses\"><h2>Loss curves</h2>" + "".join(figs) + "</section>"
-
-
-def history(trends: Trends) -> str:
-    out = ["<section id=\"history\"><h2>Slowdown over time</h2>"]
-    for image, series in sorted(trends.items()):
-        points = [p for pts in series.values() for p in pts if p.get("slowdown") is not None]
-        out.append(f"<h3>{escape(image)}</h3>")
-        if not points:
-            out.append("<p>No run of this image has throughput results yet.</p>")
-            continue
-        out.append(figure(charts.slowdown_history(series, f"{image}: strict slowdown per run"),
-                        f"slowdown history of {image}", "One point per recorded run, oldest first; whiskers: 95 % "
-                        "bootstrap interval."))
-        rows = [[escape(model), escape(str(p.get("created"))), escape((p.get("commit") or "-")[:12]),
-                 escape(str(p.get("verdict"))), f"{p['slowdown']:.3f}" if p.get("slowdown") is not None else "-"]
-                for model, pts in sorted(series.items()) for p in pts]
-        out.append(table(["model", "created", "commit", "verdict", "slowdown"], rows))
-    return "".join(out) + "</section>"
 

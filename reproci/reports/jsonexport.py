@@ -1,4 +1,5 @@
-"""The JSON report: the same facts as the Markdown and HTML reports, for machines."""
+"""The JSON report: the same facts as the Markdown and HTML reports, for machines: per model its
+verdict, hash and warnings, then each stage's keys (``Stage.export``), in the order they run."""
 
 from __future__ import annotations
 
@@ -24,22 +25,13 @@ def render(document: ResultsDocument | None, stages: Stages, trends: Trends | No
                                                    "options", "summary")}
         out["models"] = []
         for m in document.get("models", []):
-            t = m.get("throughput") if isinstance(m.get("throughput"), dict) else None
             g = m.get("golden")
             golden: GoldenComparison = g if isinstance(g, dict) else {}
             out["models"].append({
                 "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
                 "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),
                 "warnings": [{"kind": kind, "text": text} for kind, text in verdicts.warnings(m)],
-                "audit": None if not isinstance(m.get("audit"), dict) else {
-                    k: m["audit"].get(k) for k in ("torch", "device", "ops_executed", "counts", "findings", "warnings",
-                                                   "error")},
-                "probes": (m.get("probes") or {}).get("rows"),
-                "variance": m.get("variance") if isinstance(m.get("variance"), dict) else None,
-                "throughput": None if t is None else {
-                    k: t.get(k) for k in ("modes", "slowdown", "slowdowns", "top_ops", "regression", "error",
-                                          "repetitions", "timed_steps", "warmup_steps", "device", "threads")
-                },
+                **{k: v for stage in stages for k, v in stage.export(m).items()},
             })
     if trends is not None:
         out["trends"] = trends

@@ -1,12 +1,12 @@
 """The Markdown report's parts: for $GITHUB_STEP_SUMMARY and pull-request comments. Each stage
-shows its own sections (``stages.base.Stage.markdown``); ``reports.build.markdown_report`` puts them together."""
+shows its own sections (``stages.base.Stage.markdown``, and its trends: ``Stage.markdown_trends``);
+``reports.build.markdown_report`` puts them together."""
 
 from __future__ import annotations
 
 from .. import verdicts
 from ..cluster.merged import MergedDocument, MergedModel
 from ..results import ModelEntry, RecordedOptions, ResultsDocument
-from .history import Trends
 from .mdtable import cell, code, plain_table
 
 
@@ -48,21 +48,3 @@ def _on(m: ModelEntry | MergedModel) -> str:
     image = m.get("image")
     return f" on {code(image)}" if isinstance(image, str) and image else ""
 
-
-def trends(trends: Trends) -> list[str]:
-    lines = ["### Slowdown over time", ""]
-    rows = []
-    for image, models in sorted(trends.items()):
-        for model, points in sorted(models.items()):
-            measured = [(p, s) for p in points if (s := p.get("slowdown")) is not None]
-            if not measured:
-                continue
-            (first, s_first), (last, s_last) = measured[0], measured[-1]
-            change = (s_last / s_first - 1) * 100 if len(measured) > 1 else None
-            rows.append([image, model, len(measured), f"{s_first:.3f}× ({str(first['created'])[:10]})",
-                         f"{s_last:.3f}× ({str(last['created'])[:10]})",
-                         f"{change:+.1f} %" if change is not None else "-", last.get("verdict")])
-    if not rows:
-        return lines + ["No run in the history has throughput results yet (`reproci run --stage throughput`).", ""]
-    lines += plain_table(["image", "model", "runs", "first", "latest", "change", "latest verdict"], rows)
-    return lines + [""]

@@ -16,18 +16,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
-from ..entry_sections import GoldenComparison, GoldenImage, ModeSummary
+from ..entry_sections import GoldenComparison, GoldenImage
 from ..errors import NotReproducibleError
 from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
-from ..stages.throughput.report import slowdown_text
-from ..stages.variance.report import spread as variance_spread
-from ..stats import number
 from .mdtable import cell, code, table
 
 if TYPE_CHECKING:
     from ..stages.base import Stages
 
-MAX_ROWS = 200  # per table; GitHub refuses bodies over 65,536 characters
+MAX_ROWS = 200  # per table (the stages' too); GitHub refuses bodies over 65,536 characters
 
 
 def reproducibility_problems(doc: ResultsDocument, stages: Stages) -> list[str]:
@@ -103,11 +100,13 @@ def _diff_rows(diffs: list[dict[str, list[Any]] | None]) -> list[list[str]]:
 
 
 def render(doc: ResultsDocument, stages: Stages) -> str:
-    """The pull-request body for a results document (renders whatever stages and goldens are present)."""
+    """The pull-request body for a results document (renders whatever stages and goldens are present):
+    the verdicts, the image and its changes, the models, each stage's sections (``Stage.pr_body``,
+    in the order they run), the environment."""
     models = doc.get("models", [])
     has_old = any(_golden(m).get("golden_final_sha256") for m in models)
     lines = [*_verdict_lines(doc, stages), *_warning_lines(models), *_image_lines(doc, has_old), *_diff_lines(models, has_old),
-             *_model_lines(models), *_throughput_lines(models), *_variance_lines(models), *_environment_lines(doc)]
+             *_model_lines(models), *(line for stage in stages for line in stage.pr_body(doc)), *_environment_lines(doc)]
     return "\n".join(lines) + "\n"
 
 
@@ -189,50 +188,6 @@ def _model_lines(models: list[ModelEntry]) -> list[str]:
     return lines + ["", *messages, ""]
 
 
-def _throughput_lines(models: list[ModelEntry]) -> list[str]:
-    with_throughput = [m for m in models if isinstance(m.get("throughput"), dict)]
-    lines = ["### Cost of strict determinism", ""]
-    if not with_throughput:
-        return lines + ["The throughput stage did not run (`--stage throughput`).", ""]
-    rows = []
-    for m in with_throughput:
-        modes = m["throughput"].get("modes") or {}
-        strict, default = (modes.get("strict") or ModeSummary()), (modes.get("default") or ModeSummary())
-        top = (m["throughput"].get("top_ops") or [{}])[0]
-        top_text = (f"{code(top.get('op'))} {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
-                    if top.get("op") else "-")
-        rows.append([cell(m.get("model")), _rate(strict), _rate(default),
-                     cell(slowdown_text(m["throughput"].get("slowdown"))), top_text])
-    lines += _table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])", "most slowed op"], rows)
-    return lines + [""]
-
-
-def _variance_lines(models: list[ModelEntry]) -> list[str]:
-    """Did the metrics move? This run's seeds against the old golden's (only when the variance stage ran)."""
-    with_variance = [m for m in models if isinstance(m.get("variance"), dict)]
-    if not with_variance:
-        return []
-    lines = ["### Did the metrics move? (variance stage)", ""]
-    rows = []
-    for m in with_variance:
-        v, judged = m["variance"], (m["variance"].get("against_golden") or {})
-        for c in judged.get("comparisons") or []:
-            rows.append([cell(m.get("model")), code(c["metric"]), f"{_mean_std(c['mean_a'], c['std_a'])} (K={c['k_a']})",
-                         f"{_mean_std(c['mean_b'], c['std_b'])} (K={c['k_b']})", cell(c["sentence"])])
-        if not judged.get("comparisons"):
-            why = (v.get("error") or {}).get("message") or judged.get("skipped") or "the old golden has no variance results"
-            rows.append([cell(m.get("model")), "-", "-", cell(", ".join(f"{k} {variance_spread(x)}" for k, x in
-                                                                          (v.get("metrics") or {}).items())), cell(why)])
-    lines += _table(["model", "metric", "old golden (mean ± std)", "this run (mean ± std)", "verdict"], rows)
-    return lines + ["", "Welch's t: the 95 % confidence interval of the difference of means (this run − old golden) "
-                        "over the seeds; inside seed noise when it holds 0. Bits can change while the metrics stay "
-                        "inside seed noise.", ""]
-
-
-def _mean_std(mean: float, std: float) -> str:
-    return f"{number(mean)} ± {number(std)}"
-
-
 def _environment_lines(doc: ResultsDocument) -> list[str]:
     env = doc.get("environment") or {}
     gpu = env.get("gpu") or {}
@@ -245,11 +200,3 @@ def _environment_lines(doc: ResultsDocument) -> list[str]:
             "Approve this like any code change: the golden file in this pull request is what every later run "
             "of this image is compared against."]
 
-
-def _ms(value: Any) -> str:
-    return f"{value:.2f} ms" if isinstance(value, (int, float)) else "-"
-
-
-def _rate(mode: ModeSummary) -> str:
-    rate = mode.get("steps_per_s")
-    return f"{rate:.2f}" if isinstance(rate, (int, float)) else "-"

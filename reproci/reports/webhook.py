@@ -9,28 +9,32 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import verdicts
 from ..results import ResultsDocument
-from ..stages import probes
+
+if TYPE_CHECKING:
+    from ..stages.base import Stages
 
 
 def needs_alert(document: ResultsDocument) -> bool:
     return (document.get("summary") or {}).get("exit_code", 0) != 0
 
 
-def slack_message(document: ResultsDocument) -> dict[str, Any]:
+def slack_message(document: ResultsDocument, stages: Stages) -> dict[str, Any]:
+    """The alert: each model whose verdict fails or drifts, with its warnings, then each stage's
+    lines (``Stage.webhook``), whose models count as needing attention too."""
     image = (document.get("image") or {}).get("name")
     bad = [m for m in verdicts.by_severity(document.get("models", []))
            if m.get("verdict") in verdicts.FAILING | verdicts.DRIFTING]
     lines = [f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}"
              + "".join(f"; warning: {text}" for _, text in verdicts.unsaid_warnings(m, m.get("message") or ""))
              for m in bad]
-    if (document.get("options") or {}).get("probes_fail"):  # what failed the run with --probes-fail
-        depends = [r for r in probes.rows(document) if r["status"] == probes.DEPENDS]
-        bad += [m for m in document.get("models", []) if m not in bad and any(r["model"] == m["model"] for r in depends)]
-        lines += [f"• *{r['model']}*: {r['message']}" for r in depends]
+    for stage in stages:  # what a stage's findings say (the probes' dependencies that failed the run)
+        said = stage.webhook(document)
+        bad += [m for m in document.get("models", []) if m not in bad and any(model == m["model"] for model, _ in said)]
+        lines += [line for _, line in said]
     head = f"reproci: {len(bad)} model(s) need attention on image {image}"
     body = "\n".join(lines[:20])
     return {

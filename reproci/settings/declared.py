@@ -15,10 +15,11 @@ options with it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol, TypeVar, cast
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 PROFILES = {"quick": 30, "full": 300}  # profile -> default steps
 AMP = ("bf16", "fp16")
@@ -90,7 +91,9 @@ class Option:
     cell: bool = True  # a cell of --backend ray or slurm receives it (False: the driver's own, or the cell sets it)
     # What it has to do with a stage (checked by ``settings.options.build``; no other code names a stage there):
     adds_stage: str | None = None  # a switch that adds this stage to the run (--bisect)
-    needs_stage: tuple[str, str] | None = None  # (a stage, what the option does): refused unless that stage runs
+    # (a stage, what the option does): refused unless that stage runs; the stage may be CHECKER, and
+    # what it does may say {stage}: the catalog names the stage that checks reproducibility there
+    needs_stage: tuple[str, str] | None = None
 
     @property
     def key(self) -> str:
@@ -103,6 +106,10 @@ class Option:
         long = next((f for f in self.flags if f.startswith("--")), None)
         return long.split("/")[0] if long else "--" + self.name.replace("_", "-")
 
+
+# In an option's ``needs_stage``: the stage whose verdicts say that the runs reproduce (the
+# composed stage with ``checks_reproducibility``), named by ``Catalog`` once it knows the stages.
+CHECKER = "<the stage that checks reproducibility>"
 
 _SLURM = "--backend slurm: "
 OPTIONS: list[Option] = [
@@ -153,7 +160,7 @@ OPTIONS: list[Option] = [
     Option(name="script_name", flags=("--name",), cell=False, group=SHAPE, yaml=("a model name (a string)", _is_str),
            metavar="NAME", help="With --script: the model's name in results and goldens (default: the script's file name)."),
     Option(name="stages", flags=("--stage", "-s"), group=SHAPE, multiple=True, record=True,
-           yaml=("a stage name or a list of them", _is_names),  # every stage of the registry
+           yaml=("a stage name or a list of them", _is_names),  # every stage of the catalog
            help="Stage: {stages}. Repeatable."),  # the stages, as options() lists them
     Option(name="profile", group=SHAPE, choices=tuple(PROFILES), record=True, yaml=("quick or full", _is_str),
            help="quick: CPU-sized (default); full: GPU-sized."),
@@ -190,7 +197,7 @@ OPTIONS: list[Option] = [
            help="Where golden files live (default: goldens in this directory, or beside a reproci.yaml found above "
                 "it)."),
     Option(name="update_golden", cell=False, group=OUTPUT, flag=True,
-           needs_stage=("determinism", "records the determinism stage's hashes (the variance stage rides along)"),
+           needs_stage=(CHECKER, "records the {stage} stage's hashes (the variance stage rides along)"),
            help="Record goldens from this run if it passed its own checks."),
     Option(name="webhook", cell=False, group=OUTPUT, yaml=("a URL (a string)", _is_str),
            help="Slack-compatible webhook URL for alerts (or REPROCI_WEBHOOK)."),
@@ -235,7 +242,7 @@ def setting(default: T, *, help: str, **how: Any) -> T:
     unknown = sorted(set(how) - {f.name for f in fields(Option)})
     if unknown:
         raise TypeError(f"setting() takes Option's fields; not {', '.join(unknown)}")
-    return cast(T, field(default=default, metadata={OPTION: {"help": help, **how}}))
+    return field(default=default, metadata={OPTION: {"help": help, **how}})
 
 
 def declared_by(stage: str, kind: type[Any] | None) -> tuple[Option, ...]:
@@ -271,6 +278,9 @@ class StageOptions(Protocol):
     @property
     def needs_golden(self) -> str | None: ...  # why it needs the image's golden (said after the flag)
 
+    @property
+    def checks_reproducibility(self) -> bool: ...  # its verdicts say that the runs reproduce (CHECKER)
+
 
 @dataclass(frozen=True)
 class Catalog:
@@ -281,6 +291,8 @@ class Catalog:
     stages: tuple[StageOptions, ...] = ()
     table: tuple[Option, ...] = field(init=False, repr=False, compare=False)
     owners: Mapping[str, str] = field(init=False, repr=False, compare=False)  # a stage's option -> the stage
+    # the stage that checks reproducibility (CHECKER; the determinism stage), None in a catalog without one
+    checker: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.stages]
@@ -298,11 +310,13 @@ class Catalog:
             owners.update((o.name, stage.name) for o in declared)
         listed = (f"{names[0]} (default), {', '.join(names[1:-1])} or {names[-1]}" if len(names) > 2
                   else " or ".join(names))
+        checker = next((s.name for s in self.stages if s.checks_reproducibility), None)
         core = [replace(o, help=o.help.format(stages=listed)) if o.name == "stages" else o for o in OPTIONS]
         table = (*(o for o in core if not o.hidden), *(o for s in self.stages for o in declared_by(s.name, s.options)),
                  *(o for o in core if o.hidden))
-        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "table", tuple(_named_checker(o, checker) for o in table))
         object.__setattr__(self, "owners", MappingProxyType(owners))
+        object.__setattr__(self, "checker", checker)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -336,6 +350,19 @@ class Catalog:
         if unknown:  # the driver checks that the nodes run its reproci: a different one here is a bug
             raise ValueError(f"a cell's options name no option of this reproci: {', '.join(unknown)}")
         return {key: _typed(by_key[key], v) for key, v in values.items()}
+
+
+@functools.cache
+def catalog_of(stages: tuple[StageOptions, ...]) -> Catalog:
+    """The catalog of ``stages``, made once for them (the commands read it at every command line)."""
+    return Catalog(stages)
+
+
+def _named_checker(o: Option, checker: str | None) -> Option:
+    """An option whose ``needs_stage`` is CHECKER, with the stage that checks reproducibility named."""
+    if o.needs_stage is None or o.needs_stage[0] != CHECKER or checker is None:
+        return o
+    return replace(o, needs_stage=(checker, o.needs_stage[1].format(stage=checker)))
 
 
 def _json(value: Any) -> Any:

@@ -33,7 +33,7 @@ SEED_RANGE = 2**32  # the seed feeds PYTHONHASHSEED, whose range is 0 .. 2**32 -
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
     models: tuple[ModelRef, ...]
-    stages: tuple[str, ...] = ("determinism",)
+    stages: tuple[str, ...] = ()  # build() sets them: --stage, else the catalog's first stage
     image: str | None = None  # --image as given (a manifest NAME or a reference); None: the local backend
     image_reference: str | None = None  # what the engine runs: the manifest tag of a NAME, else --image itself
     image_entry: images.ImageEntry | None = None  # the manifest's entry for --image (by name or tag), if it has one
@@ -252,10 +252,11 @@ def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
                              "that trains")
     if command is None:
         return None
-    other = [s for s in shape["stages"] if s != pick.catalog.names[0]]  # the first stage: A, B and C
+    checker = pick.catalog.checker  # the stage of runs A, B and C
+    other = [s for s in shape["stages"] if s != checker]
     if other:
         raise UsageError(f"{pick.said('script')}: the {other[0]} stage does not run a script model; a script's "
-                         "runs are checked by the determinism stage (drop --stage " + other[0] + ")")
+                         f"runs are checked by the {checker} stage (drop --stage {other[0]})")
     for name, what in (("compile", "compiles"), ("amp", "runs under autocast"), ("world_size", "runs ranks")):
         value = pick(name, None)
         if value is True or (value not in (None, False, 1, ()) and not isinstance(value, bool)):

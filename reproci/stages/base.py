@@ -26,10 +26,17 @@ golden/, verdicts, reports/ and cluster/ loop over the stages they are handed an
   shown in the Markdown report in place of the plain verdict table;
 - ``pr_body(document)``: its sections of the golden update's pull-request body;
 - ``annotations(document)``: its GitHub workflow-command lines (``::notice ...``);
+- ``webhook(document)``: its lines of the webhook's alert, each with the model it is about
+  (``(model, line)``): a model it names counts as needing attention;
 - ``history(entry)``: its keys of a model's point in the run history (results/history/);
+- ``trend(point)``: its fields of a model's point in the trends (``reports.history.TrendPoint``),
+  read from that model's point in the run history (what its ``history`` put there);
+- ``markdown_trends(trends)`` and ``html_trends(trends)``: its sections of the trends
+  (``reports.history.Trends``) in the Markdown and the HTML report;
 - ``export(entry)``: its keys of a model in the JSON report;
 - ``matrix_columns``: its columns in a merged matrix's step summary (``reproci merge``), each a
-  header and the cell of a merged model (whose entry keeps this stage's section when it has any);
+  header and the text of a merged model's cell (whose entry keeps this stage's section when it has
+  any; the table escapes the text);
 - ``commands``: the commands it adds to the ``reproci`` group (``reproci bisect``);
 - ``records``: the roles of its runs whose records say what the environment was;
 - ``in_golden_update``: False for a stage that explains a failure and has no place in recording
@@ -39,8 +46,9 @@ A stage in a package renders its own parts in its ``report.py`` (``terminal``, `
 ``html``), each built from the same rows of the results, with the reports' primitives (Markdown
 tables in ``reports.mdtable``; ``reports.html``'s ``table``, ``prose``, ``figure`` and ``page``;
 ``reports.charts``); the package's ``stage.py`` holds its ``Stage``, which names that module
-(``report = report``): the default ``terminal``, ``markdown``, ``markdown_verdicts`` and ``html``
-call the function of that name in it, where it has one.
+(``report = report``): the default ``terminal``, ``markdown``, ``markdown_verdicts``, ``html``,
+``pr_body``, ``webhook``, ``markdown_trends`` and ``html_trends`` call the function of that name in
+it, where it has one.
 ``reports/`` keeps what the whole document shows: the head and verdicts, the warnings, the loss
 curves, the trends, the exports.
 
@@ -164,20 +172,37 @@ class Stage:
         return self._drawn("pr_body", document, [])
 
     def annotations(self, document: ResultsDocument) -> list[str]:
-        """Its workflow-command lines: its report's; none without one."""
-        return self._drawn("annotations", document, [])
+        """Its workflow-command lines: none (not drawn from its report: there ``annotations`` is the
+        ``from __future__ import annotations`` feature)."""
+        return []
+
+    def webhook(self, document: ResultsDocument) -> list[tuple[str, str]]:
+        """Its lines of the webhook's alert, each with its model: its report's; none without one."""
+        return self._drawn("webhook", document, [])
 
     def history(self, entry: ModelEntry) -> dict[str, Any]:
         """Nothing of it in the run history."""
         return {}
 
+    def trend(self, point: Mapping[str, Any]) -> dict[str, Any]:
+        """Nothing of it in the trends."""
+        return {}
+
+    def markdown_trends(self, trends: Mapping[str, Any]) -> list[str]:
+        """Its sections of the trends in the Markdown report: its report's; none without one."""
+        return self._drawn("markdown_trends", trends, [])
+
+    def html_trends(self, trends: Mapping[str, Any]) -> str:
+        """Its sections of the trends in the HTML report: its report's; none without one."""
+        return self._drawn("html_trends", trends, "")
+
     def export(self, entry: ModelEntry) -> dict[str, Any]:
         """Nothing of it in the JSON report."""
         return {}
 
-    def _drawn(self, part: str, document: ResultsDocument, nothing: R) -> R:
+    def _drawn(self, part: str, shown: Any, nothing: R) -> R:
         draw = getattr(self.report, part, None)
-        return nothing if draw is None else cast(R, draw(document))
+        return nothing if draw is None else cast(R, draw(shown))
 
 
 def composed(options: RunOptions) -> Stages:

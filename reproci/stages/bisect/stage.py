@@ -12,6 +12,7 @@ from ...results import ResultsDocument
 from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun
 from . import conclude, report
+from .command import bisect_cmd
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +30,8 @@ class Bisect(Stage):
     report = report
     needs = ("determinism",)  # it bisects what that stage's verdicts and the golden comparison found
     options = BisectOptions
+    commands = (bisect_cmd,)
+    in_golden_update = False  # it explains a failure: `reproci bisect`
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)

@@ -12,6 +12,7 @@ from ...results import ResultsDocument
 from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun
 from . import conclude, report
+from .command import blame_cmd
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +33,8 @@ class Blame(Stage):
                    "the local backend has one environment only")  # it builds images: Docker only
     needs_golden = "compares the new image with the golden, which names the old one"
     options = BlameOptions
+    commands = (blame_cmd,)
+    in_golden_update = False  # it explains a drift: `reproci blame`
 
     def conclude(self, run: StageRun, document: ResultsDocument) -> None:
         conclude(run, document)

@@ -10,7 +10,7 @@ from ... import verdicts
 from ...golden import check as golden_check
 from ...reports.terminal import print_report
 from ...results import ModelEntry, ResultsDocument
-from ..base import Stage, StageRun, per_model
+from ..base import Stage, StageRun, composed, per_model
 from . import golden_cause, golden_ops, run_model
 
 
@@ -30,7 +30,7 @@ class Determinism(Stage):
         ops = None
         if run.options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
             ops = golden_ops.record(run, list(run.options.models))
-        golden_check.apply(run.options, document, run.ctx.run_dir, run.old_golden, ops)
+        golden_check.apply(run.options, document, run.ctx.run_dir, run.old_golden, composed(run.options), ops)
         golden_ops.name_changes(run, document)
         golden_cause.confirm(run, document)
 

@@ -1,6 +1,8 @@
 """The portability probes in every report, each built from the same rows (``stages.probes.rows``,
 a row per model and probe): their table in what ``reproci run`` prints (with the line saying that
-``--probes-fail`` fails the run), their section of the Markdown report and of the HTML report."""
+``--probes-fail`` fails the run), their section of the Markdown report and of the HTML report, an
+annotation per dependency in GitHub Actions, and the dependencies that failed the run in the
+webhook's alert."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from rich.markup import escape as markup
 from rich.table import Table
 from rich.text import Text
 
+from ...reports.github import annotation
 from ...reports.mdtable import plain_table
 from ...results import ResultsDocument
 from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, rows
@@ -65,3 +68,18 @@ def html(document: ResultsDocument) -> str:
               f'<span class="{"bad" if r["status"] == DEPENDS else ""}">{escape(r["status"])}</span>',
               page.prose(r["message"])] for r in found]
     return f'<section id="probes"><h2>{escape(TITLE)}</h2>' + page.table(HEADER, cells) + "</section>"
+
+
+def dependency_annotations(document: ResultsDocument) -> list[str]:
+    """An annotation per portability dependency: an error with ``--probes-fail``, else a notice."""
+    image = (document.get("image") or {}).get("name")
+    level = "error" if (document.get("options") or {}).get("probes_fail") else "notice"
+    return [annotation(level, f"reproci {r['model']} on {image}: depends on {r['factor']}", r["message"])
+            for r in rows(document) if r["status"] == DEPENDS]
+
+
+def webhook(document: ResultsDocument) -> list[tuple[str, str]]:
+    """With ``--probes-fail``, what failed the run: each dependency, with its model."""
+    if not (document.get("options") or {}).get("probes_fail"):
+        return []
+    return [(r["model"], f"• *{r['model']}*: {r['message']}") for r in rows(document) if r["status"] == DEPENDS]

@@ -6,8 +6,10 @@ module reads its report."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from ...results import ModelEntry
+from ... import errors
+from ...results import ModelEntry, ResultsDocument
 from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun, attach_results
 from . import report, run_model
@@ -30,6 +32,21 @@ class Probes(Stage):
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         attach_results(self.name, run_model, run, entries)
+
+    def exit_code(self, document: ResultsDocument, code: int) -> int:
+        """With --probes-fail, a dependency on the environment fails a run that passed otherwise:
+        it is not reproducible elsewhere."""
+        if (code == errors.EXIT_PASS and (document.get("options") or {}).get("probes_fail")
+                and any((m.get("probes") or {}).get("depends") for m in document.get("models") or [])):
+            return errors.EXIT_REPRO_FAILURE
+        return code
+
+    def annotations(self, document: ResultsDocument) -> list[str]:
+        """An annotation per dependency: an error with --probes-fail, else a notice."""
+        return report.dependency_annotations(document)
+
+    def export(self, entry: ModelEntry) -> dict[str, Any]:
+        return {"probes": (entry.get("probes") or {}).get("rows")}
 
 
 STAGE = Probes()

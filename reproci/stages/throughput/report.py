@@ -1,22 +1,30 @@
 """The throughput stage in every report, each built from the same rows (``rows``, a model's
 rates, slowdown, memory and the ops that grew, formatted once): its table in what ``reproci run``
 prints, with its sampling notes and failures; its verdict table in the Markdown report, with how
-it was measured; its section of the HTML report, with the slowdown chart. The slowdown's text
-(``slowdown_text``) is the pull-request body's and the step summary's too."""
+it was measured; its section of the HTML report, with the slowdown chart; its section of the
+pull-request body; its column of a merged matrix's step summary (``slowdown_cell``); the slowdown
+over time in the reports' trends (``markdown_trends``, ``html_trends``). The slowdown's text
+(``slowdown_text``) is every one of them."""
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from rich.console import Console
 from rich.markup import escape as markup
 from rich.table import Table
 
 from ...entry_sections import ModeSummary, Slowdown, Throughput
-from ...reports.mdtable import cell, plain_table
+from ...reports.mdtable import cell, code, plain_table
+from ...reports.mdtable import table as md_table
+from ...reports.prbody import MAX_ROWS
 from ...results import ModelEntry, ResultsDocument
 from . import NOISY_WIDTH
+
+if TYPE_CHECKING:
+    from ...cluster.merged import MergedModel
+    from ...reports.history import Trends
 
 
 def ranked_job(world_size: int) -> str:
@@ -262,3 +270,82 @@ def _wide_text(measured: list[dict[str, Any]]) -> str:
     if target is not None:
         return f"interval wider than the ±{target:.1%} target"
     return f"noisy (interval wider than {NOISY_WIDTH:.0%})"
+
+
+def pr_body(doc: ResultsDocument) -> list[str]:
+    """The pull-request body's section: each model's rates, slowdown and the op that grew most;
+    a line saying the stage did not run where no model has a throughput result."""
+    with_throughput = [(m, t) for m in doc.get("models", []) if isinstance(t := m.get("throughput"), dict)]
+    lines = ["### Cost of strict determinism", ""]
+    if not with_throughput:
+        return lines + ["The throughput stage did not run (`--stage throughput`).", ""]
+    found = []
+    for m, t in with_throughput:
+        modes = t.get("modes") or {}
+        strict, default = (modes.get("strict") or ModeSummary()), (modes.get("default") or ModeSummary())
+        top = (t.get("top_ops") or [{}])[0]
+        top_text = (f"{code(top.get('op'))} {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
+                    if top.get("op") else "-")
+        found.append([cell(m.get("model")), _rate(strict), _rate(default), cell(slowdown_text(t.get("slowdown"))),
+                      top_text])
+    lines += md_table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])", "most slowed op"],
+                      found, max_rows=MAX_ROWS)
+    return lines + [""]
+
+
+def _ms(value: Any) -> str:
+    return f"{value:.2f} ms" if isinstance(value, (int, float)) else "-"
+
+
+def _rate(mode: ModeSummary) -> str:
+    rate = mode.get("steps_per_s")
+    return f"{rate:.2f}" if isinstance(rate, (int, float)) else "-"
+
+
+def slowdown_cell(m: MergedModel) -> str:
+    """A merged matrix's model's strict slowdown, for its step summary's column."""
+    return slowdown_text((m.get("throughput") or {}).get("slowdown"))
+
+
+def markdown_trends(trends: Trends) -> list[str]:
+    """The Markdown report's slowdown over time: per image and model, the first and the latest
+    measured slowdown of the history and the change between them."""
+    lines = ["### Slowdown over time", ""]
+    found = []
+    for image, models in sorted(trends.items()):
+        for model, points in sorted(models.items()):
+            measured = [(p, s) for p in points if (s := p.get("slowdown")) is not None]
+            if not measured:
+                continue
+            (first, s_first), (last, s_last) = measured[0], measured[-1]
+            change = (s_last / s_first - 1) * 100 if len(measured) > 1 else None
+            found.append([image, model, len(measured), f"{s_first:.3f}× ({str(first['created'])[:10]})",
+                         f"{s_last:.3f}× ({str(last['created'])[:10]})",
+                         f"{change:+.1f} %" if change is not None else "-", last.get("verdict")])
+    if not found:
+        return lines + ["No run in the history has throughput results yet (`reproci run --stage throughput`).", ""]
+    lines += plain_table(["image", "model", "runs", "first", "latest", "change", "latest verdict"], found)
+    return lines + [""]
+
+
+def html_trends(trends: Trends) -> str:
+    """The HTML report's slowdown over time: per image, a chart of each model's slowdown per run
+    and a row per run."""
+    from ...reports import charts  # matplotlib, imported when a report is made
+    from ...reports import html as page
+
+    out = ["<section id=\"history\"><h2>Slowdown over time</h2>"]
+    for image, series in sorted(trends.items()):
+        points = [p for pts in series.values() for p in pts if p.get("slowdown") is not None]
+        out.append(f"<h3>{escape(image)}</h3>")
+        if not points:
+            out.append("<p>No run of this image has throughput results yet.</p>")
+            continue
+        out.append(page.figure(charts.slowdown_history(series, f"{image}: strict slowdown per run"),
+                               f"slowdown history of {image}", "One point per recorded run, oldest first; whiskers: "
+                               "95 % bootstrap interval."))
+        runs = [[escape(model), escape(str(p.get("created"))), escape((p.get("commit") or "-")[:12]),
+                 escape(str(p.get("verdict"))), f"{p['slowdown']:.3f}" if p.get("slowdown") is not None else "-"]
+                for model, pts in sorted(series.items()) for p in pts]
+        out.append(page.table(["model", "created", "commit", "verdict", "slowdown"], runs))
+    return "".join(out) + "</section>"

@@ -1,7 +1,8 @@
 """The variance stage in every report, each built from the same rows (``rows``, per model and
 metric: mean ± std over K seeds and the judgement against the golden's seeds): its lines in what
 ``reproci run`` prints, its section of the Markdown report and of the HTML report, with a strip
-chart per model."""
+chart per model; its section of the pull-request body (``pr_body``: did the metrics move against
+the old golden?) and its lines in ``reproci golden show`` (``golden_lines``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import TypedDict
 from rich.console import Console
 
 from ...entry_sections import MetricSpread
-from ...reports.mdtable import cell, table
+from ...entry_sections import Variance as VarianceSection
+from ...reports.mdtable import cell, code, table
+from ...reports.prbody import MAX_ROWS
 from ...results import ModelEntry, ResultsDocument
 from ...stats import number
 
@@ -116,3 +119,39 @@ def html(doc: ResultsDocument) -> str:
                                    f"seed strip chart of {m.get('model')}",
                                    f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
     return "".join(out) + "</section>"
+
+
+def pr_body(doc: ResultsDocument) -> list[str]:
+    """Did the metrics move? This run's seeds against the old golden's (only when the variance stage ran)."""
+    with_variance = entries(doc)
+    if not with_variance:
+        return []
+    lines = ["### Did the metrics move? (variance stage)", ""]
+    found = []
+    for m in with_variance:
+        v, judged = m["variance"], (m["variance"].get("against_golden") or {})
+        for c in judged.get("comparisons") or []:
+            found.append([cell(m.get("model")), code(c["metric"]), f"{_mean_std(c['mean_a'], c['std_a'])} (K={c['k_a']})",
+                          f"{_mean_std(c['mean_b'], c['std_b'])} (K={c['k_b']})", cell(c["sentence"])])
+        if not judged.get("comparisons"):
+            why = (v.get("error") or {}).get("message") or judged.get("skipped") or "the old golden has no variance results"
+            found.append([cell(m.get("model")), "-", "-", cell(", ".join(f"{k} {spread(x)}" for k, x in
+                                                                         (v.get("metrics") or {}).items())), cell(why)])
+    lines += table(["model", "metric", "old golden (mean ± std)", "this run (mean ± std)", "verdict"], found,
+                   max_rows=MAX_ROWS)
+    return lines + ["", "Welch's t: the 95 % confidence interval of the difference of means (this run − old golden) "
+                        "over the seeds; inside seed noise when it holds 0. Bits can change while the metrics stay "
+                        "inside seed noise.", ""]
+
+
+def _mean_std(mean: float, std: float) -> str:
+    return f"{number(mean)} ± {number(std)}"
+
+
+def golden_lines(name: str, kept: VarianceSection) -> list[str]:
+    """A model's line in ``reproci golden show``: each metric's spread over the golden's seeds."""
+    if not kept.get("metrics"):
+        return []
+    metrics = ", ".join(f"{metric} {'↓' if x.get('lower_is_better') else '↑'} {spread(x)}"
+                        for metric, x in kept["metrics"].items())
+    return [f"{name}: over {kept.get('k')} seeds: {metrics}"]

@@ -1,20 +1,15 @@
 """``reproci blame``: the determinism check in the new image, the golden comparison, then the
-upgrade blame by package (``stages.blame``)."""
+upgrade blame by package (this package). The blame's own command, listed by its stage (``stage.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import click
-
-from ..errors import UsageError
-from ..settings.config_file import Settings
-from .bisect import with_stage
-from .run import run_options
+from ...commands.run import read_settings, run_command, run_with
+from ...errors import UsageError
 
 
-@click.command("blame")
-@run_options(without=("script", "resume_script", "script_name"),  # blame re-runs factory models in images
+@run_command("blame", without=("script", "resume_script", "script_name"),  # blame re-runs factory models in images
              helps={"image": "The new image (required, here or as image: in reproci.yaml; a manifest name or any "
                              "reference): the golden names the old one.",
                     "backend": "Where the runs execute: docker (the default: blame runs images), or ray: each model a "
@@ -24,8 +19,8 @@ from .run import run_options
 def blame_cmd(**kwargs: Any) -> None:
     """Run the determinism check in --image and compare with the golden; for each model an upgrade
     changed, name the package (group) of the new image that alone reproduces the change."""
-    settings = Settings.read(kwargs)  # reproci.yaml, read once for the check and the run
+    settings = read_settings(kwargs)  # reproci.yaml, read once for the check and the run
     if settings("image", None) in (None, "", "local"):  # local: the local backend's name, one environment
         raise UsageError("reproci blame compares images: name the new one with --image, or image: in reproci.yaml "
                          "(the golden names the old one)")
-    with_stage(kwargs, "blame", "blame", settings)
+    run_with("blame", kwargs, settings)

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import results, stats
-from .entry_sections import Variance
-from .errors import ReprociError, TooFewSeedsError, UsageError
-from .golden import store
-from .reports import build
+from ... import results, stats
+from ...entry_sections import Variance
+from ...errors import ReprociError, TooFewSeedsError, UsageError
+from ...golden import store
+from ...reports import build
 
 SCHEMA = "reproci.compare"
 VERSION = 1

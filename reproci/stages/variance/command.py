@@ -1,4 +1,5 @@
-"""``reproci compare``: is a change inside seed noise? (``reproci.seed_noise`` does the work.)"""
+"""``reproci compare``: is a change inside seed noise? (``compare.py`` does the work.) The variance
+stage's own command, listed by its stage (``stage.py``)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from .. import seed_noise
-from ..errors import EXIT_DRIFT, UsageError
+from ...errors import EXIT_DRIFT, UsageError
+from . import compare
 
 
 @click.command("compare")
@@ -30,11 +31,11 @@ def compare_cmd(sides: tuple[Path, ...], images: tuple[str, ...], results_dir: P
     if images:
         if len(images) != 2:
             raise UsageError(f"--image needs exactly two images (A then B), got {len(images)}")
-        sides = tuple(seed_noise.latest_for_image(results_dir, name) for name in images)
+        sides = tuple(compare.latest_for_image(results_dir, name) for name in images)
     if len(sides) != 2:
         raise UsageError(f"compare needs two sides A and B (results files or golden files), got {len(sides)}")
-    a, b = (seed_noise.load_side(p) for p in sides)
-    report = seed_noise.compare(a, b)
-    click.echo(seed_noise.render(report, as_json), nl=False)
+    a, b = (compare.load_side(p) for p in sides)
+    report = compare.compare(a, b)
+    click.echo(compare.render(report, as_json), nl=False)
     if fail_worse and report["worse"]:
         raise SystemExit(EXIT_DRIFT)

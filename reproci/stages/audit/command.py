@@ -1,11 +1,12 @@
 """``reproci audit --check-table``: the op audit's table against the running torch's own list
-(``reproci/worker/audit/audit_check.py``). To audit models: ``reproci run --stage audit``."""
+(``reproci/worker/audit/audit_check.py``), the audit stage's companion, listed by its stage
+(``stage.py``). To audit models: ``reproci run --stage audit``."""
 
 from __future__ import annotations
 
 import click
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 
 @click.command("audit")
@@ -17,7 +18,7 @@ def audit_cmd(check_table: bool) -> None:
     if not check_table:
         raise UsageError("reproci audit --check-table compares the audit's table with this torch's docs; "
                          "to audit models run `reproci run --stage audit`")
-    from ..worker.audit.audit_check import report
+    from ...worker.audit.audit_check import report
 
     code = report(click.echo)
     if code:
