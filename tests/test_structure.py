@@ -55,8 +55,19 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                     out.add(candidate)
                 elif base in known:
                     out.add(base)
+    out.update(dynamic_imports(name, path, known))
     out.discard(name)
     return out
+
+
+def dynamic_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The reproci modules a module imports by name at run time (``importlib.import_module``,
+    ``__import__``): every string in it that names a module of reproci, where it calls either."""
+    source = path.read_text()
+    if "import_module(" not in source and "__import__(" not in source:
+        return set()
+    return {n.value for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in known and n.value != name}
 
 
 @functools.cache  # read once for the tests that check it (none changes it)
@@ -111,6 +122,75 @@ def test_no_import_circles() -> None:
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_an_import_by_name_is_an_edge(tmp_path: Path) -> None:
+    """A module imported with importlib (or ``__import__``) ties the two modules as an import does."""
+    known = {"reproci.settings.declared", "reproci.stages.registry"}
+    src = tmp_path / "declared.py"
+    src.write_text("import importlib\ndef f():\n    importlib.import_module('reproci.stages.registry')\n")
+    assert imports_of("reproci.settings.declared", src, known) == {"reproci.stages.registry"}
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
+
+
+# The floors, lowest first: a module may import its own floor and those below. From the top: the
+# command line composes the stages and hands them down (Face); the orchestrator loops over them;
+# the stages and the engines beyond one machine; the documents they show in (reports, goldens);
+# the options and the interface every stage implements; one worker run, local or in a container;
+# the results document and the verdicts' figures; the shared utilities; the worker, which runs
+# inside the image with the standard library, torch and numpy alone.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("reproci", "reproci.worker", "reproci.adapters", "reproci.reference_models"),
+    ("reproci.errors", "reproci.atomic", "reproci.safe_yaml", "reproci.console", "reproci.cpu_flags"),
+    ("reproci.results", "reproci.entry_sections", "reproci.stats", "reproci.cluster.merged"),
+    ("reproci.runner", "reproci.backends", "reproci.images"),
+    ("reproci.settings", "reproci.stages.base", "reproci.verdicts", "reproci.golden.folder"),
+    ("reproci.golden", "reproci.reports"),
+    ("reproci.stages", "reproci.cluster"),
+    ("reproci.orchestrate",),
+    ("reproci.cli", "reproci.commands", "reproci.plugins", "reproci.scaffold"),
+)
+# The imports from a floor to one above it, each with its reason (at most two).
+UPWARD = {
+    ("reproci.stages.bisect.command", "reproci.commands.run"): "a stage's verb runs the matrix as `reproci run` does",
+    ("reproci.stages.blame.command", "reproci.commands.run"): "a stage's verb runs the matrix as `reproci run` does",
+}
+
+
+def floor(module: str) -> int:
+    """The floor of a module: that of the longest prefix the table names."""
+    found = [(len(prefix), i) for i, names in enumerate(LAYERS) for prefix in names
+             if module == prefix or module.startswith(prefix + ".")]
+    assert found, f"{module} is on no floor: add it to LAYERS (tests/test_structure.py)"
+    return max(found)[1]
+
+
+def test_no_import_runs_up_a_floor_but_two_with_their_reasons() -> None:
+    graph = import_graph()
+    upward = {(a, b) for a, imported in graph.items() for b in imported if floor(b) > floor(a)}
+    assert upward == set(UPWARD), sorted(upward)
+    assert len(UPWARD) <= 2
+
+
+def test_no_module_outside_a_stage_names_it() -> None:
+    """A stage's name is said in its own package alone: as a string, or as an import of its
+    package. The composition (reproci/plugins.py) lists this package's stages; a stage's package
+    may name the stages it starts from (``needs``: bisect and blame explain the determinism
+    stage's verdicts)."""
+    from reproci import plugins
+
+    stages = plugins.stages()
+    needs = {s.name: set(s.needs) for s in stages}
+    found = []
+    for name, path in modules().items():
+        if name == "reproci.plugins":
+            continue
+        own = name.split(".")[2] if name.startswith("reproci.stages.") and path.parent.name != "stages" else None
+        allowed = {own, *needs.get(own or "", ())}
+        imported = {m.split(".")[2] for m in import_graph()[name] if m.startswith("reproci.stages.")}
+        said = {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)}
+        found += [f"{name}: {stage}" for stage in stages.names() if stage not in allowed and (stage in said or stage in imported)]
+    assert found == []
 
 
 def test_relative_imports_resolve_to_modules(tmp_path: Path) -> None:

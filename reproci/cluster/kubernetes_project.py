@@ -20,6 +20,7 @@ import yaml
 from .. import safe_yaml
 from ..errors import UsageError
 from ..settings.config_file import CONFIG_FILE, find_config, load_config
+from ..settings.declared import Catalog
 
 MAX_BYTES = 1024 * 1024  # what the API server stores of one ConfigMap
 KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -58,12 +59,10 @@ def config_path() -> Path | None:
     return find_config()
 
 
-def config_settings(path: Path | None) -> dict[str, Any]:
-    """The config file's settings (each value checked by its key, as ``load_config`` reads them), refused
-    (one line) where a pod cannot honour them."""
-    from .. import plugins  # the stages' keys: here, not above, so that kubernetes.manifests needs no torch or numpy
-
-    settings, _ = load_config(path, plugins.catalog())
+def config_settings(path: Path | None, catalog: Catalog) -> dict[str, Any]:
+    """The config file's settings (each value checked by its key in ``catalog``, as ``load_config``
+    reads them), refused (one line) where a pod cannot honour them."""
+    settings, _ = load_config(path, catalog)
     for key, why in REFUSED_KEYS.items():
         if settings.get(key) not in (None, False):
             raise UsageError(f"{path}: {key} {why}; remove it for --format k8s")

@@ -61,8 +61,10 @@ def matrix_cmd(manifest: Path, gpu_only: bool, names: tuple[str, ...], runner_la
                                    runner_labels=github_matrix.parse_labels(runner_labels))
         click.echo(github_matrix.to_json(plan))
         return
+    from .. import plugins  # the stages' reproci.yaml keys: here, so that --format github loads no stage
+
     config = kubernetes_project.config_path()
-    settings = kubernetes_project.config_settings(config)
+    settings = kubernetes_project.config_settings(config, plugins.catalog())
     models = k8s_args.pop("models") or settings.get("models") or kubernetes_checks.default_models()
     beside = config.parent if config is not None else Path(".")  # a reproci.yaml above: its goldens, there
     goldens_dir = k8s_args.pop("goldens_dir") or beside / str(settings.get("goldens_dir") or "goldens")

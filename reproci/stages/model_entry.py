@@ -18,7 +18,7 @@ def new(options: RunOptions, model: ModelRef) -> ModelEntry:
         "model": model.name, "ref": model.ref, "plugin": model.plugin, "description": model.description,
         "source": str(model.source), "code_sha256": model.code_sha256, "steps": options.steps,
         "resume_at": options.resume_at, "seed": options.seed, "fault": options.fault, "world_size": options.world_size,
-        "verdict": verdicts.NOT_CHECKED, "message": f"determinism not checked (stages: {', '.join(options.stages)})",
+        "verdict": verdicts.NOT_CHECKED, "message": f"{options.catalog.checker} not checked (stages: {', '.join(options.stages)})",
         "final_sha256": None, "runs": {}, "evidence": None, "error": None, "records": {}, "seconds": 0.0,
     }
 

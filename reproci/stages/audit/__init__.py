@@ -17,7 +17,7 @@ from ...results import ResultsDocument
 from ...runner import run_worker
 from ...settings.models import ModelRef
 from ..base import StageRun
-from ..determinism import base_spec
+from ..runs import base_spec
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}

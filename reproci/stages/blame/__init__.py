@@ -34,8 +34,8 @@ from ...runner import run_worker
 from ...worker import run_record
 from ...worker.run_record import RunRecord
 from ..base import StageRun
-from ..determinism import base_spec
 from ..determinism.golden_cause import matches
+from ..runs import base_spec
 from . import images as blame_images
 
 MAX_PAIRS = 10

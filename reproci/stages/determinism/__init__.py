@@ -22,8 +22,7 @@ from typing import Any
 from ... import verdicts
 from ...entry_sections import RunSummary
 from ...errors import WorkerFailed
-from ...golden import ops
-from ...golden.divergence import Divergence, first_divergence, step_rows, tensor_magnitude
+from ...golden.divergence import Divergence, first_divergence
 from ...results import Coverage, Image, ModelEntry
 from ...runner import RunContext, background, run_worker, settle
 from ...settings.models import ModelRef
@@ -32,18 +31,9 @@ from ...worker.process.spec import WorkerSpec
 from ...worker.run_record import RunRecord
 from .. import model_entry
 from ..base import StageRun
+from ..runs import base_spec, compiled, measure
 from . import beyond_tensors, causes, census, coverage, epochs, replicas, scripts
 from .explain import comparison_evidence, controls_sentence, controls_switched_off, describe
-
-
-def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit: str | None,
-              image: Image) -> WorkerSpec:
-    return WorkerSpec(
-        model_ref=model.ref, model_name=model.name, role=role, steps=options.steps, seed=options.seed,
-        profile=options.profile, device=options.device, threads=options.threads, mode="strict",
-        output=f"record-{role}.json", project_commit=project_commit, image=image, world_size=options.world_size,
-        cpu_isa=options.cpu_isa, compile=options.compile_spec(model.name), amp=options.amp,
-    )
 
 
 def identity_config(config: Any) -> Any:
@@ -95,11 +85,6 @@ def warm_spec(specs: dict[str, WorkerSpec]) -> WorkerSpec:
                                fault=None)
 
 
-def compiled(record: RunRecord) -> bool:
-    """Whether a run was compiled (by ``--compile`` or by the plugin)."""
-    return bool((record.execution or {}).get("compile"))
-
-
 def _run_summary(record: RunRecord) -> RunSummary:
     t, launched = record.timings, record.launched
     return {
@@ -114,47 +99,6 @@ def _run_summary(record: RunRecord) -> RunSummary:
         "launch": launched.how if launched else None,  # forked from a server, fresh (and why), or a container
         "losses_last": record.losses[-1] if record.losses else None,
     }
-
-
-def _probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, Path, RunRecord]:
-    """Re-run up to ``step``, recording that step's ops and dumping the state after it."""
-    probe = dataclasses.replace(spec, role=f"probe-{spec.role}", output=f"record-probe-{spec.role}.json",
-                                checkpoint_at=None, checkpoint_path=None, final_dump_path=None, dump_at=step,
-                                dump_path=f"dump-{spec.role}-{step}.pt", ops_path=f"ops-{spec.role}-{step}.pt")
-    record = run_worker(ctx, probe)
-    work = ctx.run_dir / spec.model_name
-    return work / f"dump-{spec.role}-{step}.pt", work / f"ops-{spec.role}-{step}.pt", record
-
-
-def measure(ctx: RunContext, div: Divergence, specs: dict[str, WorkerSpec], x: str, y: str,
-            records: dict[str, RunRecord]) -> None:
-    """Fill in the divergence's magnitude from probe re-runs of X and Y up to its step."""
-    if div.step is None or div.tensor is None:
-        return
-    import torch
-
-    try:
-        dump_x, ops_x, rec_x = _probe(ctx, specs[x], div.step)
-        dump_y, ops_y, rec_y = _probe(ctx, specs[y], div.step)
-    except WorkerFailed as e:
-        div.magnitude_source = f"unavailable: {e}"
-        return
-    tx = torch.load(dump_x, map_location="cpu", weights_only=True)
-    ty = torch.load(dump_y, map_location="cpu", weights_only=True)
-    name = div.tensor
-    faithful = (step_rows(rec_x).get(div.step) == step_rows(records[x]).get(div.step)
-                and step_rows(rec_y).get(div.step) == step_rows(records[y]).get(div.step))
-    m = tensor_magnitude(tx[name], ty[name]) if name in tx and name in ty else None
-    if m is not None and (faithful or m["max_abs"]):  # never a zero from replays that did not differ there
-        div.max_abs, div.max_ulp, div.elements_differing = m["max_abs"], m["max_ulp"], m["elements_differing"]
-    div.magnitude_source = "probe" if faithful else verdicts.UNREPRODUCED + (
-        " (compiled kernels vary from run to run)" if compiled(records[x]) else " (the runs vary from one to the next)")
-    if ops_x.is_file() and ops_y.is_file():
-        div.op = ops.first_op_difference(ops.load(ops_x), ops.load(ops_y))
-        if div.op is not None and compiled(records[x]):
-            div.op["compiled"] = True  # the recorder sees aten ops, not the code inductor generated
-    for p in (dump_x, dump_y, ops_x, ops_y):
-        p.unlink(missing_ok=True)
 
 
 def run_model(run: StageRun, model: ModelRef) -> ModelEntry:

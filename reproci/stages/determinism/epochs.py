@@ -18,17 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...worker.run_record import RunRecord
+from ..runs import repeated
 
 COMPARED = 2  # first batches of each epoch compared: enough to tell two permutations apart
-
-
-def repeated(epoch: int, compared: str) -> str:
-    """The one sentence for a shuffling loader whose epoch ``epoch + 1`` repeats epoch ``epoch``'s
-    order, said by the determinism stage (batch checksums) and the epoch-order probe (indices)."""
-    return (f"epoch {epoch + 1} visits the samples in the same order as epoch {epoch} ({compared}): the shuffle is "
-            "re-seeded each epoch, or the sampler's set_epoch is not called (the harness calls it on the loader, "
-            "its sampler, batch sampler and dataset; a custom batch sampler must pass set_epoch on to the sampler "
-            "it wraps)")
 
 
 def first_batches(record: RunRecord) -> dict[int, list[Any]]:

@@ -27,7 +27,7 @@ from ...runner import run_worker
 from ...worker.process.launch import CPU_ISA_CAPABILITY
 from ...worker.run_record import RunRecord, Trajectory
 from ..base import StageRun
-from . import base_spec
+from ..runs import base_spec
 
 _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
 _RANK = ("DEFAULT", "AVX2", "AVX512")

@@ -29,7 +29,7 @@ from ...settings.models import ModelRef
 from ...settings.options import RunOptions
 from ...worker.process.spec import WorkerSpec
 from ..base import StageRun
-from . import base_spec
+from ..runs import base_spec
 
 OPS_STEPS = 3  # the first steps whose per-op hashes a golden keeps
 

@@ -28,7 +28,7 @@ from ...settings.options import RunOptions
 from ...worker.process.spec import WorkerSpec, other_worker_count
 from ...worker.run_record import RunRecord
 from ..base import StageRun
-from ..determinism import base_spec, epochs, measure
+from ..runs import base_spec, measure, repeated
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
 # probe -> (the factor, how a spec is perturbed)
@@ -130,7 +130,7 @@ def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> lis
         rows[0].update({"status": NOT_APPLICABLE, "message": "the loader does not shuffle: every epoch is in index order"})
     elif order["same"]:
         rows[0].update({"status": DEPENDS, "evidence": order,
-                        "message": epochs.repeated(1, f"first {order['batches']} batches of sample indices compared")})
+                        "message": repeated(1, f"first {order['batches']} batches of sample indices compared")})
     else:
         rows[0].update({"status": INDEPENDENT, "message": "each epoch visits the samples in a new order"})
     if not batch.get("applicable"):

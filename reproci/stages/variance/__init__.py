@@ -25,8 +25,8 @@ from ...worker import run_record
 from ...worker.process.spec import WorkerSpec
 from ...worker.run_record import Launched, RunRecord
 from ..base import StageRun
-from ..determinism import base_spec
 from ..model_entry import add_result
+from ..runs import base_spec
 from .options import VarianceOptions
 
 SUMMARY_VERSION = 1
@@ -72,14 +72,14 @@ def run_all(run: StageRun, entries: list[ModelEntry]) -> None:
         if golden is not None and golden.entry.get("variance") and result["metrics"]:
             result["against_golden"] = against(golden.entry["variance"], result, model.name,
                                                run_id=(golden.entry.get("run_id")))
-        attach(entry, result, options.stages)
+        attach(entry, result, options.stages, options.catalog.checker)
 
 
 def reusable_run(options: RunOptions, ctx: RunContext, entry: ModelEntry) -> RunRecord | None:
     """The determinism stage's run A of this model (the first seed, evaluated at its end: see
     ``determinism.plan``) when it ran without a test fault."""
     path = (entry.get("records") or {}).get("A")
-    if "determinism" not in options.stages or options.fault or not path:
+    if options.catalog.checker not in options.stages or options.fault or not path:
         return None
     try:
         record = run_record.read(ctx.run_dir / path)
@@ -126,10 +126,11 @@ def against(golden: VarianceSection, current: VarianceSection, model: str, *, ru
     return out
 
 
-def attach(entry: ModelEntry, result: VarianceSection, stages: tuple[str, ...] = ()) -> None:
-    """Put a variance result on a model entry; a failed seed run makes the entry an ERROR."""
-    if entry.get("verdict") == verdicts.NOT_CHECKED and "determinism" not in stages:
-        entry["message"] = f"determinism not checked (stages: {', '.join(stages)})"
+def attach(entry: ModelEntry, result: VarianceSection, stages: tuple[str, ...] = (), checker: str | None = None) -> None:
+    """Put a variance result on a model entry; a failed seed run makes the entry an ERROR
+    (``checker``: the stage that checks reproducibility, which did not run unless ``stages`` has it)."""
+    if entry.get("verdict") == verdicts.NOT_CHECKED and checker not in stages:
+        entry["message"] = f"{checker} not checked (stages: {', '.join(stages)})"
     add_result(entry, "variance", result)
 
 
