@@ -42,7 +42,8 @@ def key(*, name: str | None = None, omit_none: bool = False, default: Any = data
                              metadata={META: {"name": name, "omit_none": omit_none}})
 
 
-def _name(f: dataclasses.Field[Any]) -> str:
+def json_name(f: dataclasses.Field[Any]) -> str:
+    """A field's key in the JSON."""
     return f.metadata.get(META, {}).get("name") or f.name
 
 
@@ -57,7 +58,7 @@ def load(kind: type[T], data: Any) -> T:
         raise TypeError(f"{kind.__name__}: expected a mapping, got {type(data).__name__}")
     hints, values, declared = _hints(kind), {}, set()  # type: ignore[arg-type]
     for f in dataclasses.fields(kind):  # type: ignore[arg-type]
-        name = _name(f)
+        name = json_name(f)
         declared.add(name)
         if name in data:
             values[f.name] = _value(hints[f.name], data[name])
@@ -101,7 +102,7 @@ def dump(value: Any) -> Any:
 
 
 def _section(value: Any) -> dict[str, Any]:
-    by_name = {_name(f): f for f in dataclasses.fields(value)}
+    by_name = {json_name(f): f for f in dataclasses.fields(value)}
     read = getattr(value, _READ, None)
     if read is not None:  # the keys it was read with, in their order, its own values for those it declares
         order, extra = read

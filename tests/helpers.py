@@ -275,22 +275,40 @@ def undeclared(value: Any, kind: Any = None, path: str = "document") -> list[str
     from reproci import results
 
     kind = results.ResultsDocument if kind is None else kind
+    if kind is results.ModelEntry and isinstance(value, dict):  # a stage's section: its result's declaration
+        from reproci import plugins
+
+        own = {s.name: s.result for s in plugins.stages() if s.result is not None}
+        return [*_keys(results.ModelEntry, {k: v for k, v in value.items() if k not in own}, path),
+                *(p for k, v in value.items() if k in own for p in undeclared(v, own[k], f"{path}.{k}"))]
+    if dataclasses.is_dataclass(kind) and isinstance(value, dict):  # a section read by reproci.typed
+        from reproci import typed
+
+        names = {typed.json_name(f): f.name for f in dataclasses.fields(kind)}
+        hints = typing.get_type_hints(kind, include_extras=True)
+        return [p for k, v in value.items()
+                for p in (undeclared(v, hints[names[k]], f"{path}.{k}") if k in names else [f"{path}.{k}"])]
     if getattr(kind, "__metadata__", None):  # Annotated, as WarningText
         kind = typing.get_args(kind)[0]
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):  # the member of the value's own kind
-        shaped = [t for t in args if typing.is_typeddict(t) and isinstance(value, dict)
+        shaped = [t for t in args if (typing.is_typeddict(t) or dataclasses.is_dataclass(t)) and isinstance(value, dict)
                   or typing.get_origin(t) in (dict, list) and isinstance(value, typing.get_origin(t))]
         return undeclared(value, shaped[0], path) if shaped else []
     if typing.is_typeddict(kind) and isinstance(value, dict):
-        hints = typing.get_type_hints(kind, include_extras=True)
-        return [p for k, v in value.items()
-                for p in (undeclared(v, hints[k], f"{path}.{k}") if k in hints else [f"{path}.{k}"])]
+        return _keys(kind, value, path)
     if origin is dict and isinstance(value, dict):
         return [p for k, v in value.items() for p in undeclared(v, args[1], f"{path}[{k!r}]")]
     if origin is list and isinstance(value, list):
         return [p for v in value for p in undeclared(v, args[0], f"{path}[]")]
     return []
+
+
+def _keys(kind: Any, value: dict[str, Any], path: str) -> list[str]:
+    import typing
+
+    hints = typing.get_type_hints(kind, include_extras=True)
+    return [p for k, v in value.items() for p in (undeclared(v, hints[k], f"{path}.{k}") if k in hints else [f"{path}.{k}"])]
 
 
 # --- real results files ---

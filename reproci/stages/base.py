@@ -11,7 +11,8 @@ golden/, verdicts, reports/ and cluster/ loop over the stages they are handed an
   (added before it when not asked for); ``needs_image``: why it needs ``--image``, when it does;
   ``needs_golden``: why it needs the image's golden, when it does (refused before any run);
 - ``run(run, entries)``: its work for every model; its result goes on the model entries under
-  its name, which is its part of the results document;
+  its name, which is its part of the results document; ``result``: that section's frozen
+  dataclass (``to_json``/``from_json``, by ``reproci.typed``), which its code reads by attribute;
 - ``conclude(run, document)``: called once the results document holds every stage's results and
   before the verdicts are counted (its comparison with the golden, where it has one);
 - ``exit_code(document, code)``: the run's exit code once this stage had its say (``code``: the
@@ -122,6 +123,7 @@ class Stage:
     checks_reproducibility = False  # whether its verdicts say that the runs reproduce (the determinism stage)
     records: tuple[str, ...] = ()  # the roles of its runs' records that say what the environment was
     options: type[Any] | None = None  # its frozen options dataclass (fields made by settings.declared.setting)
+    result: type[Any] | None = None  # its result's dataclass: a model entry's section under its name (reproci.typed)
     needs: tuple[str, ...] = ()  # the stages it starts from, run before it when not asked for
     needs_image: str | None = None  # why it needs --image (said after the flag that asked for it)
     needs_golden: str | None = None  # why it needs the image's golden, refused before any run without one
