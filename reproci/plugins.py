@@ -23,8 +23,9 @@ from typing import Any, Mapping
 
 from .errors import UsageError
 from .settings import options as options_mod
+from .settings.config_file import Settings
 from .settings.declared import Catalog, catalog_of
-from .settings.options import RunOptions, Settings
+from .settings.options import RunOptions
 from .stages.audit import stage as audit
 from .stages.base import Stage, Stages
 from .stages.bisect import stage as bisect

@@ -19,9 +19,11 @@ import click
 
 from .. import console, orchestrate
 from ..cluster.engines import ENGINES, engine
+from ..errors import UsageError
 from ..reports.progress import RunProgress
 from ..reports.terminal import print_run
 from ..settings import options as options_mod
+from ..settings.config_file import Settings
 from ..settings.declared import Option, catalog_of
 from ..stages.base import Stage, Stages
 
@@ -59,9 +61,9 @@ def composed_stages(ctx: click.Context | None = None) -> Stages:
     return found
 
 
-def read_settings(kwargs: Mapping[str, Any]) -> options_mod.Settings:
+def read_settings(kwargs: Mapping[str, Any]) -> Settings:
     """A command line's settings, reproci.yaml read once, with the options of the composed stages."""
-    return options_mod.Settings.read(kwargs, catalog_of(composed_stages()))
+    return Settings.read(kwargs, catalog_of(composed_stages()))
 
 
 class RunCommand(click.Command):
@@ -113,20 +115,20 @@ def _backend(kwargs: dict[str, Any]) -> tuple[str | None, Any]:
     backend, address, labels = kwargs.pop("backend", None), kwargs.pop("address", None), kwargs.pop("node_labels", ())
     across = bool(kwargs.pop("across_nodes", None))
     if across and backend not in ENGINES:
-        raise options_mod.UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray "
+        raise UsageError("--across-nodes runs each model's cell on two nodes of a cluster: add --backend ray "
                                      "or --backend slurm")
     slurm = {k: kwargs.pop(k, None) for k in SLURM_ONLY}
     given = next((k for k, v in slurm.items() if v not in (None, ())), None)
     if given and backend != "slurm":
         flag = {"slurm_time": "time", "sbatch_args": "sbatch-arg"}.get(given, given.replace("_", "-"))
-        raise options_mod.UsageError(f"--{flag} asks Slurm for the cells: add --backend slurm")
+        raise UsageError(f"--{flag} asks Slurm for the cells: add --backend slurm")
     if backend == "local" and kwargs.get("image") not in (None, "local"):
-        raise options_mod.UsageError("--backend local runs without a container: leave out --image, or use --backend docker")
+        raise UsageError("--backend local runs without a container: leave out --image, or use --backend docker")
     if backend == "docker" and kwargs.get("image") in (None, "local"):
-        raise options_mod.UsageError("--backend docker runs in a container: name it with --image")
+        raise UsageError("--backend docker runs in a container: name it with --image")
     if backend != "ray":
         if address or labels:
-            raise options_mod.UsageError(f"{'--address' if address else '--node-label'} places cells on a Ray cluster: "
+            raise UsageError(f"{'--address' if address else '--node-label'} places cells on a Ray cluster: "
                                          "add --backend ray")
         return backend, None if backend != "slurm" else replace(_slurm(slurm), across_nodes=across)
     from ..cluster import ray_driver
@@ -142,7 +144,7 @@ def _slurm(given: dict[str, Any]) -> Any:
                                    given["launcher"], given["slurm_spool"])
 
 
-def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None = None) -> None:
+def run_and_report(kwargs: dict[str, Any], settings: Settings | None = None) -> None:
     """Build the options once, run every stage, print the tables, exit with the verdict's code
     (``settings``: reproci.yaml as the command already read it)."""
     stages = composed_stages()
@@ -180,7 +182,7 @@ def run_and_report(kwargs: dict[str, Any], settings: options_mod.Settings | None
         raise SystemExit(code)
 
 
-def run_with(stage: str, kwargs: dict[str, Any], settings: options_mod.Settings | None = None) -> None:
+def run_with(stage: str, kwargs: dict[str, Any], settings: Settings | None = None) -> None:
     """``run_and_report`` with ``stage`` added to the stages asked for (the stages it needs run before
     it: ``Stage.needs``): a stage's own command (``reproci bisect``)."""
     kwargs["stages"] = tuple(dict.fromkeys((*(kwargs.get("stages") or ()), stage)))

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..reference_models import REGISTRY
+from ..settings.declared import PROFILES
 from ..settings.models import ModelRef
-from ..settings.options import PROFILES, RunOptions, golden_name
+from ..settings.options import RunOptions, golden_name
 
 # The run settings a golden records beside the model's identity: a run with others is not
 # compared with it (MODEL_CHANGED), and is told how to run as the golden was recorded.

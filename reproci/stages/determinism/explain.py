@@ -3,7 +3,7 @@ it records, and the determinism controls the model switched off."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ... import verdicts
 from ...entry_sections import Evidence, SwitchedControl
@@ -19,7 +19,7 @@ def controls_switched_off(records: dict[str, RunRecord]) -> list[SwitchedControl
     for role, rec in records.items():
         for e in (rec.controls or {}).get("switched_off", []):
             key = (e["control"], e["file"], e["line"])
-            found.setdefault(key, {**e, "runs": []})["runs"].append(role)
+            found.setdefault(key, cast(SwitchedControl, {**e, "runs": []}))["runs"].append(role)  # the worker's keys
         for when, att in rec.attestations.items():
             if when == "start" or att.get("ok", True):
                 continue
