@@ -33,16 +33,10 @@ from typing import (
 from . import atomic
 from .entry_sections import (
     AcrossNodes,
-    Audit,
-    Bisect,
-    Blame,
     ErrorInfo,
     Evidence,
     GoldenComparison,
-    Probes,
     RunSummary,
-    Throughput,
-    Variance,
 )
 from .errors import ResultsError
 
@@ -167,14 +161,8 @@ class ModelEntry(TypedDict, total=False):
     attestation: dict[str, Any]  # the determinism controls proven in effect (worker.controls): one check a control
     evidence: Evidence | None  # where runs differ (reproci.golden.divergence.Divergence, plus probes)
     golden: GoldenComparison  # the comparison with the image's golden (reproci.golden.drift.compare)
-    throughput: Throughput  # the throughput stage's result
     throughput_regression: WarningText  # strict mode slower than the golden's run
-    variance: Variance  # the variance stage's K seeds (reproci.stages.variance)
-    audit: Audit  # the op audit (reproci.stages.audit)
-    probes: Probes  # the portability probes (reproci.stages.probes)
     execution: dict[str, Any] | None  # compiled, autocast: part of the identity (reproci.worker.execution)
-    bisect: Bisect  # the bisection by configuration (reproci.stages.bisect)
-    blame: Blame  # the upgrade blame by package (reproci.stages.blame)
     world_size: int  # ranks per run (--world-size)
     epoch_order: WarningText  # a shuffling loader that repeated its order (reproci.stages.determinism.epochs)
     shared_batches: WarningText  # ranks that train on the same batches (reproci.stages.determinism.replicas)

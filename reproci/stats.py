@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
-
-from .entry_sections import MetricSpread
+from typing import Any, Sequence, TypedDict
 
 CONFIDENCE = 0.95
 MIN_SEEDS = 3  # fewer runs per side give an interval too wide (or undefined) to say anything
@@ -28,7 +26,16 @@ def lower_is_better(metric: str) -> bool:
     return metric.lower().endswith(LOWER_IS_BETTER_SUFFIXES)
 
 
-def describe(values: Sequence[float]) -> MetricSpread:
+class Spread(TypedDict):
+    """Values with their mean and sample standard deviation (``describe``): the variance stage's
+    ``MetricSpread`` is this and the metric's direction."""
+
+    values: list[float]
+    mean: float | None
+    std: float | None
+
+
+def describe(values: Sequence[float]) -> Spread:
     """Per-seed values with their mean and sample standard deviation (None below two values)."""
     vals = [float(v) for v in values]
     return {"values": vals, "mean": statistics.fmean(vals) if vals else None,

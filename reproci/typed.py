@@ -76,6 +76,8 @@ def _value(hint: Any, value: Any) -> Any:
     if origin in (Union, types.UnionType):
         kinds = [a for a in typing.get_args(hint) if a is not type(None)]
         sections = [a for a in kinds if dataclasses.is_dataclass(a)]
+        if len(kinds) == 1 and not sections:  # list[X] | None, dict[str, X] | None: read as the list or dict
+            return _value(kinds[0], value)
         if sections and isinstance(value, Mapping):
             return _value(sections[0], value)
         return value

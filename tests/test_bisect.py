@@ -11,6 +11,7 @@ import pytest
 
 from reproci import verdicts
 from reproci.stages import bisect
+from reproci.stages.bisect.result import Bisect
 from tests.helpers import PLUGINS, model_entry
 
 CULPRITS = f"{PLUGINS / 'culprits.py'}"
@@ -149,9 +150,10 @@ def test_stages_read_in_order() -> None:
                       {"factor": "amp", "status": "turned off", "from": "bf16 autocast", "to": "fp32", "equal": False},
                       {"factor": "workers", "status": "turned off", "from": "num_workers=2", "to": "num_workers=0",
                        "equal": True}], "runs": 4, "steps": 3, "seconds": 5.0}
-    assert bisect.stages_text(row) == ("compile: already off · amp: bf16 autocast → fp32, still differs · "
-                                       "workers: num_workers=2 → num_workers=0, equal (4 runs to step 3, 5 s)")
-    out = {**row, "verdict": "NONDETERMINISTIC", "culprit": "workers"}
+    assert bisect.stages_text(Bisect.from_json(row)) == (
+        "compile: already off · amp: bf16 autocast → fp32, still differs · "
+        "workers: num_workers=2 → num_workers=0, equal (4 runs to step 3, 5 s)")
+    out = Bisect.from_json({**row, "verdict": "NONDETERMINISTIC", "culprit": "workers"})
     assert bisect._message("m", {}, out) == ("m: NONDETERMINISTIC with num_workers=2; still unequal with AMP off; equal "
                                              "with num_workers=0 (compile was already off): the data loader's workers "
                                              "are the cause")

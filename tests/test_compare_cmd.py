@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from reproci import errors, plugins, results
+from reproci import errors, plugins, results, typed
 from reproci.golden import store
 from reproci.reports import build, github, jsonexport, prbody
 from reproci.stages import variance
+from reproci.stages.variance.result import VarianceResult
 
 
 def variance_result(losses: list[float], accuracy: list[float], seed: int = 0) -> dict[str, Any]:
@@ -142,7 +143,8 @@ def test_goldens_keep_the_variance_and_older_goldens_still_load(cli, tmp_path: P
 
 def judged_doc(current: dict[str, Any]) -> dict[str, Any]:
     v = dict(current)
-    v["against_golden"] = variance.against(BASE, current, "conv", run_id="g")
+    v["against_golden"] = typed.dump(variance.against(VarianceResult.from_json(BASE), VarianceResult.from_json(current),
+                                                      "conv", run_id="g"))
     return {"run_id": "r", "image": {"name": "img", "backend": "local"}, "options": {"stages": ["variance"]},
             "summary": {"exit_code": 0}, "golden": {}, "models": [{"model": "conv", "verdict": "NOT_CHECKED",
                                                                     "message": "m", "variance": v}]}

@@ -224,7 +224,7 @@ def test_a_run_that_recorded_its_golden_says_so(files):
 NOT_WARNINGS = {
     "model", "ref", "plugin", "description", "source", "code_sha256", "steps", "resume_at", "seed", "fault",
     "verdict", "message", "final_sha256", "config", "config_sha256", "batch_size", "attestation", "evidence",
-    "golden", "throughput", "variance", "audit", "probes", "execution", "bisect", "blame", "world_size",
+    "golden", "execution", "world_size",
     "coverage.epochs", "coverage.batches_per_epoch", "coverage.resume_at", "coverage.resume_epoch", "runs", "records",
     "across_nodes", "error", "seconds", "state_census.differences", "state_census.errors",
 }

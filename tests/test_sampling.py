@@ -32,9 +32,9 @@ def test_a_steady_slowdown_stops_each_repetition_at_the_minimum_and_after_two_re
         reps += 1
         assert taken < 30
     sd = s.summary("strict")
-    assert reps == sampling.MIN_REPS and sd["within_target"] and not sd["noisy"]
-    assert abs(sd["median"] - 1.25) < 0.005 and sd["ci_low"] <= 1.25 <= sd["ci_high"]
-    assert sd["pairs"] == sum(sd["pairs_per_repetition"]) and "within ±2.0%" in sd["stopped"]
+    assert reps == sampling.MIN_REPS and sd.within_target and not sd.noisy
+    assert abs(sd.median - 1.25) < 0.005 and sd.ci_low <= 1.25 <= sd.ci_high
+    assert sd.pairs == sum(sd.pairs_per_repetition) and "within ±2.0%" in sd.stopped
 
 
 def test_noise_wider_than_the_target_runs_to_the_cap_and_says_so():
@@ -43,8 +43,8 @@ def test_noise_wider_than_the_target_runs_to_the_cap_and_says_so():
     while s.more_reps():
         _feed(s, 0.01 * rng.uniform(0.5, 1.5, 20), 0.01 * rng.uniform(0.5, 1.5, 20))
     sd = s.summary("strict")
-    assert len(sd["pairs_per_repetition"]) == 3 and not sd["within_target"] and sd["noisy"]
-    assert sd["stopped"].startswith("cap reached (3 repetitions") and "wider than the ±2.0% target" in sd["stopped"]
+    assert len(sd.pairs_per_repetition) == 3 and not sd.within_target and sd.noisy
+    assert sd.stopped.startswith("cap reached (3 repetitions") and "wider than the ±2.0% target" in sd.stopped
     assert s.stopped == ["cap", "cap", "cap"]
 
 
@@ -54,7 +54,7 @@ def test_rounds_before_the_step_times_settle_are_dropped():
     strict = [0.05, 0.03, 0.02, 0.012] + [0.01] * 26
     _feed(s, strict, [0.01] * 30)
     sd = s.summary("strict")
-    assert sd["warmup_rounds_dropped"] == [5] and sd["median"] == 1.0  # settled once 3 in a row agree
+    assert sd.warmup_rounds_dropped == [5] and sd.median == 1.0  # settled once 3 in a row agree
 
 
 def test_repetitions_that_disagree_widen_the_interval_and_ask_for_more():
@@ -65,13 +65,13 @@ def test_repetitions_that_disagree_widen_the_interval_and_ask_for_more():
         _feed(s, [0.01 * level] * 30, [0.01] * 30, MODES if k % 2 == 0 else MODES[::-1])
     assert s.more_reps()
     sd = s.summary("strict")
-    assert sd["ci_high"] - sd["ci_low"] > 0.04 and not sd["within_target"]
+    assert sd.ci_high - sd.ci_low > 0.04 and not sd.within_target
 
 
 def test_few_timed_steps_still_leave_pairs_to_count():
     s = Sampler(MODES, "default", target=0.02, max_rounds=8, max_reps=1)
     _feed(s, [0.05, 0.01, 0.03, 0.02, 0.01, 0.04, 0.01, 0.02], [0.01] * 8)
-    assert s.summary("strict")["pairs"] >= 6  # settling takes at most a quarter of the timed steps
+    assert s.summary("strict").pairs >= 6  # settling takes at most a quarter of the timed steps
 
 
 class _Clock:
@@ -116,9 +116,9 @@ def test_the_time_budget_sets_each_repetitions_length_and_ends_the_sampling_and_
     assert len(ends) == 2 and 4.99 < ends[0] < 5.11 and 9.99 < ends[1] < 10.11
     assert s.stopped == ["time share", "budget"]
     sd = s.summary("strict")
-    assert sd["stop"] == "budget" and not sd["within_target"] and sd["time_budget_s"] == 10.0
-    assert sd["how_stopped"] == f"budget spent at ±{sd['half_width'] * 100:.1f} %" and sd["half_width"] > 0.02
-    assert sd["stopped"].startswith("time budget of 10 s spent (2 repetitions)")
+    assert sd.stop == "budget" and not sd.within_target and sd.time_budget_s == 10.0
+    assert sd.how_stopped == f"budget spent at ±{sd.half_width * 100:.1f} %" and sd.half_width > 0.02
+    assert sd.stopped.startswith("time budget of 10 s spent (2 repetitions)")
 
 
 def test_a_repetition_is_not_started_when_the_budget_left_cannot_hold_its_start_up():
@@ -128,10 +128,10 @@ def test_a_repetition_is_not_started_when_the_budget_left_cannot_hold_its_start_
     ends = _timed(s, clock, startup=4.0, round_s=0.05, tail=1.0, noisy=True)
     assert len(ends) == 1 and ends[0] < 6.0  # 10 - 6 s left: not enough for another 4 s launch
     sd = s.summary("strict")
-    assert sd["stop"] == "budget"
+    assert sd.stop == "budget"
     # It says the seconds spent, not the whole budget, and why no repetition followed.
     spent = clock.t
-    assert sd["stopped"].startswith(f"{spent:.1f} s of the time budget of 10 s spent; the {10 - spent:.1f} s left "
+    assert sd.stopped.startswith(f"{spent:.1f} s of the time budget of 10 s spent; the {10 - spent:.1f} s left "
                                     "cannot hold another repetition's start-up of 4.0 s (1 repetitions)")
 
 
@@ -141,8 +141,8 @@ def test_a_slowdown_that_settles_inside_the_budget_says_settled():
                 budget=sampling.Budget(60.0, clock))
     ends = _timed(s, clock, startup=2.0, round_s=0.05, tail=1.0, noisy=False)
     sd = s.summary("strict")
-    assert len(ends) == sampling.MIN_REPS and ends[-1] < 10.0 and sd["stop"] == "settled"
-    assert sd["how_stopped"] == "±0.0 %, settled" and sd["median"] == 1.2
+    assert len(ends) == sampling.MIN_REPS and ends[-1] < 10.0 and sd.stop == "settled"
+    assert sd.how_stopped == "±0.0 %, settled" and sd.median == 1.2
 
 
 def test_how_a_sampling_stopped_is_one_short_sentence():

@@ -15,6 +15,7 @@ from reproci.settings.options import RunOptions
 from reproci.stages import throughput
 from reproci.stages.throughput import sampling
 from reproci.stages.throughput.options import ThroughputOptions
+from reproci.stages.throughput.result import SampledSlowdown, ThroughputSummary
 from reproci.worker.process.spec import PROFILE_STEPS, WorkerSpec
 
 from .helpers import Cli, model_entry, undeclared
@@ -32,9 +33,9 @@ def test_bootstrap_interval_brackets_the_median_and_is_repeatable():
 def test_a_wide_interval_is_flagged_noisy_and_a_tight_one_is_not():
     tight = throughput.slowdown([1.100, 1.102, 1.098, 1.101, 1.099])
     wide = throughput.slowdown([0.9, 1.3, 1.0, 1.5, 1.1])
-    assert not tight["noisy"] and tight["relative_width"] < 0.01
-    assert wide["noisy"] and wide["ci_high"] - wide["ci_low"] > 0.1
-    assert throughput.slowdown([1.1, 1.1])["noisy"]  # two repetitions cannot vouch for an interval
+    assert not tight.noisy and tight.relative_width < 0.01
+    assert wide.noisy and wide.ci_high - wide.ci_low > 0.1
+    assert throughput.slowdown([1.1, 1.1]).noisy  # two repetitions cannot vouch for an interval
 
 
 def _ops(**times: float) -> list[dict]:
@@ -47,18 +48,20 @@ def test_top_ops_name_the_op_that_grew_with_its_share_of_the_slowdown():
         "default": [_ops(aten__index_add_=100, aten__mm=50), _ops(aten__index_add_=100, aten__mm=50)],
     }
     top = throughput.attribute_ops(ops, device="cpu")
-    assert [t["op"] for t in top] == ["aten::index_add_", "aten::sort"]
-    assert top[0]["growth"] == pytest.approx(0.40)
-    assert top[0]["share"] == pytest.approx(40 / 60)  # of all the time that grew
-    assert top[0]["strict_ms"] == pytest.approx(0.14) and top[0]["default_ms"] == pytest.approx(0.10)
-    assert top[1]["growth"] is None  # runs only in strict mode
+    assert [t.op for t in top] == ["aten::index_add_", "aten::sort"]
+    assert top[0].growth == pytest.approx(0.40)
+    assert top[0].share == pytest.approx(40 / 60)  # of all the time that grew
+    assert top[0].strict_ms == pytest.approx(0.14) and top[0].default_ms == pytest.approx(0.10)
+    assert top[1].growth is None  # runs only in strict mode
     assert throughput.attribute_ops({"strict": ops["strict"], "default": []}, device="cpu") == []
 
 
-def _summary(median: float, low: float, high: float, steps_per_s: float = 100.0, device: str = "cpu") -> dict:
-    return {"device": device, "threads": 1,
-            "modes": {"strict": {"steps_per_s": steps_per_s}, "default": {"steps_per_s": steps_per_s * median}},
-            "slowdown": {"strict": {"median": median, "ci_low": low, "ci_high": high}}}
+def _summary(median: float, low: float, high: float, steps_per_s: float = 100.0, device: str = "cpu") -> ThroughputSummary:
+    """What a golden keeps, as its YAML has it."""
+    return ThroughputSummary.from_json({
+        "device": device, "threads": 1,
+        "modes": {"strict": {"steps_per_s": steps_per_s}, "default": {"steps_per_s": steps_per_s * median}},
+        "slowdown": {"strict": {"median": median, "ci_low": low, "ci_high": high}}})
 
 
 def test_regression_beyond_the_factor_warns_in_one_line():
@@ -74,7 +77,7 @@ def test_regression_beyond_the_factor_warns_in_one_line():
     slower = _summary(1.10, 1.08, 1.12, steps_per_s=50.0)
     assert "throughput regressed" in (throughput.check_regression(slower, golden, 1.25) or "")
     assert throughput.check_regression(_summary(1.10, 1.08, 1.12, 50.0, device="cuda"), golden, 1.25) is None
-    assert throughput.check_regression({}, golden, 1.25) is None
+    assert throughput.check_regression(ThroughputSummary.from_json({}), golden, 1.25) is None
 
 
 def test_plan_runs_each_mode_in_its_own_process_interleaved_abba():
@@ -119,7 +122,7 @@ def throughput_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, objec
 def test_throughput_only_run_prints_slowdown_interval_and_top_ops(throughput_run):
     cli, r, doc = throughput_run
     assert r.returncode == 0, r.stderr
-    assert undeclared(doc) == []  # every key the stage writes is declared (entry_sections.Throughput)
+    assert undeclared(doc) == []  # every key the stage writes is declared (its result.ThroughputResult)
     assert "cost of strict determinism" in r.stdout
     assert "×  [" in r.stdout.replace("× [", "×  [")  # "1.02× [0.99, 1.05]"
     assert "determinism not checked" in r.stdout
@@ -184,7 +187,7 @@ def test_the_run_is_recorded_in_the_history_with_image_and_commit_in_the_name(th
     assert files[0].name.endswith(f"-{(doc['project_commit'] or 'nocommit')[:12]}.json")
     entry = json.loads(files[0].read_text())
     assert entry["schema"] == "reproci.history" and entry["version"] == 1
-    summary = entry["models"][0]["throughput"]
+    summary = ThroughputSummary.from_json(entry["models"][0]["throughput"])
     assert summary == throughput.throughput_summary(model_entry(doc, "embedding"))
     assert throughput.check_regression(summary, summary, 1.1) is None
 
@@ -253,7 +256,8 @@ def test_every_report_says_how_the_sampling_stopped_beside_the_figure():
          "slowdowns": {"strict": sd}, "order": "step-by-step turns", "time_budget_s": 15.0, "run_length": "time"}
     doc = {"image": {"name": "local"}, "options": {}, "summary": {}, "models": [
         {"model": "conv", "verdict": verdicts.NOT_CHECKED, "throughput": t}]}
-    assert report.slowdown_text(sd) == "1.100× [1.050, 1.150], 94 pairs, budget spent at ±4.1 % (wider than the ±2.0% target)"
+    assert report.slowdown_text(SampledSlowdown(**sd)) == ("1.100× [1.050, 1.150], 94 pairs, budget spent at ±4.1 % "
+                                                          "(wider than the ±2.0% target)")
     md = build.markdown_report(doc, plugins.stages())
     assert "94 pairs, budget spent at ±4.1 %" in next(line for line in md.splitlines() if line.startswith("| conv |"))
     assert "or the time budget of 15 s a model is spent" in md

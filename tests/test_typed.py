@@ -48,3 +48,17 @@ def test_a_section_read_back_is_written_as_the_same_bytes() -> None:
 def test_what_is_not_a_mapping_is_refused() -> None:
     with pytest.raises(TypeError, match="Section: expected a mapping, got list"):
         typed.load(Section, [1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failed:
+    rows: list[Row] | None = typed.key(omit_none=True, default=None)  # left out where the stage failed
+    error: str | None = typed.key(omit_none=True, default=None)
+
+
+def test_a_list_of_sections_that_may_be_left_out_is_read_as_sections() -> None:
+    text = '{"rows": [{"factor": "threads", "from": "4"}]}'
+    section = typed.load(Failed, json.loads(text))
+    assert section.rows is not None and section.rows[0].start == "4"
+    assert json.dumps(typed.dump(section)) == text
+    assert typed.dump(Failed(error="crash")) == {"error": "crash"}

@@ -144,10 +144,11 @@ def test_an_eval_fn_that_breaks_the_contract_says_what_to_fix() -> None:
 
 def test_a_failed_seed_run_makes_the_model_an_error() -> None:
     from reproci.stages import variance
+    from reproci.stages.variance.result import Error, VarianceResult
 
     entry = {"model": "conv", "verdict": "PASS", "message": "A = B = C", "seconds": 1.0, "records": {"A": "a.json"}}
-    variance.attach(entry, {"k": 3, "metrics": {}, "seconds": 2.0, "records": ["conv/record-variance-seed0.json"],
-                            "error": {"kind": "crash", "message": "run variance-seed1 died with exit code 1"}},
+    variance.attach(entry, VarianceResult(k=3, seconds=2.0, records=["conv/record-variance-seed0.json"],
+                                          error=Error(kind="crash", message="run variance-seed1 died with exit code 1")),
                     ("determinism", "variance"))
     assert entry["verdict"] == "ERROR" and entry["seconds"] == 3.0 and entry["records"] == {"A": "a.json"}
     assert entry["message"] == "variance stage: run variance-seed1 died with exit code 1 (determinism: PASS)"

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..entry_sections import MetricSpread  # noqa: E402
 from .history import TrendPoint  # noqa: E402
 
 DPI = 100
+
+
+class SeedValues(Protocol):
+    """A metric over the seeds (the variance stage's ``MetricSpread``): what its strip draws."""
+
+    @property
+    def values(self) -> list[float]: ...
+
+    @property
+    def lower_is_better(self) -> bool: ...
 
 
 def _png(fig: Any) -> bytes:
@@ -66,12 +75,12 @@ def slowdown_history(series: dict[str, list[TrendPoint]], title: str) -> bytes:
     return _png(fig)
 
 
-def seed_strip(model: str, metrics: dict[str, MetricSpread], golden: dict[str, list[float]]) -> bytes:
+def seed_strip(model: str, metrics: Mapping[str, SeedValues], golden: dict[str, list[float]]) -> bytes:
     """One strip per metric: each seed's value as a dot, the mean as a bar, ±1 std as a band;
-    beside it the golden's seeds when there are any. ``metrics``: name -> {values, mean, std}."""
+    beside it the golden's seeds when there are any. ``metrics``: name -> its values and direction."""
     fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics) + 0.6, 3.0), squeeze=False)
     for ax, (name, m) in zip(axes[0], metrics.items()):
-        strips = ([("golden", golden[name])] if golden.get(name) else []) + [("this run", m["values"])]
+        strips = ([("golden", golden[name])] if golden.get(name) else []) + [("this run", m.values)]
         for x, (label, values) in enumerate(strips):
             color = "#888888" if label == "golden" else "#4c72b0"
             mean = sum(values) / len(values)
@@ -81,7 +90,7 @@ def seed_strip(model: str, metrics: dict[str, MetricSpread], golden: dict[str, l
             ax.plot([x] * len(values), values, "o", color="black", markersize=4)
         ax.set_xticks(range(len(strips)), [label for label, _ in strips])
         ax.set_xlim(-0.6, len(strips) - 0.4)
-        ax.set_title(f"{name} ({'lower' if m.get('lower_is_better') else 'higher'} is better)", fontsize="small")
+        ax.set_title(f"{name} ({'lower' if m.lower_is_better else 'higher'} is better)", fontsize="small")
     fig.suptitle(f"{model}: one dot per seed, mean and ±1 std", y=1.04)
     return _png(fig)
 

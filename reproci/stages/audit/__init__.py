@@ -11,19 +11,20 @@ import json
 import time
 from typing import TypedDict
 
-from ...entry_sections import Audit
+from ... import typed
 from ...errors import WorkerFailed
 from ...results import ResultsDocument
 from ...runner import run_worker
 from ...settings.models import ModelRef
 from ..base import StageRun
 from ..runs import base_spec
+from .result import AuditResult, Error, Finding, of
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}
 
 
-def run_model(run: StageRun, model: ModelRef) -> Audit:
+def run_model(run: StageRun, model: ModelRef) -> AuditResult:
     """The audit of one model: its findings, its op inventory, or why it could not run."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
@@ -34,30 +35,37 @@ def run_model(run: StageRun, model: ModelRef) -> Audit:
         run_worker(ctx, spec)
         data = json.loads((ctx.run_dir / model.name / "audit.json").read_text())
     except (WorkerFailed, OSError, json.JSONDecodeError) as e:
-        return {"error": {"kind": getattr(e, "kind", "crash"), "message": str(e)}, "seconds": round(time.monotonic() - t0, 3)}
-    findings = data.get("findings") or []
-    return {
-        "torch": data.get("torch"),
-        "device": options.device,
-        "ops_executed": data.get("ops_executed"),
-        "distinct_ops": len({i["op"] for i in data.get("inventory") or []}),
-        "counts": {c: sum(1 for f in findings if f["cuda"] == c) for c in CATEGORIES},
-        "findings": findings,
-        "warnings": data.get("warnings") or [],
-        "attention": data.get("attention") or [],  # each SDPA call: inputs, predicted CUDA backend's facts, what ran
-        "inventory": data.get("inventory") or [],
-        "record": f"{model.name}/audit.json",
-        "seconds": round(time.monotonic() - t0, 3),
-    }
+        return AuditResult(error=Error(kind=getattr(e, "kind", "crash"), message=str(e)),
+                           seconds=round(time.monotonic() - t0, 3))
+    findings = [typed.load(Finding, f) for f in data.get("findings") or []]  # the worker's, keys as it wrote them
+    inventory = data.get("inventory") or []
+    return AuditResult(
+        torch=data.get("torch"),
+        device=options.device,
+        ops_executed=data.get("ops_executed"),
+        distinct_ops=len({i["op"] for i in inventory}),
+        counts={c: sum(1 for f in findings if f.cuda == c) for c in CATEGORIES},
+        findings=findings,
+        warnings=data.get("warnings") or [],
+        attention=data.get("attention") or [],
+        inventory=inventory,
+        record=f"{model.name}/audit.json",
+        seconds=round(time.monotonic() - t0, 3),
+    )
 
 
-def summary(audit: Audit) -> str:
+def summary(audit: AuditResult) -> str:
     """'1 raises on CUDA, 2 slower on CUDA, 1 fills memory' (or why there is no audit)."""
-    if audit.get("error"):
-        return f"audit failed: {audit['error']['message']}"
-    counts = audit.get("counts") or {}
+    if audit.error:
+        return f"audit failed: {audit.error.message}"
+    counts = audit.counts or {}
     parts = [f"{counts[c]} {ON_CUDA[c]}" for c in CATEGORIES if counts.get(c)]
     return ", ".join(parts) if parts else "no op that strict determinism acts on"
+
+
+def audited(document: ResultsDocument) -> list[tuple[str, AuditResult]]:
+    """Each audited model's name and audit, in the document's order."""
+    return [(m["model"], audit) for m in document.get("models") or [] if (audit := of(m)) is not None]
 
 
 class Row(TypedDict, total=False):
@@ -77,16 +85,12 @@ class Row(TypedDict, total=False):
 def rows(document: ResultsDocument) -> list[Row]:
     """One row per finding, per model, for every report: model, op, count, where, on CUDA, advice."""
     out: list[Row] = []
-    for m in document.get("models") or []:
-        audit = m.get("audit")
-        if not isinstance(audit, dict):
-            continue
-        if audit.get("error"):
-            out.append({"model": m["model"], "op": "—", "count": None, "where": "", "cuda": "error",
-                        "what": audit["error"]["message"], "advice": "", "checked": ""})
-        for f in audit.get("findings") or []:
-            out.append({"model": m["model"], "op": f["op"], "count": f["count"], "where": "; ".join(f["where"]),
-                        "cuda": ON_CUDA.get(f["cuda"], f["cuda"]) if f.get("device", "cuda") == "cuda"
-                        else f"{f['cuda']} on CPU", "what": f.get("why") or f["what"], "advice": f["advice"],
-                        "checked": f["checked"], "phases": ", ".join(f["phases"])})
+    for model, audit in audited(document):
+        if audit.error:
+            out.append({"model": model, "op": "—", "count": None, "where": "", "cuda": "error",
+                        "what": audit.error.message, "advice": "", "checked": ""})
+        for f in audit.findings or []:
+            out.append({"model": model, "op": f.op, "count": f.count, "where": "; ".join(f.where),
+                        "cuda": ON_CUDA.get(f.cuda, f.cuda) if f.device == "cuda" else f"{f.cuda} on CPU",
+                        "what": f.why or f.what, "advice": f.advice, "checked": f.checked, "phases": ", ".join(f.phases)})
     return out

@@ -11,26 +11,23 @@ from rich.markup import escape as markup
 from rich.table import Table
 
 from ...reports.mdtable import code, plain_table
-from ...results import ModelEntry, ResultsDocument
-from . import rows, summary
+from ...results import ResultsDocument
+from . import audited, rows, summary
+from .result import AuditResult
 
 TITLE = "Op audit: what strict determinism does to these ops on CUDA"
 HEADER = ["model", "op", "count", "on CUDA", "where", "fix or cost"]
 CUDA_STYLE = {"raises on CUDA": "bold red", "slower on CUDA": "yellow", "fills memory": "dim", "error": "bold red"}
 
 
-def _audited(document: ResultsDocument) -> list[ModelEntry]:
-    return [m for m in document.get("models") or [] if isinstance(m.get("audit"), dict)]
-
-
-def _quiet(audited: list[ModelEntry]) -> list[ModelEntry]:
+def _quiet(models: list[tuple[str, AuditResult]]) -> list[tuple[str, AuditResult]]:
     """The audited models with no finding and no error: a row each that says so."""
-    return [m for m in audited if not (m["audit"].get("findings") or m["audit"].get("error"))]
+    return [(model, audit) for model, audit in models if not (audit.findings or audit.error)]
 
 
 def table(document: ResultsDocument) -> Table | None:
     """The terminal table; None where no model was audited."""
-    models = _audited(document)
+    models = audited(document)
     if not models:
         return None
     t = Table(title=TITLE, title_justify="left")
@@ -41,8 +38,8 @@ def table(document: ResultsDocument) -> Table | None:
         t.add_row(r["model"], markup(r["op"]), "" if r["count"] is None else str(r["count"]),
                   f"[{CUDA_STYLE.get(r['cuda'], 'yellow')}]{markup(r['cuda'])}[/]", markup(r["where"]),
                   markup(r["advice"] or r["what"]))
-    for m in _quiet(models):
-        t.add_row(m["model"], "—", "", "[green]nothing[/]", "", summary(m["audit"]))
+    for model, audit in _quiet(models):
+        t.add_row(model, "—", "", "[green]nothing[/]", "", summary(audit))
     return t
 
 
@@ -55,12 +52,12 @@ def terminal(document: ResultsDocument, console: Console) -> None:
 
 def markdown(document: ResultsDocument) -> list[str]:
     """The Markdown section; empty where no model was audited."""
-    audited = _audited(document)
-    if not audited:
+    models = audited(document)
+    if not models:
         return []
     found = [[r["model"], code(r["op"]), r["count"], r["cuda"], r["where"], r["advice"] or r["what"]]
              for r in rows(document)]
-    found += [[m["model"], "—", "", "nothing", "", summary(m["audit"])] for m in _quiet(audited)]
+    found += [[model, "—", "", "nothing", "", summary(audit)] for model, audit in _quiet(models)]
     return [f"### {TITLE}", "", *plain_table(HEADER, found), ""]
 
 
@@ -68,11 +65,11 @@ def html(document: ResultsDocument) -> str:
     """The HTML section; empty where no model was audited."""
     from ...reports import html as page  # matplotlib, imported when a report is made
 
-    audited = _audited(document)
-    if not audited:
+    models = audited(document)
+    if not models:
         return ""
     found = [[escape(str(r["model"])), f"<code>{escape(r['op'])}</code>", escape(str(r["count"] or "")),
               f'<span class="{"bad" if r["cuda"] in ("raises on CUDA", "error") else ""}">{escape(r["cuda"])}</span>',
               escape(r["where"]), escape(r["advice"] or r["what"])] for r in rows(document)]
-    found += [[escape(str(m["model"])), "—", "", "nothing", "", escape(summary(m["audit"]))] for m in _quiet(audited)]
+    found += [[escape(str(model)), "—", "", "nothing", "", escape(summary(audit))] for model, audit in _quiet(models)]
     return f'<section id="audit"><h2>{escape(TITLE)}</h2>' + page.table(HEADER, found) + "</section>"

@@ -19,10 +19,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
-from ... import verdicts
-from ...entry_sections import Bisect, BisectRow
+from ... import results, typed, verdicts
 from ...errors import WorkerFailed
 from ...golden.divergence import first_divergence
 from ...results import ModelEntry, ResultsDocument
@@ -33,6 +32,7 @@ from ...worker.process.spec import WorkerSpec
 from ...worker.run_record import RunRecord
 from ..base import StageRun
 from ..determinism import STAGGER_S, beyond_tensors, golden_cause, plan, warm_spec
+from .result import Bisect, BisectRow, PairRow
 
 Records = dict[str, dict[str, Any]]
 
@@ -124,66 +124,67 @@ def bisect_model(run: StageRun, model: ModelRef, entry: ModelEntry, record_a: Ru
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
     pair = pair_of(entry)
-    out: Bisect = {"check": None, "verdict": entry.get("verdict"), "stages": [], "culprit": None, "runs": 0,
-                   "steps": None}
     if pair is None:
         why = ("the model switches determinism controls off; turn them back on first"
                if (entry.get("evidence") or {}).get("cause") == "controls" else
                "the ranks of one run disagree; bisect with --world-size 1 runs")
-        return {**out, "message": f"{model.name}: not bisected: {why}", "seconds": 0.0}
+        return Bisect(verdict=entry.get("verdict"), message=f"{model.name}: not bisected: {why}")
     specs = plan(options, model, project_commit=run.project_commit, image=run.image)
     if pair[1] == "W":
         specs["W"] = warm_spec(specs)
     steps = _steps(entry, options.steps, pair[1] == "C")
-    out.update({"check": f"{pair[0]} vs {pair[1]}", "steps": steps})
     k = int(entry.get("resume_at") or options.resume_at)
+    stages: list[BisectRow] = []
+    culprit, total = None, 0
     for stage, factor in enumerate(FACTORS, 1):
         state = factor.on(specs["A"], record_a)
         if state is None:
-            out["stages"].append({"factor": factor.name, "status": "already off"})
+            stages.append(BisectRow(factor=factor.name, status="already off"))
             continue
         specs = {role: factor.off(s) for role, s in specs.items()}
-        row: BisectRow = {"factor": factor.name, "status": "turned off", "from": state, "to": factor.off_text}
-        out["stages"].append(row)
         if pair[1] == "W":  # an eager run has no compile cache: turning compile off ends cache dependence
-            row.update({"equal": True, "evidence": None, "note": "eager runs have no compile cache"})
+            row = PairRow(factor=factor.name, status="turned off", from_=state, to=factor.off_text, equal=True,
+                          note="eager runs have no compile cache")
         else:
             try:
                 div, runs = _check(ctx, _specs(specs, pair, stage, steps, k))
             except WorkerFailed as e:
-                row.update({"status": "error", "message": str(e)})
+                stages.append(BisectRow(factor=factor.name, status="error", from_=state, to=factor.off_text,
+                                        message=str(e)))
                 break
-            out["runs"] += runs
-            row.update({"equal": div is None, "evidence": div.to_dict() if div is not None else None})
-        if row["equal"]:
-            out["culprit"] = factor.name
+            total += runs
+            row = PairRow(factor=factor.name, status="turned off", from_=state, to=factor.off_text,
+                          equal=div is None, evidence=div.to_dict() if div is not None else None)
+        stages.append(row)
+        if row.equal:
+            culprit = factor.name
             break
-    out["message"] = _message(model.name, entry, out)
-    out["seconds"] = round(time.monotonic() - t0, 3)
-    return out
+    out = Bisect(check=f"{pair[0]} vs {pair[1]}", verdict=entry.get("verdict"), stages=stages, culprit=culprit,
+                 runs=total, steps=steps)
+    return typed.replace(out, message=_message(model.name, entry, out), seconds=round(time.monotonic() - t0, 3))
 
 
 def _message(name: str, entry: ModelEntry, out: Bisect) -> str:
     """'conv: NONDETERMINISTIC with num_workers=2; equal with num_workers=0 (compile and AMP were
     already off): the data loader's workers are the cause'."""
-    rows = out["stages"]
-    already = [FACTOR[r["factor"]].label for r in rows if r["status"] == "already off"]
+    rows = out.stages
+    already = [FACTOR[r.factor].label for r in rows if r.status == "already off"]
     off_note = f" ({_and(already)} {'was' if len(already) == 1 else 'were'} already off)" if already else ""
-    tried = [r for r in rows if r["status"] == "turned off"]
-    if any(r["status"] == "error" for r in rows):
-        bad = next(r for r in rows if r["status"] == "error")
-        return f"{name}: bisection stopped: the run with {FACTOR[bad['factor']].label} off failed ({bad['message']})"
-    if out["culprit"] is not None:
+    tried = [r for r in rows if r.status == "turned off"]
+    bad = next((r for r in rows if r.status == "error"), None)
+    if bad is not None:
+        return f"{name}: bisection stopped: the run with {FACTOR[bad.factor].label} off failed ({bad.message})"
+    if out.culprit is not None:
         hit = tried[-1]
-        before = [f"{FACTOR[r['factor']].label} off" for r in tried[:-1]]
+        before = [f"{FACTOR[r.factor].label} off" for r in tried[:-1]]
         still = f"; still unequal with {_and(before)}" if before else ""
-        return (f"{name}: {out['verdict']} with {hit['from']}{still}; equal with {hit['to']}{off_note}: "
-                f"{FACTOR[hit['factor']].cause}")
+        return (f"{name}: {out.verdict} with {hit.from_}{still}; equal with {hit.to}{off_note}: "
+                f"{FACTOR[hit.factor].cause}")
     op = verdicts.op_text((entry.get("evidence") or {}).get("op"))
     where = "the cause is in the model's code" + (f"; first differing op: {op}" if op else "")
     if not tried:
         return f"{name}: {_and(already)} were all off already: {where}"
-    return f"{name}: none of {_and([FACTOR[r['factor']].label for r in tried])} restores equality{off_note}: {where}"
+    return f"{name}: none of {_and([FACTOR[r.factor].label for r in tried])} restores equality{off_note}: {where}"
 
 
 FACTOR = {f.name: f for f in FACTORS}
@@ -212,8 +213,8 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: ModelEntry) -> Bisect:
     t0 = time.monotonic()
     section = entry.get("golden") or {}
     steps = _steps(section, options.steps, False)
-    out: Bisect = {"check": "A vs the golden", "verdict": entry.get("verdict"), "stages": [], "culprit": None,
-                   "runs": 0, "steps": steps}
+    stages: list[BisectRow] = []
+    culprit, runs = None, 0
     spec = dataclasses.replace(plan(options, model, project_commit=run.project_commit, image=run.image)["A"], steps=steps,
                                checkpoint_at=None, checkpoint_path=None, final_dump_path=None,
                                checkpoint_after_epoch=False)
@@ -221,32 +222,32 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: ModelEntry) -> Bisect:
     for stage, (said, change) in enumerate(_drift_changes(section.get("env_diff") or {}), 1):
         env = {**spec.env, **change.pop("env", {})}
         spec = dataclasses.replace(spec, role=f"bisect{stage}-A", output=f"record-bisect{stage}-A.json", env=env, **change)
-        row: BisectRow = {"factor": said, "status": "put back"}
-        out["stages"].append(row)
         try:
             record = run_worker(ctx, spec)
         except WorkerFailed as e:
-            row.update({"status": "error", "message": str(e)})
+            stages.append(BisectRow(factor=said, status="error", message=str(e)))
             break
-        out["runs"] += 1
-        row["equal"] = golden_cause.matches(g, record, steps, options.steps)
-        if row["equal"]:
-            out["culprit"] = said
+        runs += 1
+        equal = golden_cause.matches(g, record, steps, options.steps)
+        stages.append(BisectRow(factor=said, status="put back", equal=equal))
+        if equal:
+            culprit = said
             break
-    put_back = [r["factor"] for r in out["stages"] if r["status"] == "put back"]
-    if out["culprit"] is not None:
+    verdict = entry.get("verdict")
+    put_back = [r.factor for r in stages if r.status == "put back"]
+    if culprit is not None:
         before = f" (after {_and(put_back[:-1])}, which did not)" if len(put_back) > 1 else ""
-        out["message"] = (f"{model.name}: {out['verdict']}; with the golden's {out['culprit']}{before} it matches the "
-                          f"golden bit for bit through step {steps}: that factor is the cause")
+        message = (f"{model.name}: {verdict}; with the golden's {culprit}{before} it matches the "
+                   f"golden bit for bit through step {steps}: that factor is the cause")
     elif put_back:
-        out["message"] = (f"{model.name}: {out['verdict']}; still differs from the golden with {_and(put_back)} put back "
-                          "(compile, AMP and the loader match the golden by its identity): the cause is what cannot be "
-                          "set from software" + (f" ({section.get('why')})" if section.get("why") else ""))
+        message = (f"{model.name}: {verdict}; still differs from the golden with {_and(put_back)} put back "
+                   "(compile, AMP and the loader match the golden by its identity): the cause is what cannot be "
+                   "set from software" + (f" ({section.get('why')})" if section.get("why") else ""))
     else:
-        out["message"] = (f"{model.name}: {out['verdict']}; nothing the launcher sets differs from the golden's run "
-                          f"(compile, AMP and the loader match it by its identity): {section.get('why') or 'see the evidence'}")
-    out["seconds"] = round(time.monotonic() - t0, 3)
-    return out
+        message = (f"{model.name}: {verdict}; nothing the launcher sets differs from the golden's run "
+                   f"(compile, AMP and the loader match it by its identity): {section.get('why') or 'see the evidence'}")
+    return Bisect(check="A vs the golden", verdict=verdict, stages=stages, culprit=culprit, runs=runs, steps=steps,
+                  message=message, seconds=round(time.monotonic() - t0, 3))
 
 
 def conclude(run: StageRun, document: ResultsDocument) -> None:
@@ -260,29 +261,29 @@ def conclude(run: StageRun, document: ResultsDocument) -> None:
             continue
         if entry.get("verdict") in BISECTED:
             record_a = run_record.read_ok(ctx.run_dir / entry["records"]["A"])
-            entry["bisect"] = bisect_model(run, model, entry, record_a)
+            results.add_section(entry, "bisect", bisect_model(run, model, entry, record_a).to_json())
         elif entry.get("verdict") in DRIFT and golden is not None and model.name in golden.models:
-            entry["bisect"] = bisect_drift(run, model, entry)
+            results.add_section(entry, "bisect", bisect_drift(run, model, entry).to_json())
 
 
-def rows(document: ResultsDocument) -> list[Bisect]:
-    """One row per bisected model, for the reports."""
-    return [{"model": m["model"], **m["bisect"]} for m in document.get("models") or [] if m.get("bisect")]
+def rows(document: ResultsDocument) -> list[tuple[str, Bisect]]:
+    """Each bisected model's name and its bisection, for the reports."""
+    return [(m["model"], Bisect.from_json(section)) for m in document.get("models") or []
+            if (section := cast(Mapping[str, Any], m).get("bisect"))]
 
 
 def stages_text(row: Bisect) -> str:
     """'compile: already off · workers: num_workers=2 → num_workers=0, equal' (one bisection's stages)."""
     parts = []
-    for s in row.get("stages") or []:
-        if s["status"] == "already off":
-            parts.append(f"{s['factor']}: already off")
-        elif s["status"] == "error":
-            parts.append(f"{s['factor']}: run failed")
+    for s in row.stages:
+        if s.status == "already off":
+            parts.append(f"{s.factor}: already off")
+        elif s.status == "error":
+            parts.append(f"{s.factor}: run failed")
         else:
-            to = f"{s['from']} → {s['to']}, " if s.get("from") else ""
-            parts.append(f"{s['factor']}: {to}{'equal' if s.get('equal') else 'still differs'}")
-    return " · ".join(parts) + (f" ({row['runs']} runs to step {row['steps']}, {row.get('seconds', 0):.0f} s)"
-                                if row.get("steps") else "")
+            to = f"{s.from_} → {s.to}, " if s.from_ else ""
+            parts.append(f"{s.factor}: {to}{'equal' if s.equal else 'still differs'}")
+    return " · ".join(parts) + (f" ({row.runs} runs to step {row.steps}, {row.seconds:.0f} s)" if row.steps else "")
 
 
 def nothing(document: ResultsDocument) -> str | None:

@@ -28,9 +28,9 @@ def table(document: ResultsDocument) -> Table | None:
         t.add_column(name, no_wrap=True)
     for name in ("stages", "finding"):
         t.add_column(name, overflow="fold")
-    for r in found:
-        t.add_row(r["model"], f"[bold yellow]{markup(str(r['culprit']))}[/]" if r["culprit"] else "[dim]—[/]",
-                  markup(stages_text(r)), markup(r["message"]))
+    for model, r in found:
+        t.add_row(model, f"[bold yellow]{markup(str(r.culprit))}[/]" if r.culprit else "[dim]—[/]",
+                  markup(stages_text(r)), markup(r.message))
     return t
 
 
@@ -50,7 +50,7 @@ def markdown(document: ResultsDocument) -> list[str]:
     if not found:
         return []
     return [f"### {TITLE}", "", *plain_table(["model", "check", "cause", "stages", "finding"], [
-        [r["model"], r["check"] or "—", r["culprit"] or "—", stages_text(r), r["message"]] for r in found]), ""]
+        [model, r.check or "—", r.culprit or "—", stages_text(r), r.message] for model, r in found]), ""]
 
 
 def html(document: ResultsDocument) -> str:
@@ -60,7 +60,7 @@ def html(document: ResultsDocument) -> str:
     found = rows(document)
     if not found:
         return ""
-    cells = [[escape(str(r["model"])), escape(r["check"] or "—"), escape(str(r["culprit"] or "—")),
-              escape(stages_text(r)), page.prose(r["message"])] for r in found]
+    cells = [[escape(str(model)), escape(r.check or "—"), escape(str(r.culprit or "—")),
+              escape(stages_text(r)), page.prose(r.message)] for model, r in found]
     return (f'<section id="bisect"><h2>{escape(TITLE)}</h2>'
             + page.table(["model", "check", "cause", "stages", "finding"], cells) + "</section>")

@@ -13,6 +13,7 @@ from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun
 from . import conclude, report
 from .command import bisect_cmd
+from .result import Bisect as BisectResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +31,7 @@ class Bisect(Stage):
     report = report
     needs = ("determinism",)  # it bisects what that stage's verdicts and the golden comparison found
     options = BisectOptions
+    result = BisectResult
     commands = (bisect_cmd,)
     in_golden_update = False  # it explains a failure: `reproci bisect`
 

@@ -20,11 +20,9 @@ import dataclasses
 import itertools
 import sys
 import time
-from typing import Any
+from typing import Any, Mapping, cast
 
-from ... import backends, verdicts
-from ...entry_sections import Blame as BlameSection
-from ...entry_sections import BlameTry
+from ... import backends, results, typed, verdicts
 from ...errors import InfrastructureError, WorkerFailed
 from ...golden.divergence import step_rows
 from ...golden.drift import move
@@ -37,6 +35,8 @@ from ..base import StageRun
 from ..determinism.golden_cause import matches
 from ..runs import base_spec
 from . import images as blame_images
+from .result import Blame as BlameSection
+from .result import BlameCost, BlameTry, Reproduced
 
 MAX_PAIRS = 10
 
@@ -50,7 +50,7 @@ def conclude(run: StageRun, document: ResultsDocument) -> None:
     why = _refused(options, golden)
     if why:
         for entry in targets:
-            _attach(entry, {"culprit": None, "message": f"not blamed: {why}"})
+            _attach(entry, BlameSection(message=f"not blamed: {why}"))
         return
     from ...backends.docker_engine import Engine
 
@@ -59,9 +59,9 @@ def conclude(run: StageRun, document: ResultsDocument) -> None:
         old_id, new_id = golden.image["id"], run.image["id"]
         if engine.inspect_image(old_id) is None:
             for entry in targets:
-                _attach(entry, {"culprit": None, "message": (
+                _attach(entry, BlameSection(message=(
                     f"not blamed: the golden's image {golden.image.get('reference')} ({old_id[:19]}) is not here: "
-                    "rebuild it from the golden's commit (docker/build-image.sh NAME) or pull it")})
+                    "rebuild it from the golden's commit (docker/build-image.sh NAME) or pull it")))
             return
         Blame(run, engine, old_id, new_id, document).run(
             [(refs[e["model"]], e) for e in targets])
@@ -79,10 +79,10 @@ def _refused(options: Any, golden: Any) -> str | None:
 
 
 def _attach(entry: ModelEntry, result: BlameSection) -> None:
-    entry["blame"] = result
-    entry["message"] += f"; blame: {result['message']}"
+    results.add_section(entry, "blame", result.to_json())
+    entry["message"] += f"; blame: {result.message}"
     if isinstance(golden := entry.get("golden"), dict):
-        golden["message"] += f"; blame: {result['message']}"
+        golden["message"] += f"; blame: {result.message}"
 
 
 class Blame:
@@ -110,11 +110,11 @@ class Blame:
         try:
             for model, entry in targets:
                 result = self.model(model, entry, groups)
-                result["cost"] = {"images_built": sum(1 for t in self.tags.values() if t), "runs": self.runs,
-                                  "seconds": round(time.monotonic() - self.t0, 1)}
-                result["message"] += (f" (cost so far: {result['cost']['images_built']} images built, "
-                                      f"{self.runs} runs, {result['cost']['seconds']:.0f} s)")
-                _attach(entry, result)
+                cost = BlameCost(images_built=sum(1 for t in self.tags.values() if t), runs=self.runs,
+                                 seconds=round(time.monotonic() - self.t0, 1))
+                _attach(entry, typed.replace(result, cost=cost, message=(
+                    f"{result.message} (cost so far: {cost.images_built} images built, {self.runs} runs, "
+                    f"{cost.seconds:.0f} s)")))
             stopped = False
         finally:
             left = blame_images.remove_built(self.engine, self.key, stopped=stopped)
@@ -129,26 +129,24 @@ class Blame:
         steps = self.options.steps if step is None else min(self.options.steps, step + 1)
         new_record = run_record.read_ok(self.ctx.run_dir / entry["records"]["A"])
         tried = [self._try(model, g, steps, new_record) for g in groups]
-        alone = [t for t in tried if t["outcome"] == "reproduces"]
+        alone = [t for t in tried if t.outcome == "reproduces"]
         pairs: list[BlameTry] = []
         if not alone:
-            swappable = [g for g, t in zip(groups, tried) if t["outcome"] in ("does not", "changes otherwise")]
+            swappable = [g for g, t in zip(groups, tried) if t.outcome in ("does not", "changes otherwise")]
             for a, b in itertools.islice(itertools.combinations(swappable, 2), MAX_PAIRS):
                 pairs.append(self._try(model, tuple(sorted(a + b)), steps, new_record, pair=(a, b)))
-                if pairs[-1]["outcome"] == "reproduces":
+                if pairs[-1].outcome == "reproduces":
                     break
-        found = alone[0] if alone else next((p for p in pairs if p["outcome"] == "reproduces"), None)
-        return {"steps": steps, "tried": tried, "pairs": pairs, "culprit": found["group"] if found else None,
-                "message": self._message(model.name, tried, pairs, found, steps, len(groups))}
+        found = alone[0] if alone else next((p for p in pairs if p.outcome == "reproduces"), None)
+        return BlameSection(steps=steps, tried=tried, pairs=pairs, culprit=found.group if found else None,
+                            message=self._message(model.name, tried, pairs, found, steps, len(groups)))
 
     def _try(self, model: Any, group: tuple[str, ...], steps: int, new_record: RunRecord,
              pair: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> BlameTry:
-        out: BlameTry = {"group": list(group), "moves": [move(n, self.diff[n]) for n in group]}
-        if pair:
-            out["pair"] = True
+        names, moves, paired = list(group), [move(n, self.diff[n]) for n in group], True if pair else None
         tag = self._image(group)
         if tag is None:
-            return {**out, "outcome": "cannot swap", "why": self.cannot[group]}
+            return BlameTry(group=names, moves=moves, pair=paired, outcome="cannot swap", why=self.cannot[group])
         self.seq += 1
         spec = dataclasses.replace(base_spec(self.options, model, f"blame{self.seq}", project_commit=self.project_commit,
                                              image=self.image), steps=steps)
@@ -159,15 +157,16 @@ class Blame:
         except WorkerFailed as e:
             said = str(e).removeprefix(f"run {spec.role}: ")
             self.ctx.progress(f"{model.name}: run {spec.role} failed after {time.monotonic() - t0:.1f} s: {said}")
-            return {**out, "outcome": "cannot swap", "why": f"the model does not run with it alone: {e}"}
+            return BlameTry(group=names, moves=moves, pair=paired, outcome="cannot swap",
+                            why=f"the model does not run with it alone: {e}")
         self.runs += 1
         if _same_rows(record, new_record, steps):
             first = next((s for s in sorted(step_rows(record)) if step_rows(record)[s] != step_rows(
                 self.golden.models[model.name].as_record()).get(s)), None)
-            return {**out, "outcome": "reproduces", "from_step": first}
-        if matches(self.golden.models[model.name].as_record(), record, steps, self.options.steps):
-            return {**out, "outcome": "does not"}
-        return {**out, "outcome": "changes otherwise"}
+            return Reproduced(group=names, moves=moves, pair=paired, outcome="reproduces", from_step=first)
+        outcome = ("does not" if matches(self.golden.models[model.name].as_record(), record, steps, self.options.steps)
+                   else "changes otherwise")
+        return BlameTry(group=names, moves=moves, pair=paired, outcome=outcome)
 
     def _image(self, group: tuple[str, ...]) -> str | None:
         if group not in self.tags:
@@ -202,14 +201,16 @@ class Blame:
 
     def _message(self, name: str, tried: list[BlameTry], pairs: list[BlameTry], found: BlameTry | None,
                  steps: int, n_groups: int) -> str:
-        said = lambda t: " with ".join(t["moves"])  # noqa: E731
-        clear = [said(t) for t in tried if t["outcome"] == "does not"]
-        cannot = [f"{said(t)} cannot be swapped alone ({t['why']})" for t in tried if t["outcome"] == "cannot swap"]
+        def said(t: BlameTry) -> str:
+            return " with ".join(t.moves)
+
+        clear = [said(t) for t in tried if t.outcome == "does not"]
+        cannot = [f"{said(t)} cannot be swapped alone ({t.why})" for t in tried if t.outcome == "cannot swap"]
         tail = "".join(f"; {c}" for c in cannot)
-        if found is not None and not found.get("pair"):
+        if found is not None and not found.pair:
             others = f"; {', '.join(clear)} alone {'does' if len(clear) == 1 else 'do'} not" if clear else ""
             return (f"the change comes from {said(found)}: alone it reproduces {name}'s new hashes from step "
-                    f"{found.get('from_step')}{others}{tail}")
+                    f"{found.from_step}{others}{tail}")
         if found is not None:
             return f"no single package reproduces {name}'s change; together {said(found)} do{tail}"
         searched = f"{len(pairs)} pair{'s' if len(pairs) != 1 else ''}" if pairs else "no pairs"
@@ -228,7 +229,7 @@ def nothing(document: ResultsDocument) -> str | None:
     if "blame" not in ((document.get("options") or {}).get("stages") or ()):
         return None
     models = document.get("models") or []
-    if any(m.get("blame") for m in models):
+    if any(cast(Mapping[str, Any], m).get("blame") for m in models):
         return None
     g, name = document.get("golden") or {}, (document.get("image") or {}).get("name")
     if not g.get("existed"):

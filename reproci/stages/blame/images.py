@@ -69,7 +69,9 @@ def norm(name: str) -> str:
 
 def inventory(engine: Any, image: str, names: list[str]) -> dict[str, Any]:
     """The image's Python and, for each of ``names`` installed in it, its version, files and requirements."""
-    return json.loads(engine.output(image, ["python3", "-c", _INVENTORY, json.dumps(sorted(norm(n) for n in names))]))
+    found: dict[str, Any] = json.loads(engine.output(image, ["python3", "-c", _INVENTORY,
+                                                             json.dumps(sorted(norm(n) for n in names))]))
+    return found
 
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)")
@@ -160,4 +162,5 @@ def remove_built(engine: Any, run: str, *, stopped: bool = False) -> list[str]:
             return []
         for image_id in ids:
             engine.remove_image(image_id)
-    return engine.image_ids_labelled(label)
+    left: list[str] = engine.image_ids_labelled(label)
+    return left

@@ -13,6 +13,7 @@ from ...settings.declared import BOOLEAN, setting
 from ..base import Stage, StageRun
 from . import conclude, report
 from .command import blame_cmd
+from .result import Blame as BlameResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,7 @@ class Blame(Stage):
                    "the local backend has one environment only")  # it builds images: Docker only
     needs_golden = "compares the new image with the golden, which names the old one"
     options = BlameOptions
+    result = BlameResult
     commands = (blame_cmd,)
     in_golden_update = False  # it explains a drift: `reproci blame`
 

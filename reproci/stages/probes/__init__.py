@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ... import verdicts
-from ...entry_sections import ProbeRow, Probes
 from ...errors import WorkerFailed
 from ...golden.divergence import first_divergence
 from ...results import Image, ResultsDocument
@@ -29,6 +28,7 @@ from ...worker.process.spec import WorkerSpec, other_worker_count
 from ...worker.run_record import RunRecord
 from ..base import StageRun
 from ..runs import base_spec, measure, repeated
+from .result import ProbeRow, ProbesResult, of
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
 # probe -> (the factor, how a spec is perturbed)
@@ -53,7 +53,7 @@ def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, im
     return specs
 
 
-def run_model(run: StageRun, model: ModelRef) -> Probes:
+def run_model(run: StageRun, model: ModelRef) -> ProbesResult:
     """Every probe of one model: a row per probe, and how many found a dependency."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
@@ -61,8 +61,8 @@ def run_model(run: StageRun, model: ModelRef) -> Probes:
     records, errors = _run_all(options, ctx, specs)
     rows = [_perturbed_row(ctx, name, specs, records, errors) for name in PERTURBED]
     rows += _inspected_rows(ctx, model, errors.get("inspect"))
-    return {"rows": rows, "depends": [r["probe"] for r in rows if r["status"] == DEPENDS],
-            "seconds": round(time.monotonic() - t0, 3)}
+    return ProbesResult(rows=rows, depends=[r.probe for r in rows if r.status == DEPENDS],
+                        seconds=round(time.monotonic() - t0, 3))
 
 
 def _run_all(options: RunOptions, ctx: RunContext,
@@ -92,22 +92,22 @@ def _change(name: str, base: RunRecord, base_spec: WorkerSpec, spec: WorkerSpec)
 def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], records: dict[str, RunRecord],
                    errors: dict[str, str]) -> ProbeRow:
     factor = PERTURBED[name][0]
-    row: ProbeRow = {"probe": name, "factor": factor, "change": None, "evidence": None}
     failed = errors.get("base") or errors.get(name)
     if failed:
-        return {**row, "status": FAILED, "message": f"could not run: {failed}"}
+        return ProbeRow(probe=name, factor=factor, status=FAILED, message=f"could not run: {failed}")
     base, probe = records["base"], records[name]
-    row["change"] = _change(name, base, specs["base"], specs[name])
+    change = _change(name, base, specs["base"], specs[name])
     perturbed = probe.perturbed or {}
     if name == "num-workers" and not (perturbed.get("workers") or {}).get("applicable"):
         why = (perturbed.get("workers") or {}).get("why", "the loader cannot be rebuilt")
-        return {**row, "status": NOT_APPLICABLE, "change": None, "message": f"not applicable: {why}"}
+        return ProbeRow(probe=name, factor=factor, status=NOT_APPLICABLE, message=f"not applicable: {why}")
     div = first_divergence(base, probe)
     if div is None:
         listed = (perturbed.get("listings") or {}).get("listings")
         note = ("" if name != "listing-order" or listed is None else
                 " (the run lists no directory)" if listed == 0 else f" ({listed} directory listings, reversed)")
-        return {**row, "status": INDEPENDENT, "message": f"does not depend on {factor}{note}"}
+        return ProbeRow(probe=name, factor=factor, change=change, status=INDEPENDENT,
+                        message=f"does not depend on {factor}{note}")
     if div.cause == "compute":  # on other batches every op differs: only a same-batch difference has a first op
         measure(ctx, div, {"base": specs["base"], name: specs[name]}, "base", name, {"base": base, name: probe})
     d = div.to_dict()
@@ -115,38 +115,56 @@ def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], rec
     cause = verdicts.cause_text(d)
     op = f"; first differing op: {verdicts.op_text(div.op)}" if div.op else ""
     detail = ", ".join(p for p in (mag, cause) if p)
-    return {**row, "status": DEPENDS, "evidence": d,
-            "message": f"depends on {factor} ({row['change']}): {verdicts.where_text(d)}"
-                       f"{', ' + detail if detail else ''}{op}"}
+    return ProbeRow(probe=name, factor=factor, change=change, evidence=d, status=DEPENDS,
+                    message=f"depends on {factor} ({change}): {verdicts.where_text(d)}{', ' + detail if detail else ''}{op}")
 
 
 def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> list[ProbeRow]:
-    rows: list[ProbeRow] = [{"probe": name, "factor": factor, "change": None, "evidence": None} for name, factor in INSPECTED.items()]
+    """The epoch-order and batch-size rows, from the inspection run's inspect.json."""
     if failed:
-        return [{**r, "status": FAILED, "message": f"could not run: {failed}"} for r in rows]
+        return [_inspected(name, FAILED, f"could not run: {failed}") for name in INSPECTED]
     data = json.loads((ctx.run_dir / model.name / "inspect.json").read_text())
     order, batch = data["epoch_order"], data["batch"]
     if order["same"] and order.get("sequential"):
-        rows[0].update({"status": NOT_APPLICABLE, "message": "the loader does not shuffle: every epoch is in index order"})
+        epoch = _inspected("epoch-order", NOT_APPLICABLE, "the loader does not shuffle: every epoch is in index order")
     elif order["same"]:
-        rows[0].update({"status": DEPENDS, "evidence": order,
-                        "message": repeated(1, f"first {order['batches']} batches of sample indices compared")})
+        epoch = _inspected("epoch-order", DEPENDS, repeated(1, f"first {order['batches']} batches of sample indices compared"),
+                           evidence=order)
     else:
-        rows[0].update({"status": INDEPENDENT, "message": "each epoch visits the samples in a new order"})
+        epoch = _inspected("epoch-order", INDEPENDENT, "each epoch visits the samples in a new order")
     if not batch.get("applicable"):
-        rows[1].update({"status": NOT_APPLICABLE, "message": f"not applicable: {batch.get('why')}"})
+        sized = _inspected("batch-size", NOT_APPLICABLE, f"not applicable: {batch.get('why')}")
     elif batch["differs_at"]:
         sizes = ", ".join(str(n) for n in batch["differs_at"])
-        rows[1].update({"status": DEPENDS, "evidence": batch, "message": (
+        sized = _inspected("batch-size", DEPENDS, (
             f"depends on the batch size: sample 0's output alone differs from the same sample in a batch of "
-            f"{sizes} (max |Δ| {batch['max_abs']:.3g}); batch-invariant kernels are needed for per-sample equality")})
+            f"{sizes} (max |Δ| {batch['max_abs']:.3g}); batch-invariant kernels are needed for per-sample equality"),
+            evidence=batch)
     else:
-        rows[1].update({"status": INDEPENDENT, "message": f"sample 0's output is the same alone and in batches of "
-                                                          f"{', '.join(str(n) for n in batch['sizes'][1:])}"})
-    return rows
+        sized = _inspected("batch-size", INDEPENDENT, f"sample 0's output is the same alone and in batches of "
+                                                      f"{', '.join(str(n) for n in batch['sizes'][1:])}")
+    return [epoch, sized]
 
 
-def rows(document: ResultsDocument) -> list[ProbeRow]:
-    """Every probe row of every model, for the reports."""
-    return [{"model": m["model"], **r} for m in document.get("models") or []
-            for r in ((m.get("probes") or {}).get("rows") or [])]
+def _inspected(name: str, status: str, message: str, evidence: dict[str, Any] | None = None) -> ProbeRow:
+    return ProbeRow(probe=name, factor=INSPECTED[name], evidence=evidence, status=status, message=message)
+
+
+def probed(document: ResultsDocument) -> list[tuple[str, ProbesResult]]:
+    """Each probed model's name and probes, in the document's order."""
+    return [(m["model"], probes) for m in document.get("models") or [] if (probes := of(m)) is not None]
+
+
+def rows(document: ResultsDocument) -> list[tuple[str, ProbeRow]]:
+    """Every probe row of every model, with its model's name, for the reports."""
+    return [(model, r) for model, probes in probed(document) for r in probes.rows]
+
+
+def probes_fail(document: ResultsDocument) -> bool:
+    """Whether the run was asked to fail on a dependency (--probes-fail, as the document records it)."""
+    return bool((document.get("options") or {}).get("probes_fail"))
+
+
+def fails(document: ResultsDocument) -> bool:
+    """Whether the probes fail the run: a dependency found, with --probes-fail."""
+    return probes_fail(document) and any(p.depends for _, p in probed(document))

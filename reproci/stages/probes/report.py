@@ -16,7 +16,7 @@ from rich.text import Text
 from ...reports.github import annotation
 from ...reports.mdtable import plain_table
 from ...results import ResultsDocument
-from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, rows
+from . import DEPENDS, FAILED, INDEPENDENT, NOT_APPLICABLE, fails, probes_fail, rows
 
 TITLE = "Portability probes: what the results depend on"
 HEADER = ["model", "probe", "result", "evidence"]
@@ -32,8 +32,8 @@ def table(document: ResultsDocument) -> Table | None:
     for name in HEADER[:3]:
         t.add_column(name, no_wrap=True)
     t.add_column(HEADER[3], overflow="fold")
-    for r in found:
-        t.add_row(r["model"], r["probe"], Text(r["status"], style=STYLE.get(r["status"], "")), markup(r["message"]))
+    for model, r in found:
+        t.add_row(model, r.probe, Text(r.status, style=STYLE.get(r.status, "")), markup(r.message))
     return t
 
 
@@ -43,8 +43,7 @@ def terminal(document: ResultsDocument, console: Console) -> None:
     if t is None:
         return
     console.print(t)
-    if (document.get("options") or {}).get("probes_fail") and any(
-            (m.get("probes") or {}).get("depends") for m in document.get("models") or []):
+    if fails(document):
         console.print("portability dependencies found and --probes-fail is set: this run fails (exit 1)", highlight=False)
 
 
@@ -53,8 +52,7 @@ def markdown(document: ResultsDocument) -> list[str]:
     found = rows(document)
     if not found:
         return []
-    return [f"### {TITLE}", "", *plain_table(HEADER, [[r["model"], r["probe"], r["status"], r["message"]]
-                                                      for r in found]), ""]
+    return [f"### {TITLE}", "", *plain_table(HEADER, [[model, r.probe, r.status, r.message] for model, r in found]), ""]
 
 
 def html(document: ResultsDocument) -> str:
@@ -64,22 +62,22 @@ def html(document: ResultsDocument) -> str:
     found = rows(document)
     if not found:
         return ""
-    cells = [[escape(str(r["model"])), escape(r["probe"]),
-              f'<span class="{"bad" if r["status"] == DEPENDS else ""}">{escape(r["status"])}</span>',
-              page.prose(r["message"])] for r in found]
+    cells = [[escape(str(model)), escape(r.probe),
+              f'<span class="{"bad" if r.status == DEPENDS else ""}">{escape(r.status)}</span>',
+              page.prose(r.message)] for model, r in found]
     return f'<section id="probes"><h2>{escape(TITLE)}</h2>' + page.table(HEADER, cells) + "</section>"
 
 
 def dependency_annotations(document: ResultsDocument) -> list[str]:
     """An annotation per portability dependency: an error with ``--probes-fail``, else a notice."""
     image = (document.get("image") or {}).get("name")
-    level = "error" if (document.get("options") or {}).get("probes_fail") else "notice"
-    return [annotation(level, f"reproci {r['model']} on {image}: depends on {r['factor']}", r["message"])
-            for r in rows(document) if r["status"] == DEPENDS]
+    level = "error" if probes_fail(document) else "notice"
+    return [annotation(level, f"reproci {model} on {image}: depends on {r.factor}", r.message)
+            for model, r in rows(document) if r.status == DEPENDS]
 
 
 def webhook(document: ResultsDocument) -> list[tuple[str, str]]:
     """With ``--probes-fail``, what failed the run: each dependency, with its model."""
-    if not (document.get("options") or {}).get("probes_fail"):
+    if not probes_fail(document):
         return []
-    return [(r["model"], f"• *{r['model']}*: {r['message']}") for r in rows(document) if r["status"] == DEPENDS]
+    return [(model, f"• *{model}*: {r.message}") for model, r in rows(document) if r.status == DEPENDS]

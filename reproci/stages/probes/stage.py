@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ... import errors
+from ... import errors, typed
 from ...results import ModelEntry, ResultsDocument
 from ...settings.declared import BOOLEAN, setting
+from ...settings.models import ModelRef
 from ..base import Stage, StageRun, attach_results
-from . import report, run_model
+from . import fails, report, run_model
+from .result import ProbesResult, of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,17 +29,17 @@ class Probes(Stage):
     """What each model's results depend on, one setting changed at a time."""
 
     name = "probes"
+    result = ProbesResult
     report = report
     options = ProbesOptions
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
-        attach_results(self.name, run_model, run, entries)
+        attach_results(self.name, _probes, run, entries)
 
     def exit_code(self, document: ResultsDocument, code: int) -> int:
         """With --probes-fail, a dependency on the environment fails a run that passed otherwise:
         it is not reproducible elsewhere."""
-        if (code == errors.EXIT_PASS and (document.get("options") or {}).get("probes_fail")
-                and any((m.get("probes") or {}).get("depends") for m in document.get("models") or [])):
+        if code == errors.EXIT_PASS and fails(document):
             return errors.EXIT_REPRO_FAILURE
         return code
 
@@ -46,7 +48,13 @@ class Probes(Stage):
         return report.dependency_annotations(document)
 
     def export(self, entry: ModelEntry) -> dict[str, Any]:
-        return {"probes": (entry.get("probes") or {}).get("rows")}
+        p = of(entry)
+        return {"probes": None if p is None else typed.dump(p.rows)}
+
+
+def _probes(run: StageRun, model: ModelRef) -> dict[str, Any]:
+    """A model's probes as its entry holds them: the JSON of its result."""
+    return run_model(run, model).to_json()
 
 
 STAGE = Probes()

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ...entry_sections import ModeSummary, Slowdown, Throughput, ThroughputSummary
+from ... import typed
 from ...errors import WorkerFailed
 from ...results import Image, ModelEntry
 from ...runner import RunContext, run_worker
@@ -41,8 +41,18 @@ from ..base import StageRun
 from ..model_entry import add_result
 from . import lockstep, sampling
 from .options import ThroughputOptions
+from .result import (
+    NO_SUMMARY,
+    Error,
+    MeasuredThroughput,
+    ModeSummary,
+    Slowdown,
+    ThroughputResult,
+    ThroughputSummary,
+    TopOp,
+    of,
+)
 
-SUMMARY_VERSION = 1
 BASELINE = "default"
 MODES = ("strict", "default")  # bookkeeping is optional: pass modes=("strict", "default", "bookkeeping")
 CONFIDENCE = 0.95
@@ -112,19 +122,18 @@ def slowdown(ratios: list[float], *, budget_spent: bool = False) -> Slowdown:
     noisy = bool(width > NOISY_WIDTH or len(ratios) < 3)
     stop = "settled" if not noisy else "budget" if budget_spent else "cap"
     half = sampling.half_width(med, low, high) if len(ratios) > 1 else math.inf
-    return {"median": med, "ci_low": low, "ci_high": high, "confidence": CONFIDENCE, "relative_width": width,
-            "noisy": noisy, "ratios": [round(r, 5) for r in ratios], "stop": stop,
-            "how_stopped": sampling.how_stopped(stop, half)}
+    return Slowdown(median=med, ci_low=low, ci_high=high, confidence=CONFIDENCE, relative_width=width,
+                    noisy=noisy, ratios=[round(r, 5) for r in ratios], stop=stop,
+                    how_stopped=sampling.how_stopped(stop, half))
 
 
-def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mode: str = "strict",
-                  baseline: str = BASELINE, top: int = TOP_OPS) -> list[dict[str, Any]]:
-    """The ops whose self time per step grows most from ``baseline`` to ``mode``.
+def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, top: int = TOP_OPS) -> list[TopOp]:
+    """The ops whose self time per step grows most from default to strict mode.
 
     ``ops[mode]`` holds one op list per profiled process (the record's "ops", per-step
     medians). Times are averaged over processes and given in milliseconds per step;
     ``share`` is an op's part of all the time that grew (the sum of every op's growth),
-    ``growth`` its own relative change (None: the op does not run in the baseline).
+    ``growth`` its own relative change (None: the op does not run in default mode).
     """
     key = "self_device_us" if device == "cuda" else "self_cpu_us"
 
@@ -135,7 +144,7 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mo
                 total[row["name"]] = total.get(row["name"], 0.0) + row[key]
         return {k: v / len(runs) for k, v in total.items()} if runs else {}
 
-    a, b = mean_times(ops.get(mode, [])), mean_times(ops.get(baseline, []))
+    a, b = mean_times(ops.get("strict", [])), mean_times(ops.get(BASELINE, []))
     if not a or not b:
         return []
     deltas = {name: a.get(name, 0.0) - b.get(name, 0.0) for name in set(a) | set(b)}
@@ -145,9 +154,9 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, mo
         if d <= 0:
             break
         base = b.get(name, 0.0)
-        rows.append({"op": name, f"{mode}_ms": a.get(name, 0.0) / 1000, f"{baseline}_ms": base / 1000,
-                     "delta_ms": d / 1000, "growth": (d / base) if base > 0 else None,
-                     "share": (d / growth_total) if growth_total > 0 else None})
+        rows.append(TopOp(op=name, strict_ms=a.get(name, 0.0) / 1000, default_ms=base / 1000, delta_ms=d / 1000,
+                          growth=(d / base) if base > 0 else None,
+                          share=(d / growth_total) if growth_total > 0 else None))
     return rows
 
 
@@ -156,15 +165,15 @@ def _mode_summary(records: list[RunRecord]) -> ModeSummary:
     samples = [r.samples_per_s for r in records if r.samples_per_s]
     peaks = [r.peak_memory_bytes for r in records if r.peak_memory_bytes]
     data = [statistics.median(r.data_times_s) for r in records if r.data_times_s]
-    return {
-        "steps_per_s": statistics.median(sps),
-        "samples_per_s": statistics.median(samples) if samples else None,
-        "step_ms_median": 1000.0 / statistics.median(sps),
-        "data_wait_ms_median": 1000.0 * statistics.median(data) if data else None,  # part of a step
-        "peak_memory_bytes": max(peaks) if peaks else None,
-        "peak_memory_kind": records[0].peak_memory_kind,
-        "steps_per_s_reps": [round(v, 4) for v in sps],
-    }
+    return ModeSummary(
+        steps_per_s=statistics.median(sps),
+        samples_per_s=statistics.median(samples) if samples else None,
+        step_ms_median=1000.0 / statistics.median(sps),
+        data_wait_ms_median=1000.0 * statistics.median(data) if data else None,  # part of a step
+        peak_memory_bytes=max(peaks) if peaks else None,
+        peak_memory_kind=records[0].peak_memory_kind,
+        steps_per_s_reps=[round(v, 4) for v in sps],
+    )
 
 
 def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], sampler: sampling.Sampler | None,
@@ -196,7 +205,7 @@ def _measure(ctx: RunContext, model: ModelRef, groups: list[list[WorkerSpec]], s
     return by_mode, False
 
 
-def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) -> Throughput:
+def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) -> ThroughputResult:
     """Measure every mode of one model; the result goes under the model entry's "throughput"."""
     options, ctx = run.options, run.ctx
     if BASELINE not in modes or len(modes) < 2:
@@ -208,87 +217,77 @@ def run_model(run: StageRun, model: ModelRef, modes: tuple[str, ...] = MODES) ->
     paired = lockstep.supported() and options.world_size == 1  # ranks of two jobs cannot take turns
     groups = plan(options, model, project_commit=run.project_commit, image=run.image, modes=modes, paired=paired)
     cap = timed_cap(options, paired)
-    result: Throughput = {
-        "version": SUMMARY_VERSION, "device": options.device, "threads": options.threads,
-        "world_size": options.world_size, "warmup_steps": groups[0][0].warmup_steps, "timed_steps": cap,
-        "run_length": "time" if paired and not options.steps_given else "steps", "time_budget_s": time_budget,
-        "repetitions": repetitions, "max_repetitions": repetitions,
-        "order": "step-by-step turns" if paired else "ABBA", "baseline": BASELINE, "modes": {}, "slowdown": {},
-        "slowdowns": {}, "top_ops": [], "records": [f"{model.name}/{s.output}" for g in groups for s in g],
-        "error": None,
-    }
+
+    def result(kind: type[ThroughputResult], ran: int, **outcome: Any) -> ThroughputResult:
+        """The plan's keys (``ran`` repetitions of it, their records), then ``outcome``'s."""
+        return kind(device=options.device, threads=options.threads, world_size=options.world_size,
+                    warmup_steps=groups[0][0].warmup_steps, timed_steps=cap,
+                    run_length="time" if paired and not options.steps_given else "steps", time_budget_s=time_budget,
+                    repetitions=ran, max_repetitions=repetitions, order="step-by-step turns" if paired else "ABBA",
+                    baseline=BASELINE, records=[f"{model.name}/{s.output}" for g in groups[:ran] for s in g],
+                    **outcome)
+
     sampler = sampling.Sampler(modes, BASELINE, target=sampling.TARGETS.get(options.profile, sampling.TARGETS["quick"]),
                                max_rounds=cap, max_reps=repetitions, budget=budget) if paired else None
     try:
         by_mode, budget_spent = _measure(ctx, model, groups, sampler, modes, budget)
     except WorkerFailed as e:
-        result.update({"error": {"kind": e.kind, "message": str(e)}, "seconds": round(time.monotonic() - t0, 3)})
-        return result
-    result["repetitions"] = len(by_mode[BASELINE])
-    result["records"] = [f"{model.name}/{s.output}" for g in groups[:result["repetitions"]] for s in g]
-    reps = range(1, result["repetitions"] + 1)
-    result["modes"] = {m: _mode_summary([by_mode[m][r] for r in reps]) for m in modes}
+        return result(ThroughputResult, repetitions, error=Error(kind=e.kind, message=str(e)),
+                      seconds=round(time.monotonic() - t0, 3))
+    ran = len(by_mode[BASELINE])
+    reps = range(1, ran + 1)
+    slowdowns: dict[str, Slowdown]
     if sampler is not None:  # from the paired step times, as sampled
-        result["slowdowns"] = {m: sampler.summary(m) for m in modes if m != BASELINE}
+        slowdowns = {m: sampler.summary(m) for m in modes if m != BASELINE}
     else:  # slowdown of a repetition: baseline steps/s over the mode's (> 1: the mode is slower)
-        result["slowdowns"] = {
+        slowdowns = {
             m: slowdown([(by_mode[BASELINE][r].steps_per_s or 0.0) / (by_mode[m][r].steps_per_s or 1.0) for r in reps],
                         budget_spent=budget_spent)
             for m in modes if m != BASELINE
         }
-    result["slowdown"] = result["slowdowns"].get("strict", Slowdown())
     ops = {m: [by_mode[m][r].ops for r in reps if by_mode[m][r].ops] for m in modes}
-    result["top_ops"] = attribute_ops(ops, device=options.device)
-    result["profiled_steps"] = next((by_mode[m][1].profiled_steps for m in modes), 0)
-    result["cpus"] = by_mode[BASELINE][1].cpus  # where a CPU pair took its turns
-    result["seconds"] = round(time.monotonic() - t0, 3)
-    return result
+    return result(
+        MeasuredThroughput, ran, modes={m: _mode_summary([by_mode[m][r] for r in reps]) for m in modes},
+        slowdown=slowdowns.get("strict", Slowdown()), slowdowns=slowdowns, top_ops=attribute_ops(ops, device=options.device),
+        profiled_steps=next((by_mode[m][1].profiled_steps for m in modes), 0),
+        cpus=by_mode[BASELINE][1].cpus,  # where a CPU pair took its turns
+        seconds=round(time.monotonic() - t0, 3))
 
 
-def attach(entry: ModelEntry, result: Throughput) -> None:
-    """Put a throughput result on a model entry; a failed measurement makes the entry an ERROR."""
-    add_result(entry, "throughput", result)
-    result["golden_summary"] = throughput_summary(entry)
+def attach(entry: ModelEntry, result: ThroughputResult) -> None:
+    """Put a throughput result on a model entry, with what a golden keeps of it; a failed
+    measurement makes the entry an ERROR."""
+    add_result(entry, "throughput", typed.replace(result, golden_summary=result.summary() or NO_SUMMARY).to_json())
 
 
-def throughput_summary(model_entry: ModelEntry) -> ThroughputSummary:
-    """What a golden file keeps of a model's throughput (empty when the stage did not run)."""
-    t = model_entry.get("throughput") or {}
-    if not t.get("modes"):
-        return {}
-    return {
-        "version": SUMMARY_VERSION, "device": t.get("device"), "threads": t.get("threads"),
-        "world_size": t.get("world_size", 1), "timed_steps": t.get("timed_steps"), "repetitions": t.get("repetitions"),
-        "modes": {m: {"steps_per_s": v.get("steps_per_s"), "samples_per_s": v.get("samples_per_s"),
-                      "peak_memory_bytes": v.get("peak_memory_bytes")} for m, v in t["modes"].items()},
-        "slowdown": {m: {"median": s.get("median"), "ci_low": s.get("ci_low"), "ci_high": s.get("ci_high"),
-                         "noisy": s.get("noisy")} for m, s in (t.get("slowdowns") or {}).items()},
-    }
+def throughput_summary(model_entry: ModelEntry) -> ThroughputSummary | None:
+    """What a golden file keeps of a model's throughput; None where the stage did not run or measured nothing."""
+    t = of(model_entry)
+    return t.summary() if t is not None else None
 
 
 def check_regression(current: ThroughputSummary, golden: ThroughputSummary, factor: float) -> str | None:
     """One line when strict mode got slower by more than ``factor`` against the golden.
 
-    Both arguments are ``throughput_summary`` dicts. First the slowdown ratio (strict over
-    default): the current interval's low end must exceed the golden median times
+    Both arguments are what a golden keeps (``throughput_summary``). First the slowdown ratio
+    (strict over default): the current interval's low end must exceed the golden median times
     ``factor``, so a change inside the noise is not a regression. Then, on the same device
     thread count and world size only, strict steps/s falling below the golden's divided by ``factor``.
     """
-    cur = (current.get("slowdown") or {}).get("strict") or {}
-    gold = (golden.get("slowdown") or {}).get("strict") or {}
-    median, golden_median = cur.get("median"), gold.get("median")
+    cur, gold = current.slowdown_of("strict"), golden.slowdown_of("strict")
+    median, golden_median = cur.median, gold.median
     if median and golden_median:
-        low = cur.get("ci_low") or median
+        low = cur.ci_low or median
         if low > golden_median * factor:
             return (f"strict-mode slowdown regressed: {median:.3f}x [{low:.3f}, "
-                    f"{cur.get('ci_high') or median:.3f}] against the golden's {golden_median:.3f}x, "
+                    f"{cur.ci_high or median:.3f}] against the golden's {golden_median:.3f}x, "
                     f"beyond the allowed factor {factor:g}")
+
     def machine(t: ThroughputSummary) -> tuple[Any, ...]:
-        return t.get("device"), t.get("threads"), t.get("world_size", 1)
+        return t.device, t.threads, t.world_size
 
     same_machine = machine(current) == machine(golden)
-    now = ((current.get("modes") or {}).get("strict") or {}).get("steps_per_s")
-    then = ((golden.get("modes") or {}).get("strict") or {}).get("steps_per_s")
+    now, then = current.mode("strict").steps_per_s, golden.mode("strict").steps_per_s
     if same_machine and now and then and now * factor < then:
         return (f"strict-mode throughput regressed: {now:.1f} steps/s against the golden's {then:.1f} "
                 f"({then / now:.2f}x slower), beyond the allowed factor {factor:g}")

@@ -15,12 +15,13 @@ from rich.console import Console
 from rich.markup import escape as markup
 from rich.table import Table
 
-from ...entry_sections import ModeSummary, Slowdown, Throughput
+from ... import typed
 from ...reports.mdtable import cell, code, plain_table
 from ...reports.mdtable import table as md_table
 from ...reports.prbody import MAX_ROWS
 from ...results import ModelEntry, ResultsDocument
 from . import NOISY_WIDTH
+from .result import ModeSummary, Slowdown, ThroughputResult, TopOp, of
 
 if TYPE_CHECKING:
     from ...cluster.merged import MergedModel
@@ -37,34 +38,34 @@ def slowdown_text(sd: Slowdown | None) -> str:
     and how the sampling stopped ('±1.8 %, settled', 'budget spent at ±4.1 %'), and
     '(wider than the ±2.0 % target)' or, for a fixed count of repetitions, '(noisy)'
     when the interval is wide; '-' when not measured."""
-    if not sd or sd.get("median") is None:
+    if sd is None or sd.median is None:
         return "-"
-    text = f"{sd['median']:.3f}× [{sd['ci_low']:.3f}, {sd['ci_high']:.3f}]"
-    if sd.get("pairs") is not None:
-        text += f", {sd['pairs']} pairs"
-    if sd.get("how_stopped"):
-        text += f", {sd['how_stopped']}"
-    if sd.get("target_half_width") is not None:
-        return text if sd.get("within_target") else text + f" (wider than the ±{sd['target_half_width']:.1%} target)"
-    return text + " (noisy)" if sd.get("noisy") else text
+    text = f"{sd.median:.3f}× [{sd.ci_low:.3f}, {sd.ci_high:.3f}]"
+    if sd.pairs is not None:
+        text += f", {sd.pairs} pairs"
+    if sd.how_stopped:
+        text += f", {sd.how_stopped}"
+    if sd.target_half_width is not None:
+        return text if sd.within_target else text + f" (wider than the ±{sd.target_half_width:.1%} target)"
+    return text + " (noisy)" if sd.noisy else text
 
 
-def sampling_text(model: str, t: Throughput) -> str | None:
+def sampling_text(model: str, t: ThroughputResult) -> str | None:
     """How a sequentially sampled slowdown was measured and why it stopped; None otherwise."""
-    sd = t.get("slowdown") or {}
-    if sd.get("stopped") is None:
+    sd = t.slowdown
+    if sd.stopped is None:
         return None
-    per = " + ".join(str(n) for n in sd.get("pairs_per_repetition", []))
-    return (f"{model}: {t.get('repetitions')} repetitions, {per} pairs "
-            f"(after {sum(sd.get('warmup_rounds_dropped', []))} unsettled rounds dropped): {sd['stopped']}")
+    per = " + ".join(str(n) for n in sd.pairs_per_repetition or [])
+    return (f"{model}: {t.repetitions} repetitions, {per} pairs "
+            f"(after {sum(sd.warmup_rounds_dropped or [])} unsettled rounds dropped): {sd.stopped}")
 
 
-def rate_text(mode: ModeSummary | None) -> str:
-    if not mode or not mode.get("steps_per_s"):
+def rate_text(mode: ModeSummary) -> str:
+    if not mode.steps_per_s:
         return "-"
-    text = f"{mode['steps_per_s']:.1f}"
-    if mode.get("samples_per_s"):
-        text += f" ({mode['samples_per_s']:,.0f} samples/s)"
+    text = f"{mode.steps_per_s:.1f}"
+    if mode.samples_per_s:
+        text += f" ({mode.samples_per_s:,.0f} samples/s)"
     return text
 
 
@@ -78,11 +79,11 @@ def bytes_text(n: float | None) -> str:
     return "-"
 
 
-def op_text(op: dict[str, Any]) -> str:
+def op_text(op: TopOp) -> str:
     """'aten::index_add_ +40 % (+0.120 ms/step, 35 % of the added time)'."""
-    growth = "new" if op.get("growth") is None else f"{op['growth'] * 100:+.0f} %"
-    share = f", {op['share'] * 100:.0f} % of the added time" if op.get("share") is not None else ""
-    return f"{op['op']} {growth} ({op['delta_ms']:+.3f} ms/step{share})"
+    growth = "new" if op.growth is None else f"{op.growth * 100:+.0f} %"
+    share = f", {op.share * 100:.0f} % of the added time" if op.share is not None else ""
+    return f"{op.op} {growth} ({op.delta_ms:+.3f} ms/step{share})"
 
 
 def golden_verdict(m: ModelEntry) -> str:
@@ -102,7 +103,7 @@ class Row(TypedDict):
     modes: dict[str, ModeSummary]
     slowdown: Slowdown
     slowdowns: dict[str, Slowdown]
-    top_ops: list[dict[str, Any]]
+    top_ops: list[TopOp]
     regression: str | None
     strict: str
     default: str
@@ -115,18 +116,16 @@ def rows(document: ResultsDocument) -> list[Row]:
     """One row per model that has a throughput result (measured or failed)."""
     out: list[Row] = []
     for m in document.get("models", []):
-        t = m.get("throughput")
-        if not isinstance(t, dict):
+        t = of(m)
+        if t is None:
             continue
-        modes = t.get("modes") or {}
         out.append({
-            "model": m.get("model"), "verdict": golden_verdict(m), "error": (t.get("error") or {}).get("message"),
-            "modes": modes, "slowdown": t.get("slowdown") or {}, "slowdowns": t.get("slowdowns") or {},
-            "top_ops": t.get("top_ops") or [], "regression": t.get("regression"),
-            "strict": rate_text(modes.get("strict")), "default": rate_text(modes.get("default")),
-            "slowdown_text": slowdown_text(t.get("slowdown")),
-            "memory": " / ".join(bytes_text((modes.get(k) or ModeSummary()).get("peak_memory_bytes")) for k in ("strict", "default")),
-            "memory_kind": (modes.get("strict") or {}).get("peak_memory_kind"),
+            "model": m.get("model"), "verdict": golden_verdict(m), "error": t.error.message if t.error else None,
+            "modes": t.modes, "slowdown": t.slowdown, "slowdowns": t.slowdowns, "top_ops": t.top_ops,
+            "regression": t.regression, "strict": rate_text(t.mode("strict")), "default": rate_text(t.mode("default")),
+            "slowdown_text": slowdown_text(t.slowdown),
+            "memory": " / ".join(bytes_text(t.mode(k).peak_memory_bytes) for k in ("strict", "default")),
+            "memory_kind": t.mode("strict").peak_memory_kind,
         })
     return out
 
@@ -145,7 +144,7 @@ def table(document: ResultsDocument) -> Table | None:
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in found:
         sd = r["slowdown_text"] if not r["error"] else "[bold red]failed[/]"
-        if r["slowdown"].get("noisy"):
+        if r["slowdown"].noisy:
             sd = f"[yellow]{sd}[/]"
         ops = "\n".join(op_text(op) for op in r["top_ops"][:3]) or "-"
         t.add_row(str(r["model"]), r["strict"].split(" (")[0], r["default"].split(" (")[0], sd, r["memory"], ops)
@@ -159,7 +158,7 @@ def terminal(document: ResultsDocument, console: Console) -> None:
     if t is not None:
         console.print(t)
     for m in document.get("models", []):
-        line = sampling_text(m.get("model", "?"), m.get("throughput") or {})
+        line = sampling_text(m.get("model", "?"), result) if (result := of(m)) is not None else None
         if line:
             console.print(line, highlight=False)
     for r in rows(document):
@@ -180,7 +179,7 @@ def markdown_verdicts(doc: ResultsDocument) -> list[str]:
         [[r["model"], r["verdict"], r["strict"], r["default"], r["slowdown_text"] if not r["error"] else "failed",
           r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in found])
     lines.append("")
-    t0: Throughput = next((t for m in doc.get("models", []) if (t := m.get("throughput"))), Throughput())
+    t0 = next((t for m in doc.get("models", []) if m.get("throughput") and (t := of(m))), ThroughputResult())
     lines.append(f"Slowdown = strict step time / default step time: {_how_sampled(t0)}. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "
                  f"{found[0]['memory_kind'] or 'not reported'}.")
@@ -200,35 +199,34 @@ def markdown_verdicts(doc: ResultsDocument) -> list[str]:
     return lines + [""]
 
 
-def _fresh(throughput: Throughput) -> str:
-    ranks = throughput.get("world_size") or 1
+def _fresh(throughput: ThroughputResult) -> str:
+    ranks = throughput.world_size or 1
     return f"a fresh {ranked_job(ranks)}" if ranks > 1 else "in a fresh process"
 
 
-def _how_sampled(t0: Throughput) -> str:
+def _how_sampled(t0: ThroughputResult) -> str:
     """How the slowdowns were measured: sampled until narrow enough, or a fixed count."""
-    order = ("taking turns step by step" if t0.get("order") == "step-by-step turns"
-             else f"one after another, {t0.get('order')}")
-    target = (t0.get("slowdown") or {}).get("target_half_width")
+    order = "taking turns step by step" if t0.order == "step-by-step turns" else f"one after another, {t0.order}"
+    target = t0.slowdown.target_half_width
     if target is not None:
         return (f"the median of paired step ratios, sampled until its 95 % interval is within ±{target:.1%} "
-                f"or {_budget(t0)} is spent ({_length(t0)}at most {t0.get('max_repetitions')} repetitions; the pairs each "
+                f"or {_budget(t0)} is spent ({_length(t0)}at most {t0.max_repetitions} repetitions; the pairs each "
                 f"model needed and how it stopped are beside its figure), each mode {_fresh(t0)} "
-                f"({order}), after {t0.get('warmup_steps')} warm-up steps and until step times settle; the "
+                f"({order}), after {t0.warmup_steps} warm-up steps and until step times settle; the "
                 "interval is a bootstrap over the repetitions and the pairs within them")
-    return (f"median of {t0.get('repetitions')} repetitions (while {_budget(t0)} held another), each mode "
-            f"{_fresh(t0)} ({order}), {t0.get('timed_steps')} timed steps after {t0.get('warmup_steps')} warm-up "
+    return (f"median of {t0.repetitions} repetitions (while {_budget(t0)} held another), each mode "
+            f"{_fresh(t0)} ({order}), {t0.timed_steps} timed steps after {t0.warmup_steps} warm-up "
             f"steps; the interval is a bootstrap over repetitions, *noisy* when it is wider than {NOISY_WIDTH:.0%} "
             "of the median")
 
 
-def _length(t0: Throughput) -> str:
+def _length(t0: ThroughputResult) -> str:
     """What set a paired repetition's length besides time: '' or 'at most 12 timed steps a repetition, '."""
-    return f"at most {t0.get('timed_steps')} timed steps a repetition, " if t0.get("run_length") == "steps" else ""
+    return f"at most {t0.timed_steps} timed steps a repetition, " if t0.run_length == "steps" else ""
 
 
-def _budget(t0: Throughput) -> str:
-    seconds = t0.get("time_budget_s")
+def _budget(t0: ThroughputResult) -> str:
+    seconds = t0.time_budget_s
     return "the time budget" if seconds is None else f"the time budget of {seconds:g} s a model"
 
 
@@ -242,7 +240,7 @@ def html(doc: ResultsDocument) -> str:
         return ""
     cells = []
     for r in found:
-        sd_class = ' class="noisy"' if r["slowdown"].get("noisy") else ""
+        sd_class = ' class="noisy"' if r["slowdown"].noisy else ""
         cells.append([escape(str(r["model"])), escape(r["verdict"]), escape(r["strict"]), escape(r["default"]),
                       f"<span{sd_class}>{escape(r['slowdown_text'])}</span>" if not r["error"]
                       else f'<span class="bad">failed: {escape(r["error"])}</span>',
@@ -250,9 +248,10 @@ def html(doc: ResultsDocument) -> str:
     out = ["<section id=\"throughput\"><h2>Cost of strict determinism</h2>",
            page.table(["model", "verdict", "strict steps/s", "default steps/s", "slowdown (median [95 % CI])",
                        "peak memory strict / default"], cells)]
-    measured = [{"model": r["model"], **r["slowdown"]} for r in found if r["slowdown"].get("median") is not None]
+    measured = [r for r in found if r["slowdown"].median is not None]
     if measured:
-        out.append(page.figure(charts.slowdown_bars(measured), "slowdown per model",
+        bars = [{"model": r["model"], **typed.dump(r["slowdown"])} for r in measured]
+        out.append(page.figure(charts.slowdown_bars(bars), "slowdown per model",
                                "Strict step time over default step time per model; bars: median over repetitions, "
                                f"whiskers: 95 % bootstrap interval; amber: {_wide_text(measured)}."))
     out.append("<h2>Where the time goes</h2>")
@@ -263,10 +262,10 @@ def html(doc: ResultsDocument) -> str:
     return "".join(out) + "</section>"
 
 
-def _wide_text(measured: list[dict[str, Any]]) -> str:
+def _wide_text(measured: list[Row]) -> str:
     """What an amber bar means: an interval wider than the sampling target, or (a fixed
     count of repetitions) wider than NOISY_WIDTH."""
-    target = next((r.get("target_half_width") for r in measured if r.get("target_half_width") is not None), None)
+    target = next((t for r in measured if (t := r["slowdown"].target_half_width) is not None), None)
     if target is not None:
         return f"interval wider than the ±{target:.1%} target"
     return f"noisy (interval wider than {NOISY_WIDTH:.0%})"
@@ -275,19 +274,16 @@ def _wide_text(measured: list[dict[str, Any]]) -> str:
 def pr_body(doc: ResultsDocument) -> list[str]:
     """The pull-request body's section: each model's rates, slowdown and the op that grew most;
     a line saying the stage did not run where no model has a throughput result."""
-    with_throughput = [(m, t) for m in doc.get("models", []) if isinstance(t := m.get("throughput"), dict)]
+    with_throughput = [(m, t) for m in doc.get("models", []) if (t := of(m)) is not None]
     lines = ["### Cost of strict determinism", ""]
     if not with_throughput:
         return lines + ["The throughput stage did not run (`--stage throughput`).", ""]
     found = []
     for m, t in with_throughput:
-        modes = t.get("modes") or {}
-        strict, default = (modes.get("strict") or ModeSummary()), (modes.get("default") or ModeSummary())
-        top = (t.get("top_ops") or [{}])[0]
-        top_text = (f"{code(top.get('op'))} {_ms(top.get('strict_ms'))} strict vs {_ms(top.get('default_ms'))}"
-                    if top.get("op") else "-")
-        found.append([cell(m.get("model")), _rate(strict), _rate(default), cell(slowdown_text(t.get("slowdown"))),
-                      top_text])
+        top = t.top_ops[0] if t.top_ops else TopOp()
+        top_text = f"{code(top.op)} {_ms(top.strict_ms)} strict vs {_ms(top.default_ms)}" if top.op else "-"
+        found.append([cell(m.get("model")), _rate(t.mode("strict")), _rate(t.mode("default")),
+                      cell(slowdown_text(t.slowdown)), top_text])
     lines += md_table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])", "most slowed op"],
                       found, max_rows=MAX_ROWS)
     return lines + [""]
@@ -298,13 +294,14 @@ def _ms(value: Any) -> str:
 
 
 def _rate(mode: ModeSummary) -> str:
-    rate = mode.get("steps_per_s")
+    rate = mode.steps_per_s
     return f"{rate:.2f}" if isinstance(rate, (int, float)) else "-"
 
 
 def slowdown_cell(m: MergedModel) -> str:
     """A merged matrix's model's strict slowdown, for its step summary's column."""
-    return slowdown_text((m.get("throughput") or {}).get("slowdown"))
+    t = of(m)
+    return slowdown_text(t.slowdown if t is not None else None)
 
 
 def markdown_trends(trends: Trends) -> list[str]:

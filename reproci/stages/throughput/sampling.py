@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...entry_sections import Slowdown
+from .result import SampledSlowdown
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SAMPLES = 1000
@@ -217,7 +217,7 @@ class Sampler:
         return (f"{self.spent_s:.1f} s of the time budget of {budget:g} s spent; the {budget - self.spent_s:.1f} s "
                 f"left cannot hold another repetition's start-up of {self.startup_s:.1f} s")
 
-    def summary(self, mode: str) -> Slowdown:
+    def summary(self, mode: str) -> SampledSlowdown:
         """The slowdown of ``mode``, in the shape the stage reports, with how it was sampled."""
         reps = self.reps[mode]
         med, low, high = interval(reps)
@@ -231,11 +231,10 @@ class Sampler:
                        f"±{half:.1%}, wider than the ±{self.target:.1%} target" if stop == "budget"
                   else f"cap reached ({len(reps)} repetitions of at most {self.max_rounds} steps): "
                        f"interval ±{half:.1%}, wider than the ±{self.target:.1%} target")
-        return {"median": med, "ci_low": low, "ci_high": high, "confidence": CONFIDENCE, "relative_width": width,
-                "noisy": bool(not within), "ratios": [round(float(np.median(r)), 5) for r in reps if r],
-                "pairs": pairs, "pairs_per_repetition": [len(r) for r in reps],
-                "warmup_rounds_dropped": list(self.unsettled), "target_half_width": self.target,
-                "within_target": within, "stopped": reason, "stop": stop,
-                "half_width": half if math.isfinite(half) else None,
-                "how_stopped": how_stopped(stop, half), "time_budget_s": self.budget.seconds,
-                "method": "sequential paired turns"}
+        return SampledSlowdown(
+            median=med, ci_low=low, ci_high=high, confidence=CONFIDENCE, relative_width=width, noisy=bool(not within),
+            ratios=[round(float(np.median(r)), 5) for r in reps if r], pairs=pairs,
+            pairs_per_repetition=[len(r) for r in reps], warmup_rounds_dropped=list(self.unsettled),
+            target_half_width=self.target, within_target=within, stopped=reason, stop=stop,
+            half_width=half if math.isfinite(half) else None, how_stopped=how_stopped(stop, half),
+            time_budget_s=self.budget.seconds, method="sequential paired turns")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ... import errors
-from ...entry_sections import ThroughputSummary
-from ...results import ModelEntry, ResultsDocument
+from ... import errors, typed
+from ...results import ModelEntry, ResultsDocument, add_section
 from ..base import Stage, StageRun
 from . import attach, check_regression, report, run_model, throughput_summary
 from .options import ThroughputOptions
+from .result import KeptMode, KeptSlowdown, ThroughputResult, ThroughputSummary, of
 
 EXPORTED = ("modes", "slowdown", "slowdowns", "top_ops", "regression", "error", "repetitions", "timed_steps",
             "warmup_steps", "device", "threads")  # what the JSON report keeps of a model's result
@@ -24,6 +24,7 @@ class Throughput(Stage):
     report = report
     records = ("throughput",)
     options = ThroughputOptions
+    result = ThroughputResult
     matrix_columns = (("strict slowdown", report.slowdown_cell),)
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
@@ -38,13 +39,16 @@ class Throughput(Stage):
             return
         for entry in document["models"]:
             golden = run.old_golden.models.get(entry["model"])
-            current = throughput_summary(entry)
-            if golden is None or not current or not golden.entry.get("throughput"):
+            t = of(entry)
+            current = t.summary() if t is not None else None
+            kept = golden.entry.get("throughput") if golden is not None else None
+            if t is None or current is None or not kept:
                 continue
-            msg = check_regression(current, golden.entry["throughput"], run.options.of(ThroughputOptions).slowdown_factor)
+            msg = check_regression(current, ThroughputSummary.from_json(kept),
+                                   run.options.of(ThroughputOptions).slowdown_factor)
             if msg:
                 entry["throughput_regression"] = msg
-                entry["throughput"]["regression"] = msg
+                add_section(entry, self.name, typed.replace(t, regression=msg).to_json())
 
     def exit_code(self, document: ResultsDocument, code: int) -> int:
         """With --slowdown-fails, a throughput regression fails a run that passed otherwise, as drift."""
@@ -53,27 +57,32 @@ class Throughput(Stage):
             return errors.EXIT_DRIFT
         return code
 
-    def golden_summary(self, entry: ModelEntry) -> ThroughputSummary | None:
+    def golden_summary(self, entry: ModelEntry) -> dict[str, Any] | None:
         """Its rates and slowdowns (``throughput_summary``), compared by a later run's conclude."""
-        return (throughput_summary(entry) or None) if entry.get("throughput") else None
+        summary = throughput_summary(entry)
+        return summary.to_json() if summary is not None else None
 
     def history(self, entry: ModelEntry) -> dict[str, Any]:
         """Its rates and slowdowns, as the golden keeps them (None where it did not run)."""
-        return {"throughput": throughput_summary(entry) or None}
+        summary = throughput_summary(entry)
+        return {"throughput": summary.to_json() if summary is not None else None}
 
     def trend(self, point: Mapping[str, Any]) -> dict[str, Any]:
         """Strict mode's slowdown (median, interval, noisy) and both modes' rates of a history point."""
-        t = point.get("throughput") or {}
-        sd = (t.get("slowdown") or {}).get("strict") or {}
-        strict = (t.get("modes") or {}).get("strict") or {}
-        default = (t.get("modes") or {}).get("default") or {}
-        return {"slowdown": sd.get("median"), "ci_low": sd.get("ci_low"), "ci_high": sd.get("ci_high"),
-                "noisy": sd.get("noisy"), "strict_steps_per_s": strict.get("steps_per_s"),
-                "default_steps_per_s": default.get("steps_per_s")}
+        kept = point.get("throughput")
+        t = ThroughputSummary.from_json(kept) if isinstance(kept, Mapping) else ThroughputSummary()
+        sd: KeptSlowdown = t.slowdown_of("strict")
+        strict: KeptMode = t.mode("strict")
+        return {"slowdown": sd.median, "ci_low": sd.ci_low, "ci_high": sd.ci_high, "noisy": sd.noisy,
+                "strict_steps_per_s": strict.steps_per_s, "default_steps_per_s": t.mode("default").steps_per_s}
 
     def export(self, entry: ModelEntry) -> dict[str, Any]:
-        t = entry.get("throughput")
-        return {"throughput": {k: t.get(k) for k in EXPORTED} if isinstance(t, dict) else None}
+        """Its keys of a model in the JSON report, each as results.json has it (None where it has not)."""
+        t = of(entry)
+        if t is None:
+            return {"throughput": None}
+        kept = t.to_json()
+        return {"throughput": {k: kept.get(k) for k in EXPORTED}}
 
 
 STAGE = Throughput()

@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ... import stats, verdicts
-from ...entry_sections import AgainstGolden, MetricSpread
-from ...entry_sections import Variance as VarianceSection
+from ... import stats, typed, verdicts
 from ...errors import WorkerFailed
 from ...results import Image, ModelEntry
 from ...runner import RunContext, run_many
@@ -28,8 +26,8 @@ from ..base import StageRun
 from ..model_entry import add_result
 from ..runs import base_spec
 from .options import VarianceOptions
+from .result import AgainstGolden, Comparison, Error, MetricSpread, VarianceResult, VarianceSummary
 
-SUMMARY_VERSION = 1
 FINAL_LOSS = "final_loss"  # the last step's training loss
 
 
@@ -49,7 +47,7 @@ def summarize(specs: list[WorkerSpec], records: list[RunRecord]) -> dict[str, Me
     for rec in records:
         for name, value in (rec.eval or {}).items():
             per_metric.setdefault(name, []).append(float(value))
-    return {name: {**stats.describe(values), "lower_is_better": stats.lower_is_better(name)}
+    return {name: MetricSpread(**stats.describe(values), lower_is_better=stats.lower_is_better(name))
             for name, values in per_metric.items() if len(values) == len(specs)}
 
 
@@ -67,11 +65,11 @@ def run_all(run: StageRun, entries: list[ModelEntry]) -> None:
         outcomes = ([done] if done else []) + [next(fresh) for _ in todo]
         result = _model_result(options, model, specs, outcomes)
         if done:
-            result["records"][0] = entry["records"]["A"]
+            result = typed.replace(result, records=[entry["records"]["A"], *result.records[1:]])
         golden = (old_golden.models.get(model.name) if old_golden is not None else None)
-        if golden is not None and golden.entry.get("variance") and result["metrics"]:
-            result["against_golden"] = against(golden.entry["variance"], result, model.name,
-                                               run_id=(golden.entry.get("run_id")))
+        if golden is not None and (kept := golden.entry.get("variance")) and result.metrics:
+            result = typed.replace(result, against_golden=against(VarianceSummary.from_json(kept), result, model.name,
+                                                                  run_id=golden.entry.get("run_id")))
         attach(entry, result, options.stages, options.catalog.checker)
 
 
@@ -93,52 +91,35 @@ def reusable_run(options: RunOptions, ctx: RunContext, entry: ModelEntry) -> Run
 
 
 def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec],
-                  results: list[RunRecord | WorkerFailed]) -> VarianceSection:
+                  results: list[RunRecord | WorkerFailed]) -> VarianceResult:
     """The stage's result for one model; ``seconds`` adds up its runs' wall times (they may overlap)."""
     seconds = round(sum(r.launched.wall_s for r in results if isinstance(r, RunRecord) and r.launched), 3)
     failed = next((r for r in results if isinstance(r, WorkerFailed)), None)
-    out: VarianceSection = {"version": SUMMARY_VERSION, "k": len(specs), "seeds": [s.seed for s in specs],
-                            "steps": options.steps, "metrics": {}, "error": None, "seconds": seconds,
-                            "records": [f"{model.name}/{s.output}" for s in specs]}
+    out = VarianceResult(k=len(specs), seeds=[s.seed for s in specs], steps=options.steps, seconds=seconds,
+                         records=[f"{model.name}/{s.output}" for s in specs])
     if failed is not None:
-        out["error"] = {"kind": failed.kind, "message": str(failed)}
-        return out
+        return typed.replace(out, error=Error(kind=failed.kind, message=str(failed)))
     records = [r for r in results if isinstance(r, RunRecord)]  # every one: none failed
-    out["metrics"] = summarize(specs, records)
-    out["final_sha256"] = [r.final_sha256 for r in records]
-    return out
+    return typed.replace(out, metrics=summarize(specs, records), final_sha256=[r.final_sha256 for r in records])
 
 
-def against(golden: VarianceSection, current: VarianceSection, model: str, *, run_id: str | None = None) -> AgainstGolden:
+def against(golden: VarianceSummary, current: VarianceSummary, model: str, *,
+            run_id: str | None = None) -> AgainstGolden:
     """This run's variance judged against the golden's, metric by metric (B = this run)."""
-    out: AgainstGolden = {"golden_run_id": run_id, "golden_k": golden.get("k"), "k": current.get("k"),
-                          "comparisons": [], "skipped": None}
-    if min(golden.get("k") or 0, current.get("k") or 0) < stats.MIN_SEEDS:
-        out["skipped"] = (f"not compared: {golden.get('k')} seed(s) in the golden, {current.get('k')} in this run; "
-                          f"at least {stats.MIN_SEEDS} on each side (--seeds)")
-        return out
-    out["golden_values"] = {}
-    for metric, now in current["metrics"].items():
-        then = (golden.get("metrics") or {}).get(metric)
-        if then and then.get("values"):
-            out["golden_values"][metric] = then["values"]
-            out["comparisons"].append(stats.judge(model, metric, then["values"], now["values"]).to_dict())
-    return out
+    if min(golden.k, current.k) < stats.MIN_SEEDS:
+        return AgainstGolden(golden_run_id=run_id, golden_k=golden.k, k=current.k,
+                             skipped=(f"not compared: {golden.k} seed(s) in the golden, {current.k} in this run; "
+                                      f"at least {stats.MIN_SEEDS} on each side (--seeds)"))
+    then = {metric: golden.metrics[metric].values for metric in current.metrics
+            if metric in golden.metrics and golden.metrics[metric].values}
+    judged = [stats.judge(model, metric, values, current.metrics[metric].values) for metric, values in then.items()]
+    return AgainstGolden(golden_run_id=run_id, golden_k=golden.k, k=current.k,
+                         comparisons=[Comparison(**j.to_dict()) for j in judged], golden_values=then)
 
 
-def attach(entry: ModelEntry, result: VarianceSection, stages: tuple[str, ...] = (), checker: str | None = None) -> None:
+def attach(entry: ModelEntry, result: VarianceResult, stages: tuple[str, ...] = (), checker: str | None = None) -> None:
     """Put a variance result on a model entry; a failed seed run makes the entry an ERROR
     (``checker``: the stage that checks reproducibility, which did not run unless ``stages`` has it)."""
     if entry.get("verdict") == verdicts.NOT_CHECKED and checker not in stages:
         entry["message"] = f"{checker} not checked (stages: {', '.join(stages)})"
-    add_result(entry, "variance", result)
-
-
-def variance_summary(entry: ModelEntry) -> VarianceSection:
-    """What a golden file keeps of a model's variance (empty when the stage did not run)."""
-    v = entry.get("variance") or {}
-    if not v.get("metrics"):
-        return {}
-    return {"version": SUMMARY_VERSION, "k": v["k"], "seeds": v["seeds"], "steps": v.get("steps"),
-            "metrics": {name: {"values": m["values"], "mean": m.get("mean"), "std": m.get("std"),
-                               "lower_is_better": m["lower_is_better"]} for name, m in v["metrics"].items()}}
+    add_result(entry, "variance", result.to_json())

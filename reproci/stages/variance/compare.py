@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import results, stats
-from ...entry_sections import Variance
 from ...errors import ReprociError, TooFewSeedsError, UsageError
 from ...golden import store
 from ...reports import build
+from .result import VarianceResult, VarianceSummary
 
 SCHEMA = "reproci.compare"
 VERSION = 1
@@ -28,22 +28,24 @@ METHOD = ("Welch's t: the difference of means B − A per model and metric, with
 @dataclass(frozen=True)
 class Side:
     label: str  # what the user named, for the output
-    models: dict[str, Variance]  # model -> variance summary: k, seeds, steps, metrics{name: {values, ...}}
+    models: dict[str, VarianceSummary]  # model -> its variance (a golden's summary, or a run's result)
 
 
 def load_side(path: Path) -> Side:
     """The variance results of a golden file (.yaml) or a results file, folder or results folder."""
+    models: dict[str, VarianceSummary]
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
             raise UsageError(f"golden file {path} does not exist; name a goldens/NAME.yaml or a results.json")
         golden = store.load(path.parent, path.stem)
-        models = {n: g.entry["variance"] for n, g in (golden.models if golden else {}).items()
-                  if isinstance(g.entry.get("variance"), dict)}
+        models = {n: VarianceSummary.from_json(kept) for n, g in (golden.models if golden else {}).items()
+                  if isinstance(kept := g.entry.get("variance"), dict)}
         hint = "record one with `reproci run --stage determinism --stage variance --update-golden`"
     else:
         doc, _ = build.locate(path)
-        models = {str(m.get("model")): m["variance"] for m in doc.get("models", [])
-                  if isinstance(m.get("variance"), dict) and m["variance"].get("metrics")}
+        found = ((str(m.get("model")), VarianceResult.from_json(section)) for m in doc.get("models", [])
+                 if isinstance(section := m.get("variance"), dict))
+        models = {n: v for n, v in found if v.metrics}
         hint = "run `reproci run --stage variance` first"
     if not models:
         raise UsageError(f"{path} holds no variance results; {hint}")
@@ -72,8 +74,8 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
     if not common:
         raise UsageError(f"no model has variance results on both sides (A: {', '.join(a.models)}; "
                          f"B: {', '.join(b.models)}); compare runs of the same models")
-    few = [f"{m}: A has {a.models[m].get('k')}, B has {b.models[m].get('k')}" for m in common
-           if min(a.models[m].get("k") or 0, b.models[m].get("k") or 0) < stats.MIN_SEEDS]
+    few = [f"{m}: A has {a.models[m].k}, B has {b.models[m].k}" for m in common
+           if min(a.models[m].k, b.models[m].k) < stats.MIN_SEEDS]
     if few:
         raise TooFewSeedsError(f"too few seeds to tell a change from seed noise ({'; '.join(few)}): Welch's interval "
                                f"needs at least {stats.MIN_SEEDS} per side; re-run with --seeds {stats.MIN_SEEDS} or more")
@@ -82,14 +84,13 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
     judgements = []
     for model in common:
         ma, mb = a.models[model], b.models[model]
-        if ma.get("steps") != mb.get("steps"):
-            notes.append(f"{model}: steps differ (A {ma.get('steps')}, B {mb.get('steps')}): a difference may be the run length")
-        for metric, va in (ma.get("metrics") or {}).items():
-            vb = (mb.get("metrics") or {}).get(metric)
-            if vb is None:
+        if ma.steps != mb.steps:
+            notes.append(f"{model}: steps differ (A {ma.steps}, B {mb.steps}): a difference may be the run length")
+        for metric, va in ma.metrics.items():
+            if metric not in mb.metrics:
                 notes.append(f"{model}: {metric} only in A")
                 continue
-            judgements.append(stats.judge(model, metric, va["values"], vb["values"]).to_dict())
+            judgements.append(stats.judge(model, metric, va.values, mb.metrics[metric].values).to_dict())
     return {"schema": SCHEMA, "version": VERSION, "a": a.label, "b": b.label, "method": METHOD,
             "confidence": stats.CONFIDENCE, "comparisons": judgements, "notes": notes,
             "inside": all(j["inside"] for j in judgements),

@@ -11,12 +11,12 @@ from typing import TypedDict
 
 from rich.console import Console
 
-from ...entry_sections import MetricSpread
-from ...entry_sections import Variance as VarianceSection
 from ...reports.mdtable import cell, code, table
 from ...reports.prbody import MAX_ROWS
 from ...results import ModelEntry, ResultsDocument
 from ...stats import number
+from .result import MetricSpread, VarianceResult, VarianceSummary
+from .result import of as variance_of
 
 NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed … seed+K−1; "
         "final_loss is the last step's training loss, the other metrics come from the model's held-out "
@@ -24,16 +24,15 @@ NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed �
         "confidence interval of the difference of means (this run − golden).")
 
 
-def entries(doc: ResultsDocument) -> list[ModelEntry]:
-    """The model entries that carry a variance result."""
-    return [m for m in doc.get("models", []) if isinstance(m.get("variance"), dict)]
+def entries(doc: ResultsDocument) -> list[tuple[ModelEntry, VarianceResult]]:
+    """The model entries that carry a variance result, each with it."""
+    return [(m, v) for m in doc.get("models", []) if (v := variance_of(m)) is not None]
 
 
 def spread(metric: MetricSpread) -> str:
-    mean, std = metric.get("mean"), metric.get("std")
-    if mean is None:
+    if metric.mean is None:
         return "-"
-    return f"{number(mean)} ± {number(std)}" if std is not None else number(mean)
+    return f"{number(metric.mean)} ± {number(metric.std)}" if metric.std is not None else number(metric.mean)
 
 
 class Row(TypedDict):
@@ -52,20 +51,19 @@ class Row(TypedDict):
 def rows(doc: ResultsDocument) -> list[Row]:
     """One row per model and metric: spread, per-seed values, and the judgement against the golden."""
     out: list[Row] = []
-    for m in entries(doc):
-        v = m["variance"]
-        judged = {c["metric"]: c for c in ((v.get("against_golden") or {}).get("comparisons") or [])}
-        if error := v.get("error"):
-            out.append({"model": m.get("model"), "metric": "-", "k": v.get("k"), "spread": "failed",
-                        "values": [], "direction": "", "golden": error.get("message"), "inside": None})
+    for m, v in entries(doc):
+        judged = {c.metric: c for c in v.against_golden.comparisons} if v.against_golden else {}
+        if v.error:
+            out.append({"model": m.get("model"), "metric": "-", "k": v.k, "spread": "failed",
+                        "values": [], "direction": "", "golden": v.error.message, "inside": None})
             continue
-        skipped = (v.get("against_golden") or {}).get("skipped")
-        for name, metric in (v.get("metrics") or {}).items():
+        skipped = v.against_golden.skipped if v.against_golden else None
+        for name, metric in v.metrics.items():
             c = judged.get(name)
-            out.append({"model": m.get("model"), "metric": name, "k": v.get("k"), "spread": spread(metric),
-                        "values": metric.get("values") or [], "direction": "↓" if metric.get("lower_is_better") else "↑",
-                        "golden": c["sentence"] if c else (skipped or "no golden variance to compare with"),
-                        "inside": c["inside"] if c else None})
+            out.append({"model": m.get("model"), "metric": name, "k": v.k, "spread": spread(metric),
+                        "values": metric.values, "direction": "↓" if metric.lower_is_better else "↑",
+                        "golden": c.sentence if c else (skipped or "no golden variance to compare with"),
+                        "inside": c.inside if c else None})
     return out
 
 
@@ -111,11 +109,10 @@ def html(doc: ResultsDocument) -> str:
     out = ["<section id=\"variance\"><h2>Seed-to-seed spread</h2>",
            page.table(["model", "metric", "K", "mean ± std", "per seed", "against the golden"], cells),
            f"<p>{escape(NOTE)}</p>"]
-    for m in entries(doc):
-        v = m["variance"]
-        if v.get("metrics"):
-            golden = (v.get("against_golden") or {}).get("golden_values") or {}
-            out.append(page.figure(charts.seed_strip(str(m.get("model")), v["metrics"], golden),
+    for m, v in entries(doc):
+        if v.metrics:
+            golden = (v.against_golden.golden_values if v.against_golden else None) or {}
+            out.append(page.figure(charts.seed_strip(str(m.get("model")), v.metrics, golden),
                                    f"seed strip chart of {m.get('model')}",
                                    f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
     return "".join(out) + "</section>"
@@ -128,15 +125,16 @@ def pr_body(doc: ResultsDocument) -> list[str]:
         return []
     lines = ["### Did the metrics move? (variance stage)", ""]
     found = []
-    for m in with_variance:
-        v, judged = m["variance"], (m["variance"].get("against_golden") or {})
-        for c in judged.get("comparisons") or []:
-            found.append([cell(m.get("model")), code(c["metric"]), f"{_mean_std(c['mean_a'], c['std_a'])} (K={c['k_a']})",
-                          f"{_mean_std(c['mean_b'], c['std_b'])} (K={c['k_b']})", cell(c["sentence"])])
-        if not judged.get("comparisons"):
-            why = (v.get("error") or {}).get("message") or judged.get("skipped") or "the old golden has no variance results"
-            found.append([cell(m.get("model")), "-", "-", cell(", ".join(f"{k} {spread(x)}" for k, x in
-                                                                         (v.get("metrics") or {}).items())), cell(why)])
+    for m, v in with_variance:
+        comparisons = v.against_golden.comparisons if v.against_golden else []
+        for c in comparisons:
+            found.append([cell(m.get("model")), code(c.metric), f"{_mean_std(c.mean_a, c.std_a)} (K={c.k_a})",
+                          f"{_mean_std(c.mean_b, c.std_b)} (K={c.k_b})", cell(c.sentence)])
+        if not comparisons:
+            why = ((v.error.message if v.error else None) or (v.against_golden.skipped if v.against_golden else None)
+                   or "the old golden has no variance results")
+            found.append([cell(m.get("model")), "-", "-",
+                          cell(", ".join(f"{k} {spread(x)}" for k, x in v.metrics.items())), cell(why)])
     lines += table(["model", "metric", "old golden (mean ± std)", "this run (mean ± std)", "verdict"], found,
                    max_rows=MAX_ROWS)
     return lines + ["", "Welch's t: the 95 % confidence interval of the difference of means (this run − old golden) "
@@ -148,10 +146,9 @@ def _mean_std(mean: float, std: float) -> str:
     return f"{number(mean)} ± {number(std)}"
 
 
-def golden_lines(name: str, kept: VarianceSection) -> list[str]:
+def golden_lines(name: str, kept: VarianceSummary) -> list[str]:
     """A model's line in ``reproci golden show``: each metric's spread over the golden's seeds."""
-    if not kept.get("metrics"):
+    if not kept.metrics:
         return []
-    metrics = ", ".join(f"{metric} {'↓' if x.get('lower_is_better') else '↑'} {spread(x)}"
-                        for metric, x in kept["metrics"].items())
-    return [f"{name}: over {kept.get('k')} seeds: {metrics}"]
+    metrics = ", ".join(f"{metric} {'↓' if x.lower_is_better else '↑'} {spread(x)}" for metric, x in kept.metrics.items())
+    return [f"{name}: over {kept.k} seeds: {metrics}"]

@@ -4,14 +4,15 @@ In a module of its own, beside the package's runs and judgement, as the other st
 
 from __future__ import annotations
 
-from typing import Any, Mapping, cast
+from typing import Any, Mapping
 
-from ...entry_sections import Variance as VarianceSection
 from ...results import ModelEntry
 from ..base import Stage, StageRun
-from . import report, run_all, variance_summary
+from . import report, run_all
 from .command import compare_cmd
 from .options import VarianceOptions
+from .result import VarianceResult, VarianceSummary
+from .result import of as variance_of
 
 
 class Variance(Stage):
@@ -21,21 +22,24 @@ class Variance(Stage):
     report = report
     records = ("variance",)
     options = VarianceOptions
+    result = VarianceResult
     commands = (compare_cmd,)  # reproci compare: is a change inside seed noise?
 
     def run(self, run: StageRun, entries: list[ModelEntry]) -> None:
         run_all(run, entries)
 
-    def golden_summary(self, entry: ModelEntry) -> VarianceSection | None:
-        """Its seeds' metrics (``variance_summary``): the seed noise a later run is judged against.
+    def golden_summary(self, entry: ModelEntry) -> dict[str, Any] | None:
+        """Its seeds' metrics (``VarianceResult.summary``): the seed noise a later run is judged against.
         Optional: goldens recorded without the variance stage have none."""
-        return (variance_summary(entry) or None) if entry.get("variance") else None
+        kept = v.summary() if (v := variance_of(entry)) is not None else None
+        return kept.to_json() if kept is not None else None
 
     def golden_lines(self, name: str, entry: Mapping[str, Any]) -> list[str]:
-        return report.golden_lines(name, cast(VarianceSection, entry.get("variance") or {}))
+        kept = entry.get("variance")
+        return report.golden_lines(name, VarianceSummary.from_json(kept)) if isinstance(kept, Mapping) else []
 
     def export(self, entry: ModelEntry) -> dict[str, Any]:
-        return {"variance": v if isinstance(v := entry.get("variance"), dict) else None}
+        return {"variance": v.to_json() if (v := variance_of(entry)) is not None else None}
 
 
 STAGE = Variance()
