@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from reproci import errors, verdicts
+from reproci import errors, plugins, verdicts
 from reproci.cluster import across, cell
 
 RECORDS = Path(__file__).parent / "records"
@@ -129,6 +129,7 @@ def test_a_difference_across_nodes_refuses_the_golden_and_is_recorded(tmp_path):
 
     class Options:
         update_golden, keep_checkpoints, device = True, False, "cpu"
+        catalog = plugins.catalog()  # the stages the command line composed
 
     across.check(Options(), doc, first.run_dir, [across.Twin(node=NODE, twin_node=TWIN, result=result)])  # type: ignore[arg-type]
     m = doc["models"][0]
