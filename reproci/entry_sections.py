@@ -1,10 +1,15 @@
 """The shapes of a model entry's sections (``results.ModelEntry``): where runs differ, the golden
 comparison, each stage's result. Declared for the type checker; at run time each is a plain dict,
-so that results.json is the JSON it has always been."""
+so that results.json is the JSON it has always been; the ``...View`` dataclasses below are some of
+them as a reader loads them (``reproci.typed``)."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, TypedDict, TypeVar
+
+from . import typed
 
 
 class ErrorInfo(TypedDict, total=False):
@@ -98,7 +103,8 @@ class GoldenImage(TypedDict):
 
 
 class GoldenComparison(TypedDict, total=False):
-    """A model against the image's golden (reproci.golden.drift.compare)."""
+    """A model against the image's golden (reproci.golden.drift.compare): the JSON's shape, for the
+    readers that keep the dict; ``reproci.golden.comparison.Comparison`` reads it by attribute."""
 
     file: str | None
     golden_final_sha256: str | None
@@ -142,3 +148,131 @@ class AcrossNodes(TypedDict, total=False):
     env_diff: dict[str, list[Any]]
     package_diff: dict[str, list[Any]]
     twin_run_dir: str
+
+
+# The sections above that a reader reads by attribute (``reproci.typed``): where runs differ, the
+# runs' summaries, an error. The TypedDicts stay what writers build and other readers still read;
+# these are the same JSON loaded where it is read (``EvidenceView.of(entry)``).
+
+S = TypeVar("S")
+
+
+def view(kind: type[S], section: Any) -> S | None:
+    """``section`` (a section's JSON as read, or already a ``kind``, or another dataclass of its
+    fields) as a ``kind``; None where there is none (absent, null, empty)."""
+    if not section:
+        return None
+    if isinstance(section, kind):
+        return section
+    if dataclasses.is_dataclass(section) and not isinstance(section, type):
+        section = typed.dump(section)
+    return typed.load(kind, section)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstOpView:
+    """``FirstOp`` read by attribute: the first op whose output differs between two recordings of one step."""
+
+    found: bool | None = typed.key(omit_none=True, default=None)  # False: the difference entered outside the ops
+    ops: int | None = typed.key(omit_none=True, default=None)  # ops compared
+    index: int | None = None
+    kind: str | None = typed.key(omit_none=True, default=None)  # "output" or "sequence"
+    op: str | None = None  # aten::name
+    overload: str | None = None
+    phase: str | None = None  # forward, backward, optimizer
+    module: str | None = None
+    source: str | None = None  # file:line
+    shape: Any = None
+    dtype: str | None = None
+    other_op: str | None = typed.key(omit_none=True, default=None)  # "sequence": the other recording's op there
+    max_abs: float | None = None
+    max_ulp: int | None = None
+    elements_differing: int | None = None
+    magnitude_source: str | None = typed.key(omit_none=True, default=None)
+    aside: FirstOpView | None = typed.key(omit_none=True, default=None)  # an earlier op that nothing the step trains on reads
+    compiled: bool | None = typed.key(omit_none=True, default=None)  # the recorder saw aten ops, not inductor's kernels
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwitchedControlView:
+    """``SwitchedControl`` read by attribute: a determinism control the model switched off."""
+
+    control: str = ""
+    value: str | None = typed.key(omit_none=True, default=None)  # what it was set to (repr)
+    off: Any = typed.key(omit_none=True, default=None)
+    setter: str | None = None
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+    where: str | None = None  # file:line
+    step: int | None = None  # 0: before the first step
+    found_at: str | None = typed.key(omit_none=True, default=None)  # the attestation at the checkpoint or at the end
+    runs: list[str] | None = typed.key(omit_none=True, default=None)  # the runs it was off in
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceView:
+    """``Evidence`` read by attribute: where two runs first differ."""
+
+    comparison: str | None = None  # "A vs B", "A on node1 vs A on node2"
+    step: int | None = None
+    tensor: str | None = None
+    kind: str | None = None
+    cause: str | None = typed.key(omit_none=True, default=None)
+    differing_tensors: int | None = typed.key(omit_none=True, default=None)
+    loss_equal_at_step: bool | None = None
+    losses_equal: bool | None = None
+    losses_agree_digits: int | None = typed.key(omit_none=True, default=None)
+    max_abs: float | None = None
+    max_ulp: int | None = None
+    elements_differing: int | None = None
+    magnitude_source: str | None = None
+    data: str | None = None
+    detail: dict[str, Any] | None = typed.key(omit_none=True, default=None)  # causes "eval" and "extra"
+    tensors: list[str] | None = typed.key(omit_none=True, default=None)
+    only_in: str | None = None
+    presence: str | None = typed.key(omit_none=True, default=None)  # a tensor present in one run only
+    op: FirstOpView | None = None
+    rank: int | None = typed.key(omit_none=True, default=None)  # found on this rank, not rank 0
+    controls: list[SwitchedControlView] | None = typed.key(omit_none=True, default=None)
+    hint: str | None = typed.key(omit_none=True, default=None)
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> EvidenceView | None:
+        """A model entry's (or a golden comparison's, or ``across_nodes``') ``evidence``; None where it has none."""
+        return view(cls, entry.get("evidence"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummaryView:
+    """``RunSummary`` read by attribute: one run of a model's determinism check (runs A, B, C, W)."""
+
+    final_sha256: str | None = None
+    start_step: int | None = typed.key(omit_none=True, default=None)
+    end_step: int | None = typed.key(omit_none=True, default=None)
+    wall_s: float | None = typed.key(omit_none=True, default=None)
+    start_wait_s: float | None = typed.key(omit_none=True, default=None)
+    setup_s: float | None = typed.key(omit_none=True, default=None)
+    train_s: float | None = typed.key(omit_none=True, default=None)
+    attested: bool | None = typed.key(omit_none=True, default=None)
+    launch: Any = typed.key(omit_none=True, default=None)
+    losses_last: float | None = None
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> dict[str, RunSummaryView]:
+        """A model entry's ``runs``, by role; empty where it has none."""
+        runs = entry.get("runs") or {}
+        return {role: typed.load(cls, run) for role, run in runs.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorView:
+    """``ErrorInfo`` read by attribute: why a run or a stage could not complete."""
+
+    kind: str = ""  # errors.py's kind of failure
+    message: str = ""
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> ErrorView | None:
+        """A model entry's ``error``; None where it has none."""
+        return view(cls, entry.get("error"))

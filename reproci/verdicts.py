@@ -8,10 +8,10 @@ webhook, ``merge`` and ``pr-body`` all read it from here."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, Union
 
 from . import errors, results
-from .entry_sections import Evidence, FirstOp, GoldenComparison
+from .entry_sections import Evidence, EvidenceView, FirstOp, FirstOpView, GoldenComparison, view
 from .results import ModelEntry, ResultsDocument
 from .worker.audit import module_text
 
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from .stages.base import Stages
 
 M = TypeVar("M", bound=ModelEntry)  # a model entry, or a merged document's row (which adds its image)
+# Where runs differ as a writer hands it (the JSON, ``Evidence``) or as a reader loaded it.
+Where = Union[Evidence, EvidenceView, None]
+Op = Union[FirstOp, FirstOpView, None]
 
 PASS = "PASS"
 NEW = "NEW"  # no golden yet for this image and model
@@ -157,17 +160,22 @@ def verdict_evidence(m: ModelEntry) -> Evidence | None:
     return m.get("evidence") or golden.get("evidence")
 
 
-def where_text(ev: Evidence | None) -> str:
+def evidence(m: ModelEntry) -> EvidenceView | None:
+    """``verdict_evidence(m)`` read by attribute."""
+    return view(EvidenceView, verdict_evidence(m))
+
+
+def where_text(where: Where) -> str:
     """Where two runs first differ, for a sentence: 'from step 15, first at buffer:bn.running_mean',
     'before the first step, first at param:fc.weight', 'from the final state'."""
-    ev = ev or {}
-    if ev.get("cause") == "init":
-        where = "before the first step"
-    elif ev.get("cause") == "restore":
-        where = f"at the resume point (step {ev.get('step')}), before any resumed step"
+    ev = view(EvidenceView, where) or EvidenceView()
+    if ev.cause == "init":
+        at = "before the first step"
+    elif ev.cause == "restore":
+        at = f"at the resume point (step {ev.step}), before any resumed step"
     else:
-        where = f"from step {ev['step']}" if ev.get("step") is not None else "from the final state"
-    return f"{where}, first at {ev['tensor']}" if ev.get("tensor") else where
+        at = f"from step {ev.step}" if ev.step is not None else "from the final state"
+    return f"{at}, first at {ev.tensor}" if ev.tensor else at
 
 
 DATA_TEXT = {
@@ -177,13 +185,13 @@ DATA_TEXT = {
 }
 
 
-def cause_text(ev: Evidence | None) -> str:
+def cause_text(where: Where) -> str:
     """What two runs' first difference says of its cause, for every sentence: 'same batch,
     different result', 'different batch contents: ...', 'different initial state', or ''."""
-    ev = ev or {}
-    cause = ev.get("cause")
+    ev = view(EvidenceView, where) or EvidenceView()
+    cause = ev.cause
     if cause == "data":
-        kind, _, epoch = (ev.get("data") or "").partition("@")
+        kind, _, epoch = (ev.data or "").partition("@")
         text = DATA_TEXT.get(kind, "different batch: other samples, or the same ones in another order")
         return f"{text} (judged on epoch {epoch}, the first that both runs took whole)" if epoch else text
     return {"compute": "same batch, different result", "init": "different initial state"}.get(cause or "", "")
@@ -192,66 +200,69 @@ def cause_text(ev: Evidence | None) -> str:
 UNREPRODUCED = "not reproduced by the replay"  # a magnitude_source: the probe replays left the runs' checksums
 
 
-def _size(ev: Mapping[str, Any]) -> str:
-    ulp = f" ({ev['max_ulp']} ULP)" if ev.get("max_ulp") is not None else ""
-    return f"|Δ| {ev['max_abs']:.3g}{ulp}"
+def _size(ev: EvidenceView | FirstOpView) -> str:
+    ulp = f" ({ev.max_ulp} ULP)" if ev.max_ulp is not None else ""
+    return f"|Δ| {ev.max_abs:.3g}{ulp}"
 
 
-def magnitude_text(ev: Mapping[str, Any] | None) -> str:
+def magnitude_text(where: Where | Op) -> str:
     """'max |Δ| 3.1e-06 (12 ULP)', or '' when no magnitude was measured (of an ``Evidence``, or of
     the first differing op, ``Evidence['op']``: both carry max_abs, max_ulp, magnitude_source). A magnitude is the
     runs' own only when the probe replays reproduced them: otherwise it is the replays'
     ('..., between replays that did not reproduce the runs (...)'), and where the replays
     agreed there is none: '|Δ| not measured: not reproduced by the replay (...)'."""
-    ev = ev or {}
-    source = str(ev.get("magnitude_source") or "")
+    ev: EvidenceView | FirstOpView = (where if isinstance(where, FirstOpView)
+                                      else view(EvidenceView, where) or EvidenceView())
+    source = str(ev.magnitude_source or "")
     replayed = source.startswith(UNREPRODUCED)
-    if ev.get("max_abs") is None:
+    if ev.max_abs is None:
         return f"|Δ| not measured: {source}" if replayed else ""
     aside = source.removeprefix(UNREPRODUCED).strip()
     replays = f", between replays that did not reproduce the runs {aside}".rstrip() if replayed else ""
     return f"max {_size(ev)}{replays}"
 
 
-def first_difference(ev: Evidence | None, *, code: Callable[[str], str] = str) -> str:
+def first_difference(where: Where, *, code: Callable[[str], str] = str) -> str:
     """The one short spelling of where runs first differ, for every table:
     'step 15, buffer:bn.running_mean, |Δ| 4.66e-10 (1 ULP)', 'step 0 (initial state), param:fc.weight',
     'controls off at model.py:52', or '-'. ``code`` formats a name (backticks in Markdown)."""
-    if not ev:
+    ev = view(EvidenceView, where)
+    if ev is None:
         return "-"
-    controls = ev.get("controls") or []
-    if ev.get("cause") == "controls" and controls:
+    controls = ev.controls or []
+    if ev.cause == "controls" and controls:
         c = controls[0]
-        return f"controls off at {code(where)}" if (where := c.get("where")) else f"{code(c['control'])} off at the {c.get('found_at')}"
-    step = ev.get("step")
+        return f"controls off at {code(c.where)}" if c.where else f"{code(c.control)} off at the {c.found_at}"
+    step = ev.step
     parts = [("step 0 (initial state)" if step == 0 else f"step {step}") if step is not None else "final state"]
-    if tensor := ev.get("tensor"):
-        parts.append(code(tensor) + (f" (only in {ev['only_in']})" if ev.get("only_in") else "")
-                     + (" (outside the checkpoint)" if ev.get("cause") == "census" else ""))
-    if ev.get("max_abs") is not None:
-        parts.append(_size(ev) + (" (replays)" if str(ev.get("magnitude_source") or "").startswith(UNREPRODUCED) else ""))
+    if tensor := ev.tensor:
+        parts.append(code(tensor) + (f" (only in {ev.only_in})" if ev.only_in else "")
+                     + (" (outside the checkpoint)" if ev.cause == "census" else ""))
+    if ev.max_abs is not None:
+        parts.append(_size(ev) + (" (replays)" if str(ev.magnitude_source or "").startswith(UNREPRODUCED) else ""))
     return ", ".join(parts)
 
 
-def op_text(op: FirstOp | None) -> str:
+def op_text(first: Op) -> str:
     """'aten::native_dropout in blocks.0.drop at model.py:52 (forward), forward pass, max |Δ| 2 (…)'
     for the first op whose output differs; '' when no op was recorded."""
-    if not op:
+    op = view(FirstOpView, first)
+    if op is None:
         return ""
-    if not op.get("found") and op.get("compiled"):
-        return (f"no op output outside the compiled graphs differs in that step ({op.get('ops')} ops compared): "
+    if not op.found and op.compiled:
+        return (f"no op output outside the compiled graphs differs in that step ({op.ops} ops compared): "
                 "inductor's kernels are not seen op by op; bisect (--bisect) or run eager to see the op")
-    if not op.get("found"):
-        return f"no op output differs in that step ({op.get('ops')} ops compared): the difference entered outside them"
-    where = "".join([f" in {module_text(op['module'])}" if op.get("module") else "", f" at {op['source']}" if op.get("source") else ""])
-    pass_ = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}.get(str(op.get("phase")), "")
-    if op.get("kind") == "sequence":
-        return f"the ops themselves differ from op {op['index']}: {op['op']}{where}" + (f", {pass_}" if pass_ else "")
+    if not op.found:
+        return f"no op output differs in that step ({op.ops} ops compared): the difference entered outside them"
+    where = "".join([f" in {module_text(op.module)}" if op.module else "", f" at {op.source}" if op.source else ""])
+    pass_ = {"forward": "forward pass", "backward": "backward pass", "optimizer": "optimizer step"}.get(str(op.phase), "")
+    if op.kind == "sequence":
+        return f"the ops themselves differ from op {op.index}: {op.op}{where}" + (f", {pass_}" if pass_ else "")
     mag = magnitude_text(op)
-    aside = op.get("aside")
+    aside = op.aside
     earlier = ""
     if aside:  # an earlier op differs too, but nothing the step trains on reads it
-        at = "".join([f" in {module_text(aside['module'])}" if aside.get("module") else "",
-                      f" at {aside['source']}" if aside.get("source") else ""])
-        earlier = f" (earlier, {aside['op']}{at} differs too, but neither the loss nor the gradients read it)"
-    return f"{op['op']}{where}" + (f", {pass_}" if pass_ else "") + (f", {mag}" if mag else "") + earlier
+        at = "".join([f" in {module_text(aside.module)}" if aside.module else "",
+                      f" at {aside.source}" if aside.source else ""])
+        earlier = f" (earlier, {aside.op}{at} differs too, but neither the loss nor the gradients read it)"
+    return f"{op.op}{where}" + (f", {pass_}" if pass_ else "") + (f", {mag}" if mag else "") + earlier

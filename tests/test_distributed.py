@@ -146,8 +146,8 @@ def test_a_golden_recorded_at_another_world_size_is_env_changed(tmp_path):
     now, records_now, _ = fake_run(1)
     now["environment"]["world_size"] = 2
     section = drift.compare(now["models"][0], records_now["m"], None, now, old, ci=False, image_name="img")
-    assert section["verdict"] == verdicts.ENV_CHANGED
-    assert section["message"].endswith("(world size 4 → 2)") and section["env_diff"] == {"world_size": [4, 2]}
+    assert section.verdict == verdicts.ENV_CHANGED
+    assert section.message.endswith("(world size 4 → 2)") and section.env_diff == {"world_size": [4, 2]}
 
 
 # -- world size 2 on the CPU, gloo ------------------------------------------------------------
@@ -317,7 +317,7 @@ def test_a_changed_nccl_algorithm_is_named_in_the_drift(tmp_path):
     now["environment"]["env"] = {"NCCL_ALGO": "Tree"}
     section = drift.compare(now["models"][0], records_now["m"], None, now, golden.load(tmp_path, "img"), ci=False,
                             image_name="img")
-    assert section["verdict"] == verdicts.ENV_CHANGED and section["message"].endswith("(NCCL_ALGO Ring → Tree)")
+    assert section.verdict == verdicts.ENV_CHANGED and section.message.endswith("(NCCL_ALGO Ring → Tree)")
 
 
 def test_a_repeated_order_is_a_warning_beside_a_passing_verdict():

@@ -112,6 +112,26 @@ def test_drift_shows_the_golden_comparisons_evidence_and_failures_their_own():
     assert verdicts.verdict_evidence(drifted) is golden_ev and verdicts.verdict_evidence(failed) is own_ev
 
 
+def test_the_evidence_reads_by_attribute_and_is_written_as_it_was_read():
+    from reproci import typed
+    from reproci.entry_sections import ErrorView, EvidenceView, RunSummaryView
+
+    ev = {"comparison": "A vs B", "step": 4, "tensor": "grad:fc.weight", "cause": "controls",
+          "op": {"found": True, "op": "aten::mm", "aside": {"op": "aten::relu", "module": "act"}},
+          "controls": [{"control": "cudnn.benchmark", "where": "model.py:9", "step": 0}], "newer": [1]}
+    entry = {"verdict": verdicts.NONDETERMINISTIC, "evidence": ev, "runs": {"A": {"final_sha256": "ab", "wall_s": 1.5}},
+             "error": {"kind": "oom", "message": "out of memory"}}
+    view = EvidenceView.of(entry)
+    assert view is not None and view.op is not None and view.op.aside is not None and view.controls
+    assert (view.step, view.op.op, view.op.aside.module, view.controls[0].where) == (4, "aten::mm", "act", "model.py:9")
+    assert typed.dump(view) == ev and list(typed.dump(view)) == list(ev)
+    assert verdicts.first_difference(view) == verdicts.first_difference(ev) == "controls off at model.py:9"
+    assert verdicts.evidence(entry) == view and EvidenceView.of({"evidence": {}}) is None
+    assert RunSummaryView.of(entry)["A"].wall_s == 1.5 and RunSummaryView.of({}) == {}
+    error = ErrorView.of(entry)
+    assert error is not None and error.kind == "oom" and ErrorView.of({"error": None}) is None
+
+
 def test_the_webhook_names_failing_and_drifting_models_most_serious_first():
     msg = webhook.slack_message(doc(verdicts.ENV_CHANGED, verdicts.PASS, verdicts.ERROR), STAGES)
     assert msg["text"].splitlines() == ["reproci: 2 model(s) need attention on image img",

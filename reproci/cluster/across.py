@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypeVar
 
 from .. import verdicts
-from ..entry_sections import AcrossNodes, Evidence
+from ..entry_sections import AcrossNodes, Evidence, EvidenceView, view
 from ..errors import UsageError
 from ..golden import drift
 from ..golden.divergence import first_divergence, tensor_magnitude
@@ -84,8 +84,9 @@ def compare(first: CellRun, twin: CellRun, device: str | None) -> AcrossNodes:
     env_diff = {**toolchain, **host}
     changes: drift.Changes = {"packages": packages, "toolchain": toolchain, "host": host, "digest": None,
                               "env": env_diff}  # as drift reads a golden's
-    said = f"runs on {first.node} and {twin.node} differ {verdicts.where_text(evidence)}{_size(evidence)}"
-    cause = verdicts.cause_text(evidence)
+    read = view(EvidenceView, evidence)
+    said = f"runs on {first.node} and {twin.node} differ {verdicts.where_text(read)}{_size(read)}"
+    cause = verdicts.cause_text(read)
     said += f"; {cause}" if cause and div.cause in ("data", "compute") else ""
     if packages or env_diff:
         verdict, why = drift._why(changes)
@@ -107,8 +108,8 @@ def _magnitude(tensor: str | None, state_a: dict[str, Any] | None, state_b: dict
             "magnitude_source": f"final state of {name}"}
 
 
-def _size(evidence: Evidence) -> str:
-    source = str(evidence.get("magnitude_source") or "")
+def _size(evidence: EvidenceView | None) -> str:
+    source = str(evidence and evidence.magnitude_source or "")
     text = verdicts.magnitude_text(evidence)
     return f"; at the end {source.removeprefix('final state of ')} {text}" if text and source else ""
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import verdicts
+from .. import typed, verdicts
 from ..errors import ResultsError
 from ..results import ModelEntry, ResultsDocument
 from ..settings.options import RunOptions
 from ..worker import run_record
 from ..worker.run_record import RunRecord
-from . import drift, store
+from . import comparison, drift, store
 from .advice import rerun_command, update_command
+from .comparison import Outcome, outcome_of
 from .store import Golden
 
 if TYPE_CHECKING:
@@ -51,15 +52,15 @@ def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Go
         section = drift.compare(entry, record, _final_state(run_dir, entry), document, old, ci=options.ci,
                                 image_name=options.image_name, fix=f"`{update_command(options)}`",
                                 rerun=lambda golden_entry: f"`{rerun_command(options, golden_entry)}`")
-        entry["golden"] = section
-        entry["verdict"] = section["verdict"]
-        if section["verdict"] in (verdicts.PASS, verdicts.NEW, verdicts.MODEL_CHANGED):
-            entry["message"] = f"{entry['message']}; {section['message']}"  # own checks passed: say so too
+        entry["golden"] = section.to_json()
+        entry["verdict"] = section.verdict
+        if section.verdict in (verdicts.PASS, verdicts.NEW, verdicts.MODEL_CHANGED):
+            entry["message"] = f"{entry['message']}; {section.message}"  # own checks passed: say so too
         else:
-            entry["message"] = section["message"]
-    document["golden"] = {"update_command": update_command(options),
-                          "file": str(store.path_for(options.goldens_dir, options.image_name)),
-                          "existed": old is not None, "updated": False}
+            entry["message"] = section.message
+    document["golden"] = Outcome(update_command=update_command(options),
+                                 file=str(store.path_for(options.goldens_dir, options.image_name)),
+                                 existed=old is not None, updated=False).to_json()
     if options.update_golden:
         update(options, document, run_dir, stages, ops)
 
@@ -74,20 +75,22 @@ def update(options: RunOptions, document: ResultsDocument, run_dir: Path, stages
     checker = next(s.name for s in stages if s.checks_reproducibility)
     bad += [f"{m['model']} was not checked (add --stage {checker})" for m in document["models"]
             if "A" not in (m.get("records") or {}) and m.get("verdict") not in OWN_FAILURES]
+    outcome = outcome_of(document) or Outcome()
     if bad:
-        document["golden"]["refused"] = (f"golden not updated: {', '.join(bad)}; a golden is only recorded from "
-                                         "runs that are reproducible by themselves")
+        document["golden"] = typed.replace(outcome, refused=f"golden not updated: {', '.join(bad)}; a golden is only "
+                                                            "recorded from runs that are reproducible by themselves").to_json()
         return
     records = {m["model"]: _record(run_dir, m) for m in document["models"]}
     states = {m["model"]: _final_state(run_dir, m) or {} for m in document["models"]}
     path = store.write(options.goldens_dir, options.image_name, document, records, states, stages, ops=ops)
-    document["golden"].update({"updated": True, "file": str(path)})  # drift is now this update's evidence (verdicts.document_exit_code)
+    # drift is now this update's evidence (verdicts.document_exit_code)
+    document["golden"] = typed.replace(outcome, updated=True, file=str(path)).to_json()
     for m in document["models"]:  # "no golden yet; record one with ..." is no longer true: say what happened
-        section = m.get("golden") or {}
-        if section.get("verdict") == verdicts.NEW and section.get("message"):
+        section = comparison.of(m)
+        if section is not None and section.verdict == verdicts.NEW and section.message:
             said = f"golden recorded in {path}"
-            m["message"] = m["message"].replace(section["message"], said)
-            section.update({"message": said, "recorded": True})
+            m["message"] = m["message"].replace(section.message, said)
+            m["golden"] = typed.replace(section, message=said, recorded=True).to_json()
 
 
 def cleanup(options: RunOptions, run_dir: Path, document: ResultsDocument) -> None:

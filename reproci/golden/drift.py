@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, TypedDict
 
-from .. import verdicts
-from ..entry_sections import Evidence, GoldenComparison, GoldenImage
+from .. import typed, verdicts
+from ..entry_sections import Evidence
 from ..results import ModelEntry, RecordedOptions, ResultsDocument
 from ..worker.run_record import Run, Trajectory
 from .advice import SETTINGS
+from .comparison import Comparison, GoldenImage, NoGolden
 from .divergence import first_divergence, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
 from .store import IDENTITY_KEYS, Golden
@@ -59,7 +60,7 @@ def agreeing_digits(a: Any, b: Any) -> int | None:
 
 def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
             document: ResultsDocument, golden: Golden | None, *, ci: bool, image_name: str,
-            fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> GoldenComparison:
+            fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> Comparison:
     """The golden section of one model's entry: its verdict against the golden, the
     evidence, and the message that says it; ``fix`` is the command that re-records it, and
     ``rerun(golden entry)`` the one that runs with the settings the golden was recorded with."""
@@ -67,16 +68,15 @@ def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
     fix = fix or f"`reproci golden update --image {image_name}`"
     fails = " (CI mode: this fails)" if ci else ""
     g = golden.models.get(entry["model"]) if golden else None
-    out: GoldenComparison = {"file": str(golden.path) if golden else None, "golden_final_sha256": None,
-                             "golden_image": None, "package_diff": {}, "env_diff": {}, "evidence": None}
+    file = str(golden.path) if golden else None
     if golden is None or g is None:
         where = "no golden file" if golden is None else "no golden for this model"
-        return {**out, "verdict": verdicts.NEW,
-                "message": f"{where} for image {image_name}; record one with {fix}{fails}"}
-    image: GoldenImage = {"name": golden.image.get("name"), "reference": golden.image.get("reference"),
-                    "digest": golden.image.get("digest")}
-    out.update({"golden_final_sha256": g.entry.get("final_sha256"), "recorded_at": g.entry.get("recorded_at"),
-                "golden_image": image})
+        return NoGolden(file=file, verdict=verdicts.NEW,
+                        message=f"{where} for image {image_name}; record one with {fix}{fails}")
+    image = GoldenImage(name=golden.image.get("name"), reference=golden.image.get("reference"),
+                        digest=golden.image.get("digest"))
+    out = Comparison(file=file, golden_final_sha256=g.entry.get("final_sha256"), golden_image=image,
+                     recorded_at=g.entry.get("recorded_at"))
     identity = _identity_diff(g.entry, entry, document["options"])
     if identity:
         how = execution_change(*identity["execution"]) if "execution" in identity else None
@@ -88,18 +88,19 @@ def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
         else:
             message = (f"the model or its run settings changed ({how or ', '.join(identity)}); "
                        f"not compared with the golden: re-record with {fix}")
-        return {**out, "verdict": verdicts.MODEL_CHANGED, "identity_diff": identity, "message": message + fails}
+        return typed.replace(out, verdict=verdicts.MODEL_CHANGED, identity_diff=identity, message=message + fails)
     changes = _changes(golden, document)
+    out = typed.replace(out, package_diff=changes["packages"], env_diff=changes["env"])
     if g.entry.get("final_sha256") == record_a.final_sha256:
         upgrade = upgrade_text(changes)
-        return {**out, "verdict": verdicts.PASS, "package_diff": changes["packages"], "env_diff": changes["env"],
-                "message": f"unchanged by the upgrade {upgrade}: matches the golden" if upgrade else "matches the golden",
-                **({"upgrade_checked": True} if upgrade else {})}
+        return typed.replace(out, verdict=verdicts.PASS, upgrade_checked=True if upgrade else None,
+                             message=f"unchanged by the upgrade {upgrade}: matches the golden" if upgrade
+                             else "matches the golden")
     evidence = _evidence(g, record_a, final_state)
     verdict, why = _why(changes)
-    return {**out, "package_diff": changes["packages"], "env_diff": changes["env"], "evidence": evidence,
-            "verdict": verdict, "why": why, "message": f"differs from the golden {verdicts.where_text(evidence)}"
-                                           f"{_magnitude(evidence)}{_losses(evidence)} ({why})"}
+    return typed.replace(out, evidence=evidence, verdict=verdict, why=why,
+                         message=f"differs from the golden {verdicts.where_text(evidence)}"
+                                 f"{_magnitude(evidence)}{_losses(evidence)} ({why})")
 
 
 def execution_text(execution: dict[str, Any] | None) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .. import atomic, errors, verdicts
 from ..cluster.merged import MergedDocument
+from ..golden import comparison
 from ..results import ModelEntry, ResultsDocument
 from . import markdown
 from .mdtable import cell, code, table
@@ -77,7 +78,7 @@ def _status(code_: int | None, unchecked: str | None = None) -> str:
 
 
 def _package_lines(models: list[ModelEntry], limit: int = 30) -> list[str]:
-    diffs = [m["golden"]["package_diff"] for m in models if (m.get("golden") or {}).get("package_diff")]
+    diffs = [g.package_diff for m in models if (g := comparison.of(m)) and g.package_diff]
     if not diffs:
         return []
     changed = sorted(diffs[0].items())
@@ -128,7 +129,7 @@ def merged_summary_markdown(merged: MergedDocument, stages: Stages) -> str:
         lines += ["", "### Details", ""]
         for m in notable:
             lines.append(f"- **{m['model']}** on `{m['image']}`: {m['verdict']}: {cell(m.get('message'))}")
-            changed = ((m.get("golden") if isinstance(m.get("golden"), dict) else {}) or {}).get("package_diff") or {}
+            changed = (g.package_diff if (g := comparison.of(m)) else None) or {}
             if changed:
                 shown = ", ".join(f"{p} {old or '∅'} → {new or '∅'}" for p, (old, new) in sorted(changed.items())[:10])
                 lines.append(f"  - packages: {shown}{f' and {len(changed) - 10} more' if len(changed) > 10 else ''}")

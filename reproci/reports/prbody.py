@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
-from ..entry_sections import GoldenComparison, GoldenImage
 from ..errors import NotReproducibleError
-from ..results import GoldenOutcome, Image, ModelEntry, ResultsDocument
+from ..golden import comparison
+from ..golden.comparison import Comparison, GoldenImage, Outcome
+from ..results import ModelEntry, ResultsDocument
 from .mdtable import cell, code, table
 
 if TYPE_CHECKING:
@@ -50,9 +51,9 @@ def reproducibility_problems(doc: ResultsDocument, stages: Stages) -> list[str]:
 def golden_problems(doc: ResultsDocument) -> list[str]:
     """Why these results recorded no golden (empty when the run recorded one)."""
     golden = _outcome(doc)
-    if golden.get("refused"):
-        return [f"the golden was not recorded: {golden['refused']}"]
-    if not golden.get("updated"):
+    if golden.refused:
+        return [f"the golden was not recorded: {golden.refused}"]
+    if not golden.updated:
         return ["the golden was not recorded: this run had no --update-golden"]
     return []
 
@@ -70,14 +71,12 @@ def require_reproducible(doc: ResultsDocument, source: object, stages: Stages) -
                                    f"`reproci run --update-golden`) first")
 
 
-def _golden(m: ModelEntry) -> GoldenComparison:
-    g = m.get("golden")
-    return g if isinstance(g, dict) else {}
+def _golden(m: ModelEntry) -> Comparison:
+    return comparison.of(m) or Comparison()
 
 
-def _outcome(doc: ResultsDocument) -> GoldenOutcome:
-    g = doc.get("golden")
-    return g if isinstance(g, dict) else {}
+def _outcome(doc: ResultsDocument) -> Outcome:
+    return comparison.outcome_of(doc) or Outcome()
 
 
 def _short(sha: str | None, n: int = 12) -> str:
@@ -104,7 +103,7 @@ def render(doc: ResultsDocument, stages: Stages) -> str:
     the verdicts, the image and its changes, the models, each stage's sections (``Stage.pr_body``,
     in the order they run), the environment."""
     models = doc.get("models", [])
-    has_old = any(_golden(m).get("golden_final_sha256") for m in models)
+    has_old = any(_golden(m).golden_final_sha256 for m in models)
     lines = [*_verdict_lines(doc, stages), *_warning_lines(models), *_image_lines(doc, has_old), *_diff_lines(models, has_old),
              *_model_lines(models), *(line for stage in stages for line in stage.pr_body(doc)), *_environment_lines(doc)]
     return "\n".join(lines) + "\n"
@@ -139,30 +138,30 @@ def _image_lines(doc: ResultsDocument, has_old: bool) -> list[str]:
     """The golden's image identity against this run's."""
     image = doc.get("image") or {}
     name = image.get("name") or "local"
-    old: GoldenImage | Image = next((o for m in doc.get("models", []) if (o := _golden(m).get("golden_image"))), Image())
+    old = next((o for m in doc.get("models", []) if (o := _golden(m).golden_image)), GoldenImage())
     lines = ["### Image", ""]
     lines += _table(["", "current golden", "this run"], [
-        ["reference", cell(old.get("reference") or old.get("name")), cell(image.get("reference") or name)],
-        ["digest", code(old.get("digest")), code(image.get("digest"))],
+        ["reference", cell(old.reference or old.name), cell(image.get("reference") or name)],
+        ["digest", code(old.digest), code(image.get("digest"))],
     ])
     if not has_old:
         lines += ["", "No earlier golden for this image: this is its first."]
     recorded = _outcome(doc)
-    if recorded.get("file"):
-        state = "written by this run" if recorded.get("updated") else "not written by this run"
-        lines += ["", f"Golden file: {code(recorded['file'])} ({state})."]
+    if recorded.file:
+        state = "written by this run" if recorded.updated else "not written by this run"
+        lines += ["", f"Golden file: {code(recorded.file)} ({state})."]
     return lines + [""]
 
 
 def _diff_lines(models: list[ModelEntry], has_old: bool) -> list[str]:
-    package_rows = _diff_rows([_golden(m).get("package_diff") for m in models])
+    package_rows = _diff_rows([_golden(m).package_diff for m in models])
     lines = ["### Package changes", ""]
     if package_rows:
         lines += _table(["package", "golden", "this run"], package_rows)
     else:
         lines.append("No package changes." if has_old else "No earlier golden to compare packages with.")
     lines.append("")
-    env_rows = _diff_rows([_golden(m).get("env_diff") for m in models])
+    env_rows = _diff_rows([_golden(m).env_diff for m in models])
     if env_rows:
         lines += ["### Environment changes", ""] + _table(["key", "golden", "this run"], env_rows) + [""]
     return lines
@@ -172,11 +171,11 @@ def _model_lines(models: list[ModelEntry]) -> list[str]:
     rows = []
     for m in models:
         g, ev = _golden(m), verdicts.verdict_evidence(m) or {}
-        verdict, golden_verdict = m.get("verdict", "?"), g.get("verdict")
+        verdict, golden_verdict = m.get("verdict", "?"), g.verdict
         rows.append([
             cell(m.get("model")),
             cell(verdict if not golden_verdict or golden_verdict == verdict else f"{verdict} (golden: {golden_verdict})"),
-            f"{_short(g.get('golden_final_sha256'))} → {_short(m.get('final_sha256'))}",
+            f"{_short(g.golden_final_sha256)} → {_short(m.get('final_sha256'))}",
             cell(ev.get("step")), code(ev.get("tensor")),
             f"{ev['max_abs']:.3g}" if ev.get("max_abs") is not None else "-",
             cell(ev.get("max_ulp")), cell(ev.get("losses_agree_digits")),
@@ -184,7 +183,7 @@ def _model_lines(models: list[ModelEntry]) -> list[str]:
     lines = ["### Models", ""]
     lines += _table(["model", "verdict", "final sha256 (golden → new)", "first differing step", "first tensor",
                      "max abs diff", "max ULP", "loss agrees to (digits)"], rows)
-    messages = [f"- **{cell(m.get('model'))}**: {cell(_golden(m).get('message') or m.get('message'))}" for m in models]
+    messages = [f"- **{cell(m.get('model'))}**: {cell(_golden(m).message or m.get('message'))}" for m in models]
     return lines + ["", *messages, ""]
 
 

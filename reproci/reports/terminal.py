@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _where(m: ModelEntry) -> str:
-    return verdicts.first_difference(verdicts.verdict_evidence(m))
+    return verdicts.first_difference(verdicts.evidence(m))
 
 
 def verdict_table(document: ResultsDocument) -> Table:

@@ -18,11 +18,13 @@ import sys
 import time
 from typing import Any
 
-from ... import cpu_flags, verdicts
+from ... import cpu_flags, typed, verdicts
 from ...errors import WorkerFailed
+from ...golden import comparison
+from ...golden.comparison import Comparison, Confirmation
 from ...golden.divergence import step_rows
 from ...golden.environment import host_text
-from ...results import ResultsDocument
+from ...results import ModelEntry, ResultsDocument
 from ...runner import run_worker
 from ...worker.process.launch import CPU_ISA_CAPABILITY
 from ...worker.run_record import RunRecord, Trajectory
@@ -86,16 +88,16 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
         return
     refs = {m.name: m for m in options.models}
     for entry in document["models"]:
-        section = entry.get("golden") or {}
+        section = comparison.of(entry)
         if entry.get("verdict") not in (verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH) or entry["model"] not in refs:
             continue
-        change, unsettable = settings(section.get("env_diff") or {})
+        change, unsettable = settings(section.env_diff if section else {})
         if not {"env", "threads", "world_size", "cpu_isa"} & set(change):
             if unsettable:
-                section["confirmation"] = {"confirmed": None, "settings": {}, "unsettable": unsettable}
+                _confirmation(entry, section, Confirmation(confirmed=None, settings={}, unsettable=unsettable))
                 entry["message"] += f"; unconfirmed: {', '.join(unsettable)} cannot be set from software"
             continue
-        step = (section.get("evidence") or {}).get("step")
+        step = ((section.evidence if section else None) or {}).get("step")
         steps = options.steps if step is None else min(options.steps, step + 1)
         spec = dataclasses.replace(base_spec(options, refs[entry["model"]], "confirm",
                                              project_commit=run.project_commit, image=run.image),
@@ -105,15 +107,16 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
             record = run_worker(ctx, spec)
         except WorkerFailed as e:
             if e.kind == "attestation":  # e.g. the golden's CPU level is above what this CPU has
-                section["confirmation"] = {"confirmed": None, "settings": change, "unsettable": [*unsettable, str(e)]}
+                _confirmation(entry, section, Confirmation(confirmed=None, settings=change,
+                                                           unsettable=[*unsettable, str(e)]))
                 entry["message"] += f"; unconfirmed: the golden's settings ({_said(change)}) do not take effect here"
             else:
                 print(f"warning: {entry['model']}: the run with the golden's settings failed ({e})", file=sys.stderr)
             continue
         g = golden.models[entry["model"]]
         confirmed = matches(g.as_record(), record, steps, options.steps)
-        section["confirmation"] = {"confirmed": confirmed, "settings": change, "steps": steps,
-                                   "unsettable": unsettable, "seconds": round(time.monotonic() - t0, 1)}
+        _confirmation(entry, section, Confirmation(confirmed=confirmed, settings=change, steps=steps,
+                                                   unsettable=unsettable, seconds=round(time.monotonic() - t0, 1)))
         through = f"through step {steps}" if steps < options.steps else "to the end"
         if confirmed:
             entry["message"] += (f"; confirmed: with {_said(change)} (the golden's), {entry['model']} matches the golden "
@@ -122,6 +125,12 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
             entry["message"] += (f"; not confirmed: with {_said(change)} (the golden's), {entry['model']} still differs "
                                  f"from the golden {through}" + (f"; {', '.join(unsettable)} cannot be set from software"
                                                                  if unsettable else ""))
+
+
+def _confirmation(entry: ModelEntry, section: Comparison | None, confirmation: Confirmation) -> None:
+    """The answer, in the model's golden section (where it has one)."""
+    if section is not None:
+        entry["golden"] = typed.replace(section, confirmation=confirmation).to_json()
 
 
 def matches(golden_record: Trajectory, record: RunRecord, steps: int, full: int) -> bool:

@@ -18,12 +18,13 @@ import hashlib
 import sys
 from typing import Any
 
-from ... import verdicts
-from ...entry_sections import FirstOp
+from ... import typed, verdicts
+from ...entry_sections import Evidence, FirstOp
 from ...errors import WorkerFailed
-from ...golden import ops
+from ...golden import comparison, ops
+from ...golden.comparison import Comparison
 from ...golden.store import Golden
-from ...results import Image, ResultsDocument
+from ...results import Image, ModelEntry, ResultsDocument
 from ...runner import RunContext, run_worker
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
@@ -85,8 +86,8 @@ def name_changes(run: StageRun, document: ResultsDocument) -> None:
         return
     refs = {m.name: m for m in options.models}
     for entry in document["models"]:
-        section = entry.get("golden") or {}
-        evidence = section.get("evidence") or {}
+        section = comparison.of(entry)
+        evidence: Evidence = (section.evidence if section else None) or {}
         kept = golden.models[entry["model"]].ops if entry["model"] in golden.models else {}
         step = evidence.get("step")
         if entry.get("verdict") not in verdicts.DRIFTING or evidence.get("cause") != "compute":
@@ -98,12 +99,19 @@ def name_changes(run: StageRun, document: ResultsDocument) -> None:
             rows = _recorded(ctx, _spec(options, refs[entry["model"]], (step,),
                                         project_commit=run.project_commit, image=run.image))[step]
         except (WorkerFailed, OSError) as e:
-            evidence["op"] = None
+            _name(entry, section, evidence, None)
             print(f"warning: {entry['model']}: could not record step {step} to name the changed op ({e})", file=sys.stderr)
             continue
-        op = evidence["op"] = _first_changed(rows, kept[step])
+        op = _first_changed(rows, kept[step])
+        _name(entry, section, evidence, op)
         if op.get("found"):
             entry["message"] += f"; first changed op: {verdicts.op_text(op)}"  # the cause is said once, before
+
+
+def _name(entry: ModelEntry, section: Comparison | None, evidence: Evidence, op: FirstOp | None) -> None:
+    """The first changed op (None: it could not be recorded), in the evidence of the model's golden section."""
+    if section is not None:
+        entry["golden"] = typed.replace(section, evidence={**evidence, "op": op}).to_json()
 
 
 def _unnamed(kept: dict[int, Any], step: int | None) -> str:
