@@ -106,11 +106,22 @@ def _import_torch_beside() -> threading.Thread | None:
     0.05 to 6 s into it), where waiting for it took up to 10 s on a loaded host."""
     if "torch" in sys.modules:
         return None
-    import importlib
-
-    thread = threading.Thread(target=importlib.import_module, args=("torch",), name="reproci-import-torch", daemon=True)
+    thread = threading.Thread(target=_import_torch, name="reproci-import-torch", daemon=True)
     thread.start()
     return thread
+
+
+def _import_torch() -> None:
+    """torch's import, ahead of need, and silent where it fails: a run that ends meanwhile (a Ctrl-C
+    in the main thread can leave torch's modules half made under this thread's feet, which then
+    says "operator ... does not exist") is not this thread's to report, and a torch that does not
+    import fails again, with its own message, where the run needs it."""
+    import importlib
+
+    try:
+        importlib.import_module("torch")
+    except BaseException:  # noqa: B036 - see above: the main thread imports it again and says why
+        pass
 
 
 def _check_goldens_dir(options: RunOptions) -> None:
