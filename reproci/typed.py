@@ -25,9 +25,11 @@ import dataclasses
 import functools
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar, Union
 
 T = TypeVar("T")
+S = TypeVar("S", bound="Section")
 META = "reproci.typed"
 # What a section read back remembers, beside its fields: the keys it was read with, in their order,
 # and the keys it does not declare (as read). Not fields: a section made fresh has neither.
@@ -132,3 +134,23 @@ def replace(value: T, **changes: Any) -> T:
     if read is not None:
         object.__setattr__(made, _READ, read)
     return made
+
+
+class Section:
+    """A section's ``to_json``/``from_json``, for the dataclass that subclasses it (a stage's result)."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = dump(self)
+        return data
+
+    @classmethod
+    def from_json(cls: type[S], data: Mapping[str, Any]) -> S:
+        return load(cls, data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error:
+    """Why a stage's work for a model failed (a worker's failure): its section's ``error``."""
+
+    kind: str  # errors.py's kind of failure
+    message: str

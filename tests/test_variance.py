@@ -144,7 +144,8 @@ def test_an_eval_fn_that_breaks_the_contract_says_what_to_fix() -> None:
 
 def test_a_failed_seed_run_makes_the_model_an_error() -> None:
     from reproci.stages import variance
-    from reproci.stages.variance.result import Error, VarianceResult
+    from reproci.stages.variance.result import VarianceResult
+    from reproci.typed import Error
 
     entry = {"model": "conv", "verdict": "PASS", "message": "A = B = C", "seconds": 1.0, "records": {"A": "a.json"}}
     variance.attach(entry, VarianceResult(k=3, seconds=2.0, records=["conv/record-variance-seed0.json"],

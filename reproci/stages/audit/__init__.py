@@ -16,9 +16,10 @@ from ...errors import WorkerFailed
 from ...results import ResultsDocument
 from ...runner import run_worker
 from ...settings.models import ModelRef
+from ...typed import Error
 from ..base import StageRun
 from ..runs import base_spec
-from .result import AuditResult, Error, Finding, of
+from .result import AuditResult, Finding, of
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ... import typed
+from ...typed import Error
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,16 +36,9 @@ class Finding:
     why: str | None = typed.key(omit_none=True, default=None)  # the sentence that says which condition it met
 
 
-@dataclass(frozen=True, kw_only=True)
-class Error:
-    """Why a model could not be audited."""
-
-    kind: str  # errors.py's kind of failure
-    message: str
-
 
 @dataclass(frozen=True, kw_only=True)
-class AuditResult:
+class AuditResult(typed.Section):
     """The ops a model runs, and what strict determinism does to them on CUDA (stages.audit)."""
 
     torch: str | None = typed.key(omit_none=True, default=None)  # the audited torch's version
@@ -61,12 +55,6 @@ class AuditResult:
     error: Error | None = typed.key(omit_none=True, default=None)  # the only key beside seconds when it failed
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return typed.dump(self)  # type: ignore[no-any-return]
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AuditResult:
-        return typed.load(cls, data)
 
 
 def of(entry: Mapping[str, Any]) -> AuditResult | None:

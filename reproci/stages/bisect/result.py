@@ -10,7 +10,6 @@ re-run is a ``PairRow``: its ``evidence`` is written even where there is none (n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ... import typed
 from ...entry_sections import Evidence
@@ -39,7 +38,7 @@ class PairRow(BisectRow):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Bisect:
+class Bisect(typed.Section):
     """The bisection by configuration of one model (``stages.bisect``)."""
 
     check: str | None = None  # 'A vs B', 'A vs the golden'; None: not bisected
@@ -51,10 +50,3 @@ class Bisect:
     message: str = ""
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = typed.dump(self)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any) -> Bisect:
-        return typed.load(cls, data)

@@ -9,7 +9,6 @@ golden) says only that: its ``culprit`` (None) and its ``message``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ... import typed
 
@@ -44,7 +43,7 @@ class Reproduced(BlameTry):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Blame:
+class Blame(typed.Section):
     """The upgrade blame of one model by package group (``stages.blame``)."""
 
     steps: int | None = typed.key(omit_none=True, default=None)  # the runs' length: the golden's first differing step + 1
@@ -54,10 +53,3 @@ class Blame:
     message: str = ""
     cost: BlameCost | None = typed.key(omit_none=True, default=None)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = typed.dump(self)
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any) -> Blame:
-        return typed.load(cls, data)

@@ -23,19 +23,13 @@ class ProbeRow:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProbesResult:
+class ProbesResult(typed.Section):
     """The portability probes of one model (stages.probes)."""
 
     rows: list[ProbeRow] = field(default_factory=list)
     depends: list[str] = field(default_factory=list)  # the probes whose status is depends
     seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return typed.dump(self)  # type: ignore[no-any-return]
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProbesResult:
-        return typed.load(cls, data)
 
 
 def of(entry: Mapping[str, Any]) -> ProbesResult | None:

@@ -35,6 +35,7 @@ from ...results import Image, ModelEntry
 from ...runner import RunContext, run_worker
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
+from ...typed import Error
 from ...worker.process.spec import PROFILE_STEPS, WorkerSpec
 from ...worker.run_record import RunRecord
 from ..base import StageRun
@@ -43,7 +44,6 @@ from . import lockstep, sampling
 from .options import ThroughputOptions
 from .result import (
     NO_SUMMARY,
-    Error,
     MeasuredThroughput,
     ModeSummary,
     Slowdown,

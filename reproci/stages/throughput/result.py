@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ... import typed
+from ...typed import Error
 
 SUMMARY_VERSION = 1
 
@@ -82,13 +83,6 @@ class TopOp:
     share: float | None = None  # its part of all the time that grew
 
 
-@dataclass(frozen=True, kw_only=True)
-class Error:
-    """Why the measurement failed (a worker's failure)."""
-
-    kind: str  # errors.py's kind of failure
-    message: str
-
 
 @dataclass(frozen=True, kw_only=True)
 class KeptMode:
@@ -110,7 +104,7 @@ class KeptSlowdown:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThroughputSummary:
+class ThroughputSummary(typed.Section):
     """What a golden (and a point of the run history) keeps of a model's throughput
     (``ThroughputResult.summary``)."""
 
@@ -132,12 +126,6 @@ class ThroughputSummary:
         """A mode's slowdown; all None where it was not measured."""
         return self.slowdown.get(mode) or KeptSlowdown()
 
-    def to_json(self) -> dict[str, Any]:
-        return typed.dump(self)  # type: ignore[no-any-return]
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ThroughputSummary:
-        return typed.load(cls, data)
 
 
 # A result without modes (a failed measurement) keeps its summary as {}, as it always has.
@@ -145,7 +133,7 @@ NO_SUMMARY = ThroughputSummary.from_json({})
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThroughputResult:
+class ThroughputResult(typed.Section):
     """The throughput stage's result for a model: strict against default mode (``stages.throughput.run_model``)."""
 
     version: int = SUMMARY_VERSION
@@ -188,12 +176,6 @@ class ThroughputResult:
             slowdown={m: KeptSlowdown(median=s.median, ci_low=s.ci_low, ci_high=s.ci_high, noisy=s.noisy)
                       for m, s in self.slowdowns.items()})
 
-    def to_json(self) -> dict[str, Any]:
-        return typed.dump(self)  # type: ignore[no-any-return]
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ThroughputResult:
-        return typed.load(cls, data)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,7 @@ from ...results import Image, ModelEntry
 from ...runner import RunContext, run_many
 from ...settings.models import ModelRef
 from ...settings.options import RunOptions
+from ...typed import Error
 from ...worker import run_record
 from ...worker.process.spec import WorkerSpec
 from ...worker.run_record import Launched, RunRecord
@@ -26,7 +27,7 @@ from ..base import StageRun
 from ..model_entry import add_result
 from ..runs import base_spec
 from .options import VarianceOptions
-from .result import AgainstGolden, Comparison, Error, MetricSpread, VarianceResult, VarianceSummary
+from .result import AgainstGolden, Comparison, MetricSpread, VarianceResult, VarianceSummary
 
 FINAL_LOSS = "final_loss"  # the last step's training loss
 

@@ -9,12 +9,12 @@ golden's seeds, the judgement (``AgainstGolden``). ``reproci compare`` reads eit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping
 
 from ... import typed
+from ...typed import Error
 
 SUMMARY_VERSION = 1
-S = TypeVar("S", bound="VarianceSummary")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,16 +61,9 @@ class AgainstGolden:
     # per-seed values, for the strip chart; left out when skipped
 
 
-@dataclass(frozen=True, kw_only=True)
-class Error:
-    """Why a seed run failed (the stage's first failed run)."""
-
-    kind: str  # errors.py's kind of failure
-    message: str
-
 
 @dataclass(frozen=True, kw_only=True)
-class VarianceSummary:
+class VarianceSummary(typed.Section):
     """What an image's golden keeps of a model's variance: the seed noise a later run is judged against."""
 
     version: int = SUMMARY_VERSION
@@ -79,12 +72,6 @@ class VarianceSummary:
     steps: int | None = None
     metrics: dict[str, MetricSpread] = field(default_factory=dict)  # final_loss, then eval_fn's metrics
 
-    def to_json(self) -> dict[str, Any]:
-        return typed.dump(self)  # type: ignore[no-any-return]
-
-    @classmethod
-    def from_json(cls: type[S], data: Mapping[str, Any]) -> S:
-        return typed.load(cls, data)
 
 
 @dataclass(frozen=True, kw_only=True)
