@@ -54,22 +54,28 @@ def _hints(kind: type) -> dict[str, Any]:
     return typing.get_type_hints(kind)
 
 
-def load(kind: type[T], data: Any) -> T:
-    """``data`` (a section's JSON, as read) as a ``kind``; a key it lacks is the field's default."""
+def load(kind: type[T], data: Any, *, lenient: bool = False) -> T:
+    """``data`` (a section's JSON, as read) as a ``kind``; a key it lacks is the field's default.
+    ``lenient`` (a reader's view, never written back): a null where the field's type admits none is
+    the field's default too, at any depth, as ``(entry.get("runs") or {})`` reads it."""
     if not isinstance(data, Mapping):
         raise TypeError(f"{kind.__name__}: expected a mapping, got {type(data).__name__}")
     hints, values, declared = _hints(kind), {}, set()  # type: ignore[arg-type]
     for f in dataclasses.fields(kind):  # type: ignore[arg-type]
         name = json_name(f)
         declared.add(name)
-        if name in data:
-            values[f.name] = _value(hints[f.name], data[name])
+        if name in data and not (lenient and data[name] is None and not _admits_none(hints[f.name])):
+            values[f.name] = _value(hints[f.name], data[name], lenient)
     made = kind(**values)
     object.__setattr__(made, _READ, (tuple(data), {k: v for k, v in data.items() if k not in declared}))
     return made
 
 
-def _value(hint: Any, value: Any) -> Any:
+def _admits_none(hint: Any) -> bool:
+    return hint is Any or (typing.get_origin(hint) in (Union, types.UnionType) and type(None) in typing.get_args(hint))
+
+
+def _value(hint: Any, value: Any, lenient: bool = False) -> Any:
     """``value`` as the type ``hint`` says: a section made of its mapping, the items of a list or
     a dict each so; any other value as it is (the JSON's own types are the fields' types)."""
     if value is None:
@@ -79,18 +85,18 @@ def _value(hint: Any, value: Any) -> Any:
         kinds = [a for a in typing.get_args(hint) if a is not type(None)]
         sections = [a for a in kinds if dataclasses.is_dataclass(a)]
         if len(kinds) == 1 and not sections:  # list[X] | None, dict[str, X] | None: read as the list or dict
-            return _value(kinds[0], value)
+            return _value(kinds[0], value, lenient)
         if sections and isinstance(value, Mapping):
-            return _value(sections[0], value)
+            return _value(sections[0], value, lenient)
         return value
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return load(hint, value)
+        return load(hint, value, lenient=lenient)
     if origin is list and isinstance(value, list):
         (item,) = typing.get_args(hint) or (Any,)
-        return [_value(item, v) for v in value]
+        return [_value(item, v, lenient) for v in value]
     if origin is dict and isinstance(value, Mapping):
         item = (typing.get_args(hint) or (Any, Any))[1]
-        return {k: _value(item, v) for k, v in value.items()}
+        return {k: _value(item, v, lenient) for k, v in value.items()}
     return value
 
 

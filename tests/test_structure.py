@@ -142,7 +142,8 @@ def test_an_import_by_name_is_an_edge(tmp_path: Path) -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("reproci", "reproci.worker", "reproci.adapters", "reproci.reference_models"),
     ("reproci.errors", "reproci.atomic", "reproci.safe_yaml", "reproci.console", "reproci.cpu_flags"),
-    ("reproci.results", "reproci.entry_sections", "reproci.stats", "reproci.typed", "reproci.cluster.merged"),
+    ("reproci.results", "reproci.document", "reproci.entry_sections", "reproci.stats", "reproci.typed",
+     "reproci.cluster.merged"),
     ("reproci.runner", "reproci.backends", "reproci.images"),
     ("reproci.settings", "reproci.stages.base", "reproci.verdicts", "reproci.golden.folder"),
     ("reproci.golden", "reproci.reports"),
