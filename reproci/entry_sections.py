@@ -12,7 +12,9 @@ from typing import Any, Mapping, TypedDict, TypeVar
 from . import typed
 
 
-class ErrorInfo(TypedDict, total=False):
+class ErrorInfo(TypedDict):
+    """A run's or a stage's failure: both keys always written."""
+
     kind: str  # why a run or a stage could not complete: errors.py's kind of failure
     message: str
 
@@ -84,13 +86,28 @@ class Evidence(TypedDict, total=False):
     hint: str
 
 
-class Confirmation(TypedDict, total=False):
+class PutBack(TypedDict, total=False):
+    """The golden's settings a confirmation run puts back (stages.determinism.golden_cause.settings):
+    each factor that differs and can be set from software."""
+
+    env: dict[str, str | None]  # kernel-selecting variable -> the golden's value (None: unset there)
+    threads: int  # intra-op threads
+    world_size: int
+    cpu_isa: str  # the golden's CPU capability, as a cap
+
+
+class _Confirmed(TypedDict):
+    """What every confirmation says (``golden.comparison.Confirmation`` writes these keys always)."""
+
+    confirmed: bool | None  # None: not run (the golden's settings cannot be set here)
+    settings: PutBack  # what was put back
+    unsettable: list[str]  # the factors software cannot set, as sentences
+
+
+class Confirmation(_Confirmed, total=False):
     """A re-run with the golden's settings that proves a drift's cause (stages.determinism.golden_cause)."""
 
-    confirmed: bool | None
-    settings: dict[str, Any]  # what was put back: cpu_isa, env, threads, world_size
-    unsettable: list[str]
-    steps: int
+    steps: int  # the re-run's length, where it ran
     seconds: float
 
 
@@ -102,28 +119,33 @@ class GoldenImage(TypedDict):
     digest: str | None
 
 
-class GoldenComparison(TypedDict, total=False):
-    """A model against the image's golden (reproci.golden.drift.compare): the JSON's shape, for the
-    readers that keep the dict; ``reproci.golden.comparison.Comparison`` reads it by attribute."""
+class _Compared(TypedDict):
+    """What every golden comparison says (``golden.comparison.Comparison`` writes these keys always)."""
 
     file: str | None
     golden_final_sha256: str | None
     golden_image: GoldenImage | None
-    recorded_at: str | None
     package_diff: dict[str, list[Any]]  # package -> [golden's, this run's]
     env_diff: dict[str, list[Any]]  # environment key -> [golden's, this run's]
-    identity_diff: dict[str, list[Any]]  # MODEL_CHANGED: what makes the model another one
     evidence: Evidence | None
     verdict: str
-    why: str
     message: str
+
+
+class GoldenComparison(_Compared, total=False):
+    """A model against the image's golden (reproci.golden.drift.compare): the JSON's shape, for the
+    readers that keep the dict; ``reproci.golden.comparison.Comparison`` reads it by attribute."""
+
+    recorded_at: str | None  # with a golden (not NEW)
+    identity_diff: dict[str, list[Any]]  # MODEL_CHANGED: what makes the model another one
+    why: str
     upgrade_checked: bool
     recorded: bool  # this run recorded the golden (--update-golden)
     confirmation: Confirmation
 
 
-class RunSummary(TypedDict, total=False):
-    """One run of a model's determinism check (runs A, B, C, W)."""
+class RunSummary(TypedDict):
+    """One run of a model's determinism check (runs A, B, C, W): every key always written."""
 
     final_sha256: str | None
     start_step: int

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 import yaml
 
@@ -42,6 +42,27 @@ MANIFEST_VERSION = 1
 # Packages whose versions identify a toolchain, with their short names in listings.
 KEY_PACKAGES = {"torch": "torch", "numpy": "numpy", "nvidia-cudnn-cu12": "cudnn", "nvidia-nccl-cu12": "nccl"}
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+
+
+class ManifestBase(TypedDict, total=False):
+    """An entry's ``base:``: the image it builds on, pinned by digest, or made by a recipe here."""
+
+    image: str
+    digest: str | None
+    recipe: str | None  # script that makes a local base (digest null)
+
+
+class ListingRow(TypedDict):
+    """One image of ``reproci images list`` (``listing``)."""
+
+    name: str
+    reference: str  # its tag
+    gpu: bool
+    python: str
+    packages: dict[str, str]  # short name -> version of the key packages (``KEY_PACKAGES``)
+    digest: str | None  # the local image's digest; None where the engine has no such image
+    built: str | None  # when the engine built it, "YYYY-MM-DD HH:MM:SS"
+    source: str  # the manifest it came from (``origin``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,7 +178,7 @@ def entries(manifest: Path | None = None) -> dict[str, ImageEntry]:
     out: dict[str, ImageEntry] = {}
     for name, (source, raw) in sourced(manifest).items():
         try:
-            base: dict[str, Any] = raw["base"]
+            base: ManifestBase = raw["base"]
             out[name] = ImageEntry(
                 name=name, tag=str(raw["tag"]), description=" ".join(str(raw.get("description", "")).split()),
                 base_image=str(base["image"]), base_digest=base.get("digest") or None,
@@ -262,14 +283,14 @@ def _script(path: Path, args: list[str], env: dict[str, str], what: str) -> None
         raise InfrastructureError(f"{what} failed ({path.name} exited {code}; its output is above)")
 
 
-def listing(manifest: Path | None = None) -> tuple[list[dict[str, Any]], str | None]:
+def listing(manifest: Path | None = None) -> tuple[list[ListingRow], str | None]:
     """One row per manifest image, with the manifest it came from, its local digest when the
     engine has it, and a note if the engine is down."""
     from .backends.docker_engine import Engine, image_digest
 
-    rows: list[dict[str, Any]] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python,
-                                   "packages": e.key_packages(), "digest": None, "built": None, "source": origin(e)}
-                                  for e in entries(manifest or default_manifest()).values()]
+    rows: list[ListingRow] = [{"name": e.name, "reference": e.tag, "gpu": e.gpu, "python": e.python,
+                               "packages": e.key_packages(), "digest": None, "built": None, "source": origin(e)}
+                              for e in entries(manifest or default_manifest()).values()]
     try:
         engine = Engine.connect()
     except InfrastructureError as err:
@@ -290,7 +311,7 @@ def origin(entry: ImageEntry) -> str:
     return f"{entry.source} (shipped with reproci {__version__})" if shipped(entry.source) else str(entry.source)
 
 
-def listing_lines(rows: list[dict[str, Any]], *, engine_down: bool) -> list[str]:
+def listing_lines(rows: list[ListingRow], *, engine_down: bool) -> list[str]:
     """``reproci images list`` as text: name, reference and digest, then the key package versions;
     last, one line per manifest with the names that came from it."""
     wide = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("name", "reference")}

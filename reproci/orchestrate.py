@@ -10,11 +10,13 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TypedDict
+from typing import TYPE_CHECKING, Callable
 
 from . import __version__, backends, results, verdicts
+from .document import Entry
 from .errors import GoldenError, UsageError
 from .golden import check as golden_check
 from .golden import store as golden_store
@@ -25,6 +27,10 @@ from .runner import RunContext
 from .settings.options import RunOptions
 from .stages import model_entry
 from .stages.base import StageRun, Stages, composed
+from .worker import run_record
+
+if TYPE_CHECKING:
+    from .worker.sections import Environment
 
 
 def project_commit(root: Path) -> str | None:
@@ -152,30 +158,31 @@ def _old_golden(options: RunOptions) -> golden_store.Golden | None:
         return None
 
 
-class _Environment(TypedDict, total=False):
+@dataclass(frozen=True)
+class _Environment:
     """What a run's record says of its environment (the results' environment and packages)."""
 
-    fingerprint: dict[str, Any] | None
+    fingerprint: Environment | None
     packages: dict[str, str] | None
 
 
 def _environment(run_dir: Path, models: list[ModelEntry], stages: Stages) -> _Environment | None:
     """What the results record of the environment: from the first model whose runs succeeded,
     else from any record there is."""
-    ok = (e for e in models if e.get("verdict") != verdicts.ERROR)
+    ok = (e for e in models if Entry.of(e).verdict != verdicts.ERROR)
     return next((env for e in ok if (env := _environment_of(run_dir, e, stages))), None) or \
         next((env for e in models if (env := _environment_of(run_dir, e, stages))), None)
 
 
 def _environment_of(run_dir: Path, entry: ModelEntry, stages: Stages) -> _Environment | None:
-    import json
-
-    records = entry.get("records", {})
+    records = Entry.of(entry).records
     rec = next((records[role] for stage in stages for role in stage.records if records.get(role)), None)
     if not rec:
         return None
-    data = json.loads((run_dir / rec).read_text())
-    return {"fingerprint": data.get("environment"), "packages": data.get("packages")}
+    record = run_record.read(run_dir / rec)  # runner.run_worker read it already: of this version
+    if isinstance(record, run_record.FailedRun):
+        return _Environment(fingerprint=None, packages=None)
+    return _Environment(fingerprint=record.environment, packages=record.packages)
 
 
 def _document(options: RunOptions, run_id: str, image: Image, environment: _Environment | None,
@@ -187,8 +194,8 @@ def _document(options: RunOptions, run_id: str, image: Image, environment: _Envi
         project_commit=commit,
         image=image,
         options=options.recorded(),
-        environment=(environment or {}).get("fingerprint"),
-        packages=(environment or {}).get("packages"),
+        environment=environment.fingerprint if environment is not None else None,
+        packages=environment.packages if environment is not None else None,
         models=models,
         summary={"verdicts": {}, "exit_code": None, "seconds": round(seconds, 3)},  # verdicts.summarize
     )

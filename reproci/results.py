@@ -39,9 +39,11 @@ from .entry_sections import (
     RunSummary,
 )
 from .errors import ResultsError
+from .worker.sections import Attestation, Environment, Execution
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's own from Python 3.11
+
 
 SCHEMA = "reproci.results"
 VERSION = 1  # the one place the results format version is set; ``load`` refuses others
@@ -128,10 +130,27 @@ class Coverage(TypedDict, total=False):
     note: WarningText  # per-epoch state the resume check did not cover, and what to change
 
 
+class _CensusItem(TypedDict):
+    """What every item of a census's ``differences`` says (stages.determinism.census.Row)."""
+
+    path: str  # where the item lives (an attribute path from the model, the optimizer or the loader)
+    kind: str
+    type: str  # the item's Python type
+    step: int
+    sides: str | None  # the values on each side, as a sentence
+
+
+class CensusItem(_CensusItem, total=False):
+    """An item of private state that differs between runs A and C."""
+
+    metric: str  # a torchmetrics state: its metric
+    owner: str  # the metric's owner
+
+
 class StateCensus(TypedDict, total=False):
     """Private state of runs A and C compared at the resume point and after it (reproci.stages.determinism.census)."""
 
-    differences: list[dict[str, Any]]  # path, kind, type, step, sides: each item that differs
+    differences: list[CensusItem]  # each item that differs
     notice: WarningText  # plain values that differ while every tensor agreed (a counter): never a failure
     metrics: WarningText  # torchmetrics states that differ while every tensor agreed (a metric only logged)
     errors: list[str]  # why a census could not be taken
@@ -158,11 +177,11 @@ class ModelEntry(TypedDict, total=False):
     config: Any  # the plugin's config: whatever its factory returned
     config_sha256: str
     batch_size: int | None
-    attestation: dict[str, Any]  # the determinism controls proven in effect (worker.controls): one check a control
+    attestation: Attestation  # the determinism controls proven in effect (worker.determinism.attest): one check a control
     evidence: Evidence | None  # where runs differ (reproci.golden.divergence.Divergence, plus probes)
     golden: GoldenComparison  # the comparison with the image's golden (reproci.golden.drift.compare)
     throughput_regression: WarningText  # strict mode slower than the golden's run
-    execution: dict[str, Any] | None  # compiled, autocast: part of the identity (reproci.worker.execution)
+    execution: Execution | None  # compiled, autocast: part of the identity (reproci.worker.execution)
     world_size: int  # ranks per run (--world-size)
     epoch_order: WarningText  # a shuffling loader that repeated its order (reproci.stages.determinism.epochs)
     shared_batches: WarningText  # ranks that train on the same batches (reproci.stages.determinism.replicas)
@@ -189,7 +208,7 @@ class ResultsDocument(TypedDict, total=False):
     project_commit: str | None
     image: Image
     options: RecordedOptions  # the options that shape results (stages, steps, seed, device, ci, ...)
-    environment: dict[str, Any] | None  # the worker's environment fingerprint: what the image's torch reports
+    environment: Environment | None  # the worker's environment fingerprint: what the image's torch reports
     packages: dict[str, str] | None  # installed distribution -> version
     models: list[ModelEntry]
     golden: GoldenOutcome

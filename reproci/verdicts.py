@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, TypeVar, Union
 
 from . import errors, results
-from .entry_sections import Evidence, EvidenceView, FirstOp, FirstOpView, GoldenComparison, view
+from .document import Document, Entry
+from .entry_sections import Evidence, EvidenceView, FirstOp, FirstOpView, view
+from .golden import comparison
 from .results import ModelEntry, ResultsDocument
 from .worker.audit import module_text
 
@@ -87,13 +89,13 @@ def document_exit_code(document: ResultsDocument, stages: Stages) -> int:
     verdicts, in the order they run (``Stage.exit_code``: a stage's findings that fail a run
     with its flag, each only a run that passed otherwise).
     """
-    opts = document.get("options") or {}
-    models = document.get("models") or []
-    if document.get("lost_cells"):  # --backend ray: a cell that never came back is no verdict, and not a pass
+    doc = Document.of(document)
+    if doc.lost_cells:  # --backend ray: a cell that never came back is no verdict, and not a pass
         return errors.EXIT_INFRA
-    vs = [str(m.get("verdict", ERROR)) for m in models]
-    ci = bool(opts.get("ci"))
-    if (document.get("golden") or {}).get("updated"):
+    vs = [m.verdict or ERROR for m in doc.models]  # an entry without a verdict exits as an error
+    ci = bool(doc.options.ci)
+    outcome = comparison.outcome_of(document)
+    if outcome is not None and outcome.updated:
         vs = [PASS if v in DRIFTING | NOTICES else v for v in vs]
         return exit_code(vs)
     code = exit_code(vs, ci=ci)
@@ -104,7 +106,7 @@ def document_exit_code(document: ResultsDocument, stages: Stages) -> int:
 
 def summarize(document: ResultsDocument, stages: Stages) -> None:
     """Set the document's verdict counts and exit code from its models (and ``stages``' findings)."""
-    vs = [str(m.get("verdict")) for m in document.get("models") or []]
+    vs = [str(m.verdict) for m in Document.of(document).models]
     summary = document.setdefault("summary", {})
     summary["verdicts"] = {v: vs.count(v) for v in sorted(set(vs))}
     summary["exit_code"] = document_exit_code(document, stages)
@@ -147,17 +149,17 @@ def unsaid_warnings(m: ModelEntry, said: str = "") -> list[tuple[str, str]]:
 def by_severity(models: list[M]) -> list[M]:
     """Model entries, most serious verdict first (stable within a verdict)."""
     rank = {v: i for i, v in enumerate(ORDER)}
-    return sorted(models, key=lambda m: rank.get(str(m.get("verdict")), -1))
+    return sorted(models, key=lambda m: rank.get(str(Entry.of(m).verdict), -1))
 
 
 def verdict_evidence(m: ModelEntry) -> Evidence | None:
     """The evidence behind a model's verdict: the golden comparison's for drift, else the
     run comparison's (A, B, C), else the golden comparison's."""
-    g = m.get("golden")
-    golden: GoldenComparison = g if isinstance(g, dict) else {}
-    if m.get("verdict") in DRIFTING and golden.get("evidence"):
-        return golden["evidence"]
-    return m.get("evidence") or golden.get("evidence")
+    golden = comparison.of(m)
+    drift = golden.evidence if golden is not None else None
+    if Entry.of(m).verdict in DRIFTING and drift:
+        return drift
+    return m.get("evidence") or drift
 
 
 def evidence(m: ModelEntry) -> EvidenceView | None:

@@ -400,7 +400,7 @@ KNOBS_WHEN_SET = {"activation_checkpointing": False, "activation_checkpointing_k
                   "data_seed": None, "use_cache": False}
 
 
-def _knobs(args: Any) -> dict[str, Any]:
+def _knobs(args: Any) -> dict[str, int | float | str | None]:
     """The arguments that change results: part of the model's identity (config_sha256)."""
     knobs = {k: getattr(args, k) for k in KNOBS if hasattr(args, k)}
     knobs.update({k: getattr(args, k) for k, default in KNOBS_WHEN_SET.items() if getattr(args, k, default) not in (default, None)})

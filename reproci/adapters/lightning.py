@@ -68,7 +68,7 @@ it; ``True`` coexists with reproci's own controls, as does ``seed_everything`` i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, TypedDict
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -155,9 +155,16 @@ def lightning_setup(ctx: ModelContext, module: "pl.LightningModule", *, datamodu
                               "precision": precision, **setup.pop("config", {})}, **setup)
 
 
+class _BatchHooks(TypedDict):
+    """The TrainSetup's hooks around each batch and step, where the module has any to run."""
+
+    after_backward: Callable[[], None] | None
+    after_step: Callable[[int], None] | None
+
+
 def _batch_hooks(module: Any, datamodule: Any, trainer: fit.Trainer, calls: dict[str, int], per_epoch: int | None,
                  accumulate: int, autocast: Any, user_after_step: Any, last: fit.Batch,
-                 stepped: fit.Stepped | None) -> tuple[Any, dict[str, Any]]:
+                 stepped: fit.Stepped | None) -> tuple[Callable[[Any, Any], torch.Tensor], _BatchHooks]:
     """``loss_fn`` and the TrainSetup's ``after_backward``/``after_step``: the hooks of each
     training batch in the Trainer's order (``lightning_fit``'s docstring), each called where
     the module (or the datamodule) overrides it."""

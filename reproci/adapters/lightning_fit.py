@@ -143,9 +143,9 @@ class Trainer:
         self.training, self.sanity_checking = True, False
         self.logger, self.progress_bar_callback = None, None
         self.loggers: list[Any] = []
-        self.callback_metrics: dict[str, Any] = {}
-        self.logged_metrics: dict[str, Any] = {}
-        self.progress_bar_metrics: dict[str, Any] = {}
+        self.callback_metrics: dict[str, torch.Tensor] = {}  # Lightning's types; empty: self.log is quiet here
+        self.logged_metrics: dict[str, torch.Tensor] = {}
+        self.progress_bar_metrics: dict[str, float] = {}
         self.lightning_module, self.datamodule = module, datamodule
         self.optimizers: list[Any] = []
         self.callbacks: list[Any] = []

@@ -6,7 +6,7 @@ import abc
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol, TypedDict
 
 from ..errors import WorkerFailed
 from ..results import Image
@@ -77,13 +77,18 @@ class BackendOptions(Protocol):
     def pids_limit(self) -> int: ...  # docker: a container's processes and threads
 
 
+# How a run's process started: forked from a server ("forked", "in": "container" for a server in a
+# container), a fresh interpreter ("fresh", and why it was not forked) or a container ("container").
+Launch = TypedDict("Launch", {"mode": str, "why": str | None, "in": str}, total=False)
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     returncode: int
     seconds: float
     timed_out: bool = False
     log_tail: str = ""  # last lines of the worker's stderr/stdout
-    launch: dict[str, Any] | None = None  # how the process started: {"mode": "forked" | "fresh" | "container", ...}
+    launch: Launch | None = None  # how the process started: {"mode": "forked" | "fresh" | "container", ...}
     limit: str | None = None  # the one line naming a container limit that stopped the run (docker_spec.limit_hit)
 
 

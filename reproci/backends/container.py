@@ -5,11 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import InfrastructureError
 from .base import OnStep, take_line
-from .docker_engine import Engine
+from .docker_engine import CreateConfig, Engine
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 
 class Container:
@@ -22,7 +25,7 @@ class Container:
 
     def __init__(self, engine: Engine, image: str, command: list[str], *, display: str,
                  gpus: str | None = None, tail_lines: int = 40, on_step: OnStep | None = None,
-                 **config: Any) -> None:
+                 **config: Unpack[CreateConfig]) -> None:
         self.engine, self.image, self.command, self.config = engine, image, command, config
         self.display, self.gpus = display, gpus  # how errors name the image, and the --gpus asked for
         self.tail: deque[str] = deque(maxlen=tail_lines)

@@ -26,10 +26,11 @@ import time
 import uuid
 from concurrent.futures import Future
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import InfrastructureError
 from ..results import Image
+from ..worker import run_record
 from ..worker.process.exitcodes import EXIT_MISSING_DEPENDENCY
 from ..worker.process.spec import WorkerSpec
 from .base import Backend, BackendOptions, LaunchResult, OnStart, OnStep
@@ -77,6 +78,22 @@ print("REPROCI-PREFLIGHT " + json.dumps(out), flush=True)
 """
 
 
+class _Found(TypedDict):
+    """What the preflight container found of the image's python3 (its line's JSON). The versions
+    of torch and numpy are there where neither is missing, as in every image it accepts."""
+
+    python: list[int]  # sys.version_info[:3]
+    missing: list[str]  # of torch and numpy, those it cannot import
+    torch: str | None
+    numpy: str | None
+
+
+class Preflight(_Found, total=False):
+    """What the preflight container found (``preflight_verdict``)."""
+
+    cuda_devices: int  # asked with --device cuda: the GPUs torch sees
+
+
 class DockerBackend(Backend):
     name = "docker"
 
@@ -117,7 +134,7 @@ class DockerBackend(Backend):
 
     def image_info(self) -> Image:
         return {"name": self.options.image_name, "reference": self.reference, "digest": self.digest,
-                "backend": "docker", "id": self.image_id, "torch": self.toolchain.get("torch"),
+                "backend": "docker", "id": self.image_id, "torch": self.toolchain["torch"],
                 "gpus": self.gpus}
 
     def prepare_spec(self, spec: WorkerSpec, run_dir: Path) -> WorkerSpec:
@@ -230,7 +247,7 @@ class DockerBackend(Backend):
                       device_requests=self._requests or None, **config)
         return _Tracked(self, c)
 
-    def _preflight(self) -> dict[str, Any]:
+    def _preflight(self) -> Preflight:
         """One quick container up front; what it found (python, torch, numpy versions)."""
         cuda = self.options.device == "cuda"
         env = {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -242,11 +259,11 @@ class DockerBackend(Backend):
 
     def _raise_if_missing_dependency(self, record_file: Path) -> None:
         try:
-            record = json.loads(record_file.read_text())
-        except (OSError, json.JSONDecodeError):
+            record = run_record.read(record_file)
+        except (OSError, ValueError):  # none, not JSON, or another version's record
             return
-        if record.get("error_kind") == "missing-dependency":
-            raise InfrastructureError(f"image {self.reference} cannot run the worker: {record.get('message')}; "
+        if isinstance(record, run_record.FailedRun) and record.error_kind == "missing-dependency":
+            raise InfrastructureError(f"image {self.reference} cannot run the worker: {record.message}; "
                                       "use an image with python3, torch and numpy")
 
 
@@ -258,7 +275,7 @@ def requested_gpus(options: BackendOptions) -> str | None:
     return "all" if options.device == "cuda" or (entry is not None and entry.gpu) else None
 
 
-def preflight_verdict(reference: str, code: int | None, tail: list[str], *, cuda: bool) -> dict[str, Any]:
+def preflight_verdict(reference: str, code: int | None, tail: list[str], *, cuda: bool) -> Preflight:
     """What the preflight container found, or the InfrastructureError that says what the image lacks."""
     if code is None:
         raise InfrastructureError(f"image {reference} did not run `python3 -c ...` within "
@@ -269,7 +286,7 @@ def preflight_verdict(reference: str, code: int | None, tail: list[str], *, cuda
     if code != 0 or line is None:
         last = (tail or ["(no output)"])[-1][:200]
         raise InfrastructureError(f"python3 in image {reference} failed a start-up check (exit {code}): {last}")
-    found: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+    found: Preflight = json.loads(line.split(" ", 1)[1])
     if tuple(found["python"][:2]) < MIN_PYTHON:
         raise InfrastructureError(f"python3 in image {reference} is {'.'.join(map(str, found['python']))}; "
                                   f"the worker needs {'.'.join(map(str, MIN_PYTHON))} or newer")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import docker.errors
 import docker.types
@@ -21,12 +21,62 @@ import requests.exceptions
 import docker
 
 from ..errors import InfrastructureError, UsageError
-from .docker_spec import Bind
+from .docker_spec import Bind, ContainerConfig
 
 _GPU_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._-]*$")
 _HOST_CONFIG_KEYS = {"mounts", "network_mode", "tmpfs", "shm_size", "device_requests", "cap_drop", "security_opt",
                      "init", "read_only", "mem_limit", "memswap_limit", "pids_limit"}  # create_container keywords
 # that belong in its HostConfig
+
+
+class CreateConfig(ContainerConfig, total=False):
+    """A container's create keywords: those every container gets, and its own (binds as ``mounts``)."""
+
+    labels: dict[str, str]
+    user: str
+    device_requests: list[docker.types.DeviceRequest] | None
+    environment: dict[str, str]
+    working_dir: str
+    mounts: list[Bind]
+
+
+class ImageInspect(TypedDict, total=False):
+    """The engine's record of a local image (``GET /images/{name}/json``): the keys reproci reads."""
+
+    Id: str  # sha256:...
+    RepoDigests: list[str]  # repository@sha256:..., one for each registry the image came from or went to
+
+
+class ContainerSummary(TypedDict, total=False):
+    """A container as the engine lists it (``GET /containers/json``): the keys reproci reads."""
+
+    Id: str
+    Labels: dict[str, str] | None
+
+
+class WaitResponse(TypedDict, total=False):
+    """The engine's answer once a container stops (``POST /containers/{id}/wait``)."""
+
+    StatusCode: int
+
+
+class ContainerState(TypedDict, total=False):
+    """A container's ``State``, as the engine's inspect says it (the key reproci reads)."""
+
+    OOMKilled: bool
+
+
+class PidsStats(TypedDict, total=False):
+    """A container's processes and threads, and its limit on them (the stats' ``pids_stats``)."""
+
+    current: int
+    limit: int
+
+
+class Stats(TypedDict, total=False):
+    """A container's stats (``GET /containers/{id}/stats``): the section reproci reads."""
+
+    pids_stats: PidsStats
 
 
 class Engine:
@@ -46,10 +96,11 @@ class Engine:
             raise engine_error(e, where) from e
         return cls(client)
 
-    def inspect_image(self, reference: str) -> dict[str, Any] | None:
+    def inspect_image(self, reference: str) -> ImageInspect | None:
         """The engine's record of a local image, or None when there is no such image."""
         try:
-            return self.client.api.inspect_image(reference)
+            found: ImageInspect = self.client.api.inspect_image(reference)
+            return found
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.APIError as e:
@@ -62,7 +113,7 @@ class Engine:
         info = self.client.info()
         return any("rootless" in str(s) for s in info.get("SecurityOptions") or [])
 
-    def create(self, image: str, command: list[str], *, display: str, gpus: str | None, config: dict[str, Any]) -> str:
+    def create(self, image: str, command: list[str], *, display: str, gpus: str | None, config: CreateConfig) -> str:
         """Create (not start) a container; its ID. ``display`` and ``gpus`` word the errors."""
         try:
             created = self.client.api.create_container(image, command, **self._create_args(config))
@@ -88,7 +139,7 @@ class Engine:
     def wait(self, cid: str, timeout: float) -> int | None:
         """The exit code, or None if the container still runs after ``timeout`` seconds."""
         try:
-            result = self.client.api.wait(cid, timeout=timeout)
+            result: WaitResponse = self.client.api.wait(cid, timeout=timeout)
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as e:
             if isinstance(e, requests.exceptions.ReadTimeout) or "timed out" in str(e).lower():
                 return None
@@ -98,7 +149,8 @@ class Engine:
     def oom_killed(self, cid: str) -> bool:
         """Whether the kernel killed a process of the (stopped) container for its memory limit."""
         try:
-            return bool(self.client.api.inspect_container(cid)["State"].get("OOMKilled"))
+            state: ContainerState = self.client.api.inspect_container(cid)["State"]
+            return bool(state.get("OOMKilled"))
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return False  # gone, or the engine with it: no answer is no evidence
 
@@ -106,7 +158,8 @@ class Engine:
         """The (running) container's processes and threads now and its limit on them, as the
         engine's stats say; None where it says nothing."""
         try:
-            pids = self.client.api.stats(cid, stream=False, one_shot=True).get("pids_stats") or {}
+            stats: Stats = self.client.api.stats(cid, stream=False, one_shot=True)
+            pids: PidsStats = stats.get("pids_stats") or {}
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return None  # gone, or the engine with it: no answer is no evidence
         current, limit = pids.get("current"), pids.get("limit")
@@ -130,7 +183,7 @@ class Engine:
             return False
         return True
 
-    def _listed(self, label: str) -> list[dict]:
+    def _listed(self, label: str) -> list[ContainerSummary]:
         """The engine's list entries (``Id``, ``Labels``, ``State``...) of every container, in any state, that
         carries ``label``, in one call. ``containers.list`` would inspect each entry afterwards, and a container
         removed between the two calls (a probe finishing, another run's clean-up) would fail the whole list."""
@@ -207,11 +260,12 @@ class Engine:
     def close(self) -> None:
         self.client.close()
 
-    def _create_args(self, config: dict[str, Any]) -> dict[str, Any]:
+    def _create_args(self, config: CreateConfig) -> dict[str, Any]:
         """create_container keywords: host-config ones go into a HostConfig, binds become mounts."""
         host = {k: v for k, v in config.items() if k in _HOST_CONFIG_KEYS}
-        if host.get("mounts"):
-            host["mounts"] = [mount(b) for b in host["mounts"]]
+        binds = config.get("mounts")
+        if binds:
+            host["mounts"] = [mount(b) for b in binds]
         rest = {k: v for k, v in config.items() if k not in _HOST_CONFIG_KEYS}
         rest["host_config"] = self.client.api.create_host_config(**host)
         return rest  # network_mode "none": no network but the loopback interface, where torchrun's ranks meet
@@ -240,7 +294,7 @@ def device_requests(gpus: str | None) -> list[docker.types.DeviceRequest]:
     return [docker.types.DeviceRequest(device_ids=ids, capabilities=caps)]
 
 
-def image_digest(attrs: dict[str, Any], reference: str) -> str:
+def image_digest(attrs: ImageInspect, reference: str) -> str:
     """The registry digest of the reference's repository if the image has one, else its image ID."""
     if "@" in reference:
         return reference.split("@", 1)[1]

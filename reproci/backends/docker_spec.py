@@ -21,7 +21,7 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from ..worker.process import launch
 from ..worker.process.spec import WorkerSpec
@@ -78,7 +78,21 @@ class Limits:
     pids: int = DEFAULT_PIDS
 
 
-def container_config(limits: Limits) -> dict[str, Any]:
+class ContainerConfig(TypedDict):
+    """The engine's create keywords every container gets (``container_config``)."""
+
+    network_mode: str
+    cap_drop: list[str]
+    security_opt: list[str]
+    read_only: bool
+    tmpfs: dict[str, str]  # mount point -> its options
+    shm_size: str
+    mem_limit: int  # bytes
+    memswap_limit: int  # bytes, memory and swap together
+    pids_limit: int
+
+
+def container_config(limits: Limits) -> ContainerConfig:
     """The engine's create keywords every container gets, whatever it runs: no network, no
     capabilities, no privilege gained through set-uid files, a read-only root filesystem with
     /tmp as tmpfs (HOME is there), and the limits."""

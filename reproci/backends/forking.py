@@ -25,8 +25,9 @@ import sys
 import threading
 from collections import deque
 from pathlib import Path, PurePosixPath
-from typing import IO, Any, Callable
+from typing import IO, Callable, TypedDict
 
+from ..worker.process.forks import Hello
 from .base import OnStep, take_line
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -55,6 +56,17 @@ def fresh_reason(env: dict[str, str], *, world_size: int) -> str | None:
     return None
 
 
+
+class Answer(TypedDict, total=False):
+    """A server's message on a run's status socket: the forked run's pid and start, then its exit
+    status when it ends (negative: killed by that signal); or why it would not fork."""
+
+    pid: int
+    started: float  # time.monotonic() in the run as it started
+    status: int
+    refused: str
+
+
 class ServerFailed(Exception):
     """The server could not fork this run (or any): the run starts as a fresh process."""
 
@@ -81,7 +93,7 @@ class ForkedRun:
             raise subprocess.TimeoutExpired("forked worker", timeout or 0.0) from None
         except OSError:
             data = b""
-        message = json.loads(data) if data else {}
+        message: Answer = json.loads(data) if data else {}
         self.returncode = int(message.get("status", -signal.SIGKILL))  # no word: the server died, and the run with it
         self._status.close()
         self.server.hold(-1)
@@ -109,7 +121,7 @@ class ForkServer:
             self.close()
             raise ServerFailed(str(hello.get("reason") or "the server did not start"))
 
-    def _hello(self, describe: Callable[[], str]) -> dict:
+    def _hello(self, describe: Callable[[], str]) -> Hello:
         """The server's first message: ready, or why not (it has imported torch by then)."""
         self.control.settimeout(READY_TIMEOUT_S)
         try:
@@ -152,7 +164,7 @@ class ForkServer:
             data = ours.recv(1 << 12)
         except OSError:
             data = b""
-        message: dict[str, Any] = json.loads(data) if data else {"refused": "the server did not answer"}
+        message: Answer = json.loads(data) if data else {"refused": "the server did not answer"}
         if "pid" not in message:
             ours.close()
             stdout.close()

@@ -21,7 +21,7 @@ from ..errors import InfrastructureError
 from ..results import Image
 from ..worker.process.launch import CPU_ISA_VARS, launch_environment, overridden, run_temp_dir, worker_command
 from ..worker.process.spec import WorkerSpec
-from .base import CODE_ROOT, Backend, BackendOptions, LaunchResult, OnStart, OnStep, take_line
+from .base import CODE_ROOT, Backend, BackendOptions, Launch, LaunchResult, OnStart, OnStep, take_line
 from .forking import ForkedRun, ServerFailed, fresh_reason, kill_process_group
 from .forkpool import ForkServers
 
@@ -80,7 +80,7 @@ class LocalBackend(Backend):
             with self._lock:
                 self._temps.discard(temp)
 
-    def _wait(self, proc: subprocess.Popen[bytes] | ForkedRun, launch: dict[str, str | None], spec: WorkerSpec, t0: float, *,
+    def _wait(self, proc: subprocess.Popen[bytes] | ForkedRun, launch: Launch, spec: WorkerSpec, t0: float, *,
               timeout: float, on_step: OnStep | None, on_start: OnStart | None) -> LaunchResult:
         if on_start is not None:
             on_start(getattr(proc, "started", None))  # a forked run's own clock: this thread may have waited
@@ -112,7 +112,7 @@ class LocalBackend(Backend):
                             log_tail="\n".join(tail), launch=launch)
 
     def _start(self, spec: WorkerSpec, spec_file: Path,
-               env: dict[str, str]) -> tuple[subprocess.Popen[bytes] | ForkedRun, dict[str, str | None]]:
+               env: dict[str, str]) -> tuple[subprocess.Popen[bytes] | ForkedRun, Launch]:
         """The run's process, forked where a server can give it what a fresh interpreter would,
         and how it started ({"mode": "forked"} or {"mode": "fresh", "why": ...})."""
         why = ("a script model's command starts its own interpreter" if spec.script is not None

@@ -19,18 +19,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
 from .. import verdicts
+from ..document import Entry
 from ..entry_sections import AcrossNodes, Evidence, EvidenceView, view
 from ..errors import UsageError
-from ..golden import drift
+from ..golden import comparison, drift
 from ..golden.divergence import first_divergence, tensor_magnitude
 from ..golden.environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
 from ..results import ModelEntry, ResultsDocument
 from ..settings.options import RunOptions
 from ..stages.base import composed
 from . import cell as cell_mod
+
+if TYPE_CHECKING:
+    import torch
 
 TWINS_DIR = "across-nodes"  # under the run directory: each twin cell's own run directory, by cell name
 TWIN = "~twin"  # a twin cell's name: its cell's, and this
@@ -48,13 +52,13 @@ class CellRun:
     run_dir: Path
 
     def record_a(self) -> dict[str, Any] | None:
-        rel = (self.entry.get("records") or {}).get("A")
+        rel = Entry.of(self.entry).records.get("A")
         path = self.run_dir / rel if rel else None
         return json.loads(path.read_text()) if path is not None and path.is_file() else None
 
-    def final_state(self) -> dict[str, Any] | None:
+    def final_state(self) -> dict[str, torch.Tensor] | None:
         """Run A's final parameters and buffers, where the cell kept them (``final-A.pt``)."""
-        path = self.run_dir / str(self.entry.get("model")) / "final-A.pt"
+        path = self.run_dir / Entry.of(self.entry).model / "final-A.pt"
         if not path.is_file():
             return None
         import torch
@@ -79,8 +83,9 @@ def compare(first: CellRun, twin: CellRun, device: str | None) -> AcrossNodes:
     evidence: Evidence = {"comparison": f"A on {first.node} vs A on {twin.node}", **div.to_dict()}
     evidence.update(_magnitude(div.tensor, first.final_state(), twin.final_state()))
     packages = package_diff(a.get("packages"), b.get("packages"))
-    toolchain = diff_keys(a.get("environment"), b.get("environment"), TOOLCHAIN_KEYS)
-    host = host_diff(a.get("environment"), b.get("environment"), device)
+    env_a, env_b = a.get("environment"), b.get("environment")
+    toolchain = diff_keys(env_a, env_b, TOOLCHAIN_KEYS)
+    host = host_diff(env_a, env_b, device)
     env_diff = {**toolchain, **host}
     changes: drift.Changes = {"packages": packages, "toolchain": toolchain, "host": host, "digest": None,
                               "env": env_diff}  # as drift reads a golden's
@@ -98,7 +103,8 @@ def compare(first: CellRun, twin: CellRun, device: str | None) -> AcrossNodes:
             "env_diff": env_diff, "package_diff": packages}
 
 
-def _magnitude(tensor: str | None, state_a: dict[str, Any] | None, state_b: dict[str, Any] | None) -> Evidence:
+def _magnitude(tensor: str | None, state_a: dict[str, torch.Tensor] | None, state_b: dict[str, torch.Tensor] | None
+               ) -> Evidence:
     """max |Δ| and ULP of the differing tensor's parameter in the two final states, where both were kept."""
     name = drift.state_name(tensor)
     if not state_a or not state_b or name not in state_a or name not in state_b:
@@ -120,16 +126,17 @@ def judge(entry: ModelEntry, section: AcrossNodes, twin: ModelEntry | None = Non
     runs that agreed say so after the verdict's sentence. ``twin``: the twin cell's model entry,
     whose own failure (its A, B and C on its node) is the model's when the first node's runs passed."""
     entry["across_nodes"] = section
-    if entry.get("verdict") in verdicts.FAILING:
+    own = Entry.of(entry)
+    if own.verdict in verdicts.FAILING:
         return
-    if twin is not None and twin.get("verdict") in verdicts.FAILING:
+    if twin is not None and (theirs := Entry.of(twin)).verdict in verdicts.FAILING:
         entry.update({"verdict": twin["verdict"], "evidence": twin.get("evidence"),
-                      "message": f"on node {section['nodes'][1]}: {twin.get('message')}"})
+                      "message": f"on node {section['nodes'][1]}: {theirs.message}"})
         return
     if verdict := section.get("verdict"):
         entry.update({"verdict": verdict, "evidence": section["evidence"], "message": section["message"]})
     else:
-        entry["message"] = f"{entry.get('message')}; {section['message']}"
+        entry["message"] = f"{own.message}; {section['message']}"
 
 
 @dataclass(frozen=True)
@@ -188,11 +195,11 @@ def check(options: RunOptions, doc: ResultsDocument, run_dir: Path, twins: list[
             section["twin_run_dir"] = str(where.relative_to(run_dir))
             judge(entry, section, twin_entry)
     doc.setdefault("options", {})["across_nodes"] = True
-    golden = doc.get("golden")
+    outcome = comparison.outcome_of(doc)
     apart = differing(doc)
-    if options.update_golden and golden is not None and apart and not golden.get("refused"):
-        golden["refused"] = (f"golden not updated: {', '.join(apart)}; a golden is only recorded from runs that "
-                             "agree across nodes")
+    if options.update_golden and outcome is not None and apart and not outcome.refused:
+        doc["golden"]["refused"] = (f"golden not updated: {', '.join(apart)}; a golden is only recorded from runs "
+                                    "that agree across nodes")
     if not options.keep_checkpoints:
         for kept in [*run_dir.glob("*/final-A.pt"), *run_dir.glob("*/ckpt-*.pt"),
                      *run_dir.glob(f"{TWINS_DIR}/*/*/final-A.pt"), *run_dir.glob(f"{TWINS_DIR}/*/*/ckpt-*.pt")]:

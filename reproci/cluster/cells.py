@@ -6,7 +6,7 @@ run names."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..golden.advice import shown
 from ..settings.models import ModelRef
@@ -46,7 +46,15 @@ def cell_name(options: RunOptions, model: str) -> str:
     return f"{model}@{options.image_name}"
 
 
-def script_options(model: ModelRef) -> dict[str, Any]:
+class ScriptOptions(TypedDict, total=False):
+    """A script model's options in its cell: all three, or none for a factory model."""
+
+    script: str  # --script
+    resume_script: str  # --resume-script
+    script_name: str  # --name
+
+
+def script_options(model: ModelRef) -> ScriptOptions:
     """A script model's commands and name as its cell's options (``--script``, ``--resume-script``,
     ``--name``); none for a factory model, which its cell names with ``-m``."""
     if model.script is None:

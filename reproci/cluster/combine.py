@@ -14,10 +14,12 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 from .. import errors, results, verdicts
+from ..document import Entry
 from ..errors import ReprociError
+from ..golden import comparison
 from ..golden import store as golden_store
 from ..golden.advice import update_command
 from ..results import GoldenOutcome, ResultsDocument
@@ -25,8 +27,6 @@ from ..settings.options import RunOptions
 from ..stages.base import composed
 from . import across
 from . import cell as cell_mod
-
-ONE_RUN_KEYS = ("run_id", "created", "summary")  # set by the driver for the whole run
 
 
 def unpack_cells(done: list[cell_mod.CellResult], run_dir: Path) -> list[ResultsDocument]:
@@ -54,24 +54,21 @@ def document(options: RunOptions, run_id: str, created: str, seconds: float,
     cell's models, the run's own id, time and summary."""
     first = docs[0]
     order = {m.name: i for i, m in enumerate(options.models)}
-    models = sorted((m for d in docs for m in d.get("models") or []), key=lambda m: order.get(m.get("model", ""), len(order)))
+    cell_models = [d.get("models") or [] for d in docs]
+    models = sorted((m for ms in cell_models for m in ms), key=lambda m: order.get(Entry.of(m).model, len(order)))
     command = update_command(options)
-    for d in docs:
-        own = (d.get("golden") or {}).get("update_command")
-        if own and own != command:
-            for m in d.get("models") or []:
-                _replace_text(m, own, command)
-    # The first cell's keys, by name and in its order (one machine's), whatever they are: a plain dict here.
-    doc: dict[str, Any] = dict(results.new_document())
-    doc.update({k: v for k, v in first.items() if k not in ("schema", "version", "complete", "models", *ONE_RUN_KEYS)})
-    doc.update(run_id=run_id, created=created, models=models)
+    for d, ms in zip(docs, cell_models):
+        outcome = comparison.outcome_of(d)
+        if outcome is not None and outcome.update_command and outcome.update_command != command:
+            for m in ms:
+                _replace_text(m, outcome.update_command, command)
+    # The first cell's keys, in the order one machine writes them; the whole run's schema, id, time,
+    # models, golden and summary where the cell has them, after its keys where it has none.
+    out: ResultsDocument = {**first, **results.new_document(run_id=run_id, created=created, models=models)}
     golden = _golden_section(docs, command)
     if golden is not None:
-        doc["golden"] = golden
-    doc["summary"] = {"verdicts": {}, "exit_code": None, "seconds": round(seconds, 3)}
-    ordered = {k: doc[k] for k in first if k in doc}  # the keys in the order one machine writes them
-    ordered.update({k: v for k, v in doc.items() if k not in ordered})
-    out = cast(ResultsDocument, ordered)  # a cell's document, its models, this run's id, time and summary
+        out["golden"] = golden
+    out["summary"] = {"verdicts": {}, "exit_code": None, "seconds": round(seconds, 3)}
     verdicts.summarize(out, composed(options))
     return out
 
@@ -80,10 +77,11 @@ def _golden_section(docs: list[ResultsDocument], command: str) -> GoldenOutcome 
     sections = [d["golden"] for d in docs if d.get("golden")]
     if not sections:
         return None
+    read = [comparison.Outcome.from_json(s) for s in sections]
     out: GoldenOutcome = {**sections[0], "update_command": command}
-    out["existed"] = any(s.get("existed") for s in sections)
+    out["existed"] = any(o.existed for o in read)
     out["updated"] = False  # the driver's write says so (write_golden)
-    refused = [s["refused"] for s in sections if s.get("refused")]
+    refused = [o.refused for o in read if o.refused]
     if refused:
         out["refused"] = "; ".join(dict.fromkeys(refused))
     else:
@@ -106,9 +104,10 @@ def _replace_text(value: Any, old: str, new: str) -> Any:
 def write_golden(options: RunOptions, doc: ResultsDocument, done: list[cell_mod.CellResult]) -> None:
     """The driver, alone, records the golden: only when every cell recorded its part (each
     passed its own checks), from the parts the cells sent back."""
-    section = doc.get("golden")
-    if not options.update_golden or section is None or section.get("refused"):
+    outcome = comparison.outcome_of(doc)
+    if not options.update_golden or outcome is None or outcome.refused:
         return
+    section = doc["golden"]
     parts = []
     with tempfile.TemporaryDirectory(prefix="reproci-cell-goldens-") as tmp:
         for r in done:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import ConfigError, UsageError
 from ..images import load_manifest
@@ -28,13 +28,33 @@ DEFAULT_RUNNER_LABELS = ("self-hosted", "linux", "x64", "gpu")
 LOCAL = "local"  # the local backend's name in results and goldens: a row without a container
 
 
+class MatrixRow(TypedDict):
+    """One job of the matrix: an image and what its ``reproci run`` needs (empty for ``local``:
+    reproci.yaml decides)."""
+
+    image: str
+    tag: str | None
+    gpu: bool
+    device: str  # cuda, cpu, or "" (local)
+    gpus: str  # "all" on a GPU image
+    profile: str
+    world_size: int | None  # ranks per run; None for local
+    runs_on: list[str]
+
+
+class Matrix(TypedDict):
+    """What ``strategy.matrix`` takes: its rows under ``include``."""
+
+    include: list[MatrixRow]
+
+
 def on_gpu(image: dict[str, Any]) -> bool:
     """Whether the nightly runs the image on the GPU runner: it needs a GPU (``gpu``), or it
     carries CUDA wheels that run on GPUs when asked and on the CPU otherwise (``cuda``)."""
     return bool(image.get("gpu", False) or image.get("cuda", False))
 
 
-def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> dict[str, Any]:
+def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> MatrixRow:
     """One matrix row: what a job needs to run ``reproci run`` for this image."""
     gpu = on_gpu(image)
     world_size = image.get("world_size", 1)  # ranks per run (--world-size): one GPU each on a GPU image
@@ -52,7 +72,7 @@ def entry(name: str, image: dict[str, Any], runner_labels: tuple[str, ...]) -> d
     }
 
 
-def local_entry(runner_labels: tuple[str, ...]) -> dict[str, Any]:
+def local_entry(runner_labels: tuple[str, ...]) -> MatrixRow:
     """The local backend's row: the job runs ``reproci run --image local`` on the runner itself;
     empty fields leave the device, profile and world size to reproci.yaml."""
     return {"image": LOCAL, "tag": None, "gpu": False, "device": "", "gpus": "", "profile": "", "world_size": None,
@@ -60,7 +80,7 @@ def local_entry(runner_labels: tuple[str, ...]) -> dict[str, Any]:
 
 
 def build(manifest: Path, *, gpu_only: bool = False, names: tuple[str, ...] = (),
-          runner_labels: tuple[str, ...] = DEFAULT_RUNNER_LABELS) -> dict[str, list[dict[str, Any]]]:
+          runner_labels: tuple[str, ...] = DEFAULT_RUNNER_LABELS) -> Matrix:
     """The matrix for the manifest's images (all, the GPU ones, or the named ones, in manifest
     order), after the local backend's row when ``local`` is named."""
     images = load_manifest(manifest)
@@ -95,6 +115,6 @@ def parse_labels(text: str) -> tuple[str, ...]:
     return tuple(label.strip() for label in text.split(",") if label.strip())
 
 
-def to_json(matrix: dict[str, list[dict[str, Any]]]) -> str:
+def to_json(matrix: Matrix) -> str:
     """One line, so a workflow can write it to $GITHUB_OUTPUT."""
     return json.dumps(matrix, separators=(",", ":"))

@@ -27,7 +27,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Union
 
 import yaml
 
@@ -36,7 +36,7 @@ from ..errors import UsageError
 from ..images import load_manifest
 from . import github_matrix
 from .kubernetes_checks import DNS_LABEL, LABEL_VALUE, QUANTITY, check, default_name, model_cells, parse_digests
-from .kubernetes_project import Project, collect
+from .kubernetes_project import KeyToPath, Project, collect
 
 UID = 1000  # runAsUser, runAsGroup and fsGroup of every pod
 LIB, TOOL_LIB = "/reproci/lib", "/opt/reproci/lib"  # reproci's library tree: in the pod, in the tool image
@@ -44,6 +44,215 @@ PROJECT, RESULTS, HOME = "/reproci/project", "/results", "/home/reproci"
 TTL = 7 * 86400  # finished Jobs (and their pods' logs) are kept a week; the results stay on the volume
 MERGE_DEADLINE = 1800
 VERDICT_CODES = "0|1|3|4"  # a verdict, judged by the merge: the cell succeeded in giving one
+
+
+# --- the Kubernetes objects written, by their kinds and fields (the API's names) -----------------
+
+class _ObjectMeta(TypedDict):
+    name: str
+    labels: dict[str, str]
+
+
+class ObjectMeta(_ObjectMeta, total=False):
+    namespace: str  # --namespace
+    annotations: dict[str, str]  # a cell Job's
+
+
+class TemplateMeta(TypedDict):
+    """A pod template's ObjectMeta: its labels."""
+
+    labels: dict[str, str]
+
+
+class VolumeResourceRequirements(TypedDict):
+    requests: dict[str, str]
+
+
+class _ClaimSpec(TypedDict):
+    accessModes: list[str]
+    resources: VolumeResourceRequirements
+
+
+class PersistentVolumeClaimSpec(_ClaimSpec, total=False):
+    storageClassName: str  # --storage-class
+
+
+class PersistentVolumeClaim(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: PersistentVolumeClaimSpec
+
+
+class _ConfigMap(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    data: dict[str, str]
+
+
+class ConfigMap(_ConfigMap, total=False):
+    binaryData: dict[str, str]  # the files that are not UTF-8, base64
+
+
+class Capabilities(TypedDict):
+    drop: list[str]
+
+
+class SecurityContext(TypedDict):
+    allowPrivilegeEscalation: bool
+    privileged: bool
+    readOnlyRootFilesystem: bool
+    runAsNonRoot: bool
+    capabilities: Capabilities
+
+
+class SeccompProfile(TypedDict):
+    type: str
+
+
+class PodSecurityContext(TypedDict):
+    runAsNonRoot: bool
+    runAsUser: int
+    runAsGroup: int
+    fsGroup: int
+    seccompProfile: SeccompProfile
+
+
+class ResourceRequirements(TypedDict):
+    requests: dict[str, str]
+    limits: dict[str, str | int]  # quantities, and the GPU count (nvidia.com/gpu)
+
+
+class EnvVar(TypedDict):
+    name: str
+    value: str
+
+
+class _VolumeMount(TypedDict):
+    name: str
+    mountPath: str
+
+
+class VolumeMount(_VolumeMount, total=False):
+    readOnly: bool
+
+
+class _Container(TypedDict):
+    name: str
+    image: str
+    command: list[str]
+    resources: ResourceRequirements
+    securityContext: SecurityContext
+    volumeMounts: list[VolumeMount]
+
+
+class Container(_Container, total=False):
+    workingDir: str  # not the init container's
+    env: list[EnvVar]
+
+
+class EmptyDirVolumeSource(TypedDict, total=False):
+    medium: str
+    sizeLimit: str
+
+
+class PersistentVolumeClaimVolumeSource(TypedDict):
+    claimName: str
+
+
+class _ConfigMapVolumeSource(TypedDict):
+    name: str
+
+
+class ConfigMapVolumeSource(_ConfigMapVolumeSource, total=False):
+    items: list[KeyToPath]  # only where the ConfigMap holds files
+
+
+class _Volume(TypedDict):
+    name: str
+
+
+class Volume(_Volume, total=False):
+    """A pod's volume: one of its sources."""
+
+    emptyDir: EmptyDirVolumeSource
+    persistentVolumeClaim: PersistentVolumeClaimVolumeSource
+    configMap: ConfigMapVolumeSource
+
+
+class PodOptions(TypedDict, total=False):
+    """The fields of a PodSpec that only some pods have."""
+
+    initContainers: list[Container]
+    nodeSelector: dict[str, str]  # nvidia.com/gpu.product: --gpu-product
+    activeDeadlineSeconds: int
+    terminationGracePeriodSeconds: int
+
+
+class _PodSpec(TypedDict):
+    restartPolicy: str
+    automountServiceAccountToken: bool
+    enableServiceLinks: bool
+    securityContext: PodSecurityContext
+    containers: list[Container]
+    volumes: list[Volume]
+
+
+class PodSpec(_PodSpec, PodOptions, total=False):
+    pass
+
+
+class PodTemplateSpec(TypedDict):
+    metadata: TemplateMeta
+    spec: PodSpec
+
+
+class Pod(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: PodSpec
+
+
+class PodFailurePolicyOnPodConditionsPattern(TypedDict):
+    type: str
+    status: str
+
+
+class PodFailurePolicyRule(TypedDict):
+    action: str
+    onPodConditions: list[PodFailurePolicyOnPodConditionsPattern]
+
+
+class PodFailurePolicy(TypedDict):
+    rules: list[PodFailurePolicyRule]
+
+
+class _JobSpec(TypedDict):
+    activeDeadlineSeconds: int
+    ttlSecondsAfterFinished: int
+    suspend: bool
+    template: PodTemplateSpec
+
+
+class JobSpec(_JobSpec, total=False):
+    completionMode: str  # a cell Job's: Indexed, one completion a model
+    completions: int
+    parallelism: int
+    backoffLimitPerIndex: int
+    podFailurePolicy: PodFailurePolicy
+    backoffLimit: int  # the merge Job's
+
+
+class Job(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: JobSpec
+
+
+Object = Union[PersistentVolumeClaim, ConfigMap, Pod, Job]  # what the YAML stream holds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +307,7 @@ class ImageCells:
     """One image of the matrix and its cells: one Indexed Job, index i runs the i-th model."""
 
     name: str
-    row: dict[str, Any]  # its `reproci matrix` row (device, profile, world_size)
+    row: github_matrix.MatrixRow  # its `reproci matrix` row (device, profile, world_size)
     reference: str  # by digest
     cpu_isa: str | None
     job: str
@@ -144,58 +353,64 @@ def labels(opts: Options, component: str, image: str | None = None) -> dict[str,
     return out
 
 
-def metadata(opts: Options, name: str, component: str, image: str | None = None, **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": name}
+def metadata(opts: Options, name: str, component: str, image: str | None = None,
+             annotations: dict[str, str] | None = None) -> ObjectMeta:
+    out: ObjectMeta
     if opts.namespace:
-        out["namespace"] = opts.namespace
-    return {**out, "labels": labels(opts, component, image), **extra}
+        out = {"name": name, "namespace": opts.namespace, "labels": labels(opts, component, image)}
+    else:
+        out = {"name": name, "labels": labels(opts, component, image)}
+    if annotations is not None:
+        out["annotations"] = annotations
+    return out
 
 
-def results_claim(opts: Options) -> dict[str, Any]:
+def results_claim(opts: Options) -> PersistentVolumeClaim:
     """The results volume: every cell writes its own folder, so many nodes mount it at once."""
-    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": opts.results_size}}}
+    spec: PersistentVolumeClaimSpec = {"accessModes": ["ReadWriteMany"],
+                                       "resources": {"requests": {"storage": opts.results_size}}}
     if opts.storage_class:
         spec["storageClassName"] = opts.storage_class
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": metadata(opts, f"{opts.name}-results", "storage"), "spec": spec}
 
 
-def project_map(opts: Options, project: Project) -> dict[str, Any]:
+def project_map(opts: Options, project: Project) -> ConfigMap:
     """reproci.yaml and the goldens (kubernetes_project.py); empty when there are none: the cells give NEW."""
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(opts, f"{opts.name}-project", "storage"),
-                           "data": dict(project.data)}
+    out: ConfigMap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(opts, f"{opts.name}-project", "storage"),
+                      "data": dict(project.data)}
     if project.binary:
         out["binaryData"] = dict(project.binary)
     return out
 
 
-def container_security() -> dict[str, Any]:
+def container_security() -> SecurityContext:
     return {"allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
 
 
-def pod_spec(opts: Options, containers: list[dict[str, Any]], volumes: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def pod_spec(opts: Options, containers: list[Container], volumes: list[Volume], extra: PodOptions | None = None) -> PodSpec:
     """A pod of the restricted profile: non-root, RuntimeDefault seccomp, no service account token."""
     return {"restartPolicy": "Never", "automountServiceAccountToken": False, "enableServiceLinks": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
-            **extra, "containers": containers,
+            **(extra or {}), "containers": containers,
             "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "home", "emptyDir": {}},
                         {"name": "results", "persistentVolumeClaim": {"claimName": f"{opts.name}-results"}}, *volumes]}
 
 
-def env(pythonpath: str) -> list[dict[str, str]]:
+def env(pythonpath: str) -> list[EnvVar]:
     values = {"PYTHONPATH": pythonpath, "HOME": HOME, "USER": "reproci", "TMPDIR": "/tmp",
               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def mounts(*extra: dict[str, Any]) -> list[dict[str, Any]]:
+def mounts(*extra: VolumeMount) -> list[VolumeMount]:
     return [{"name": "tmp", "mountPath": "/tmp"}, {"name": "home", "mountPath": HOME},
             {"name": "results", "mountPath": RESULTS}, *extra]
 
 
-def small(cpu: str = "500m", memory: str = "512Mi") -> dict[str, Any]:
+def small(cpu: str = "500m", memory: str = "512Mi") -> ResourceRequirements:
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
 
 
@@ -216,25 +431,30 @@ def cell_script(opts: Options, cells: ImageCells, project: Project) -> str:
             f'code=$?\ncase "$code" in {VERDICT_CODES}) exit 0 ;; *) exit "$code" ;; esac\n')
 
 
-def cell_job(opts: Options, cells: ImageCells, project: Project) -> dict[str, Any]:
+def cell_job(opts: Options, cells: ImageCells, project: Project) -> Job:
     """One image's Indexed Job: index i runs model i, no retry (a failed cell is a result), a
     pod evicted by a disruption started again."""
     count = len(opts.models)
     resources = small(opts.cpu, opts.memory)
-    pod_extra: dict[str, Any] = {}
-    if cells.row["gpu"]:
-        resources["limits"]["nvidia.com/gpu"] = cells.row["world_size"]
-        pod_extra["nodeSelector"] = {"nvidia.com/gpu.product": opts.gpu_product}
-    copy = {"name": "reproci-lib", "image": opts.tool_image, "command": ["cp", "-R", f"{TOOL_LIB}/.", f"{LIB}/"],
-            "securityContext": container_security(), "resources": small(),
-            "volumeMounts": [{"name": "lib", "mountPath": LIB}]}
-    cell = {"name": "cell", "image": cells.reference, "command": ["sh", "-c", cell_script(opts, cells, project)],
-            "workingDir": "/tmp", "env": env(LIB), "resources": resources, "securityContext": container_security(),
-            "volumeMounts": mounts({"name": "lib", "mountPath": LIB, "readOnly": True}, {"name": "shm", "mountPath": "/dev/shm"},
-                                   {"name": "project", "mountPath": PROJECT, "readOnly": True})}
-    volumes = [{"name": "lib", "emptyDir": {}}, {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": opts.shm_size}},
-               {"name": "project", "configMap": {"name": f"{opts.name}-project",
-                                                 **({"items": project.items()} if project.items() else {})}}]
+    copy: Container = {"name": "reproci-lib", "image": opts.tool_image, "command": ["cp", "-R", f"{TOOL_LIB}/.", f"{LIB}/"],
+                       "securityContext": container_security(), "resources": small(),
+                       "volumeMounts": [{"name": "lib", "mountPath": LIB}]}
+    pod: PodOptions = {"initContainers": [copy]}
+    gpus = cells.row["world_size"]
+    if cells.row["gpu"] and gpus is not None and opts.gpu_product is not None:  # a GPU row has both (plan)
+        resources["limits"]["nvidia.com/gpu"] = gpus
+        pod["nodeSelector"] = {"nvidia.com/gpu.product": opts.gpu_product}
+    cell: Container = {"name": "cell", "image": cells.reference, "command": ["sh", "-c", cell_script(opts, cells, project)],
+                       "workingDir": "/tmp", "env": env(LIB), "resources": resources, "securityContext": container_security(),
+                       "volumeMounts": mounts({"name": "lib", "mountPath": LIB, "readOnly": True},
+                                              {"name": "shm", "mountPath": "/dev/shm"},
+                                              {"name": "project", "mountPath": PROJECT, "readOnly": True})}
+    config_map: ConfigMapVolumeSource = {"name": f"{opts.name}-project"}
+    if project.items():
+        config_map["items"] = project.items()
+    volumes: list[Volume] = [{"name": "lib", "emptyDir": {}},
+                             {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": opts.shm_size}},
+                             {"name": "project", "configMap": config_map}]
     cells_note = ", ".join(f"{i}={short}" for i, (_, short) in enumerate(opts.models))
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": metadata(opts, cells.job, "cell", cells.name,
@@ -245,7 +465,7 @@ def cell_job(opts: Options, cells: ImageCells, project: Project) -> dict[str, An
                      "podFailurePolicy": {"rules": [{"action": "Ignore",
                                                      "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
                      "template": {"metadata": {"labels": labels(opts, "cell", cells.name)},
-                                  "spec": pod_spec(opts, [cell], volumes, initContainers=[copy], **pod_extra)}}}
+                                  "spec": pod_spec(opts, [cell], volumes, pod)}}}
 
 
 def merge_matrix(opts: Options, plan_: list[ImageCells]) -> str:
@@ -254,7 +474,7 @@ def merge_matrix(opts: Options, plan_: list[ImageCells]) -> str:
     return json.dumps({"include": rows}, separators=(",", ":"))
 
 
-def merge_job(opts: Options, plan_: list[ImageCells]) -> dict[str, Any]:
+def merge_job(opts: Options, plan_: list[ImageCells]) -> Job:
     """The merge, suspended until the cells are complete; it succeeds once merged.json is written
     (the matrix's exit code is in it, and in its log)."""
     out = f"{RESULTS}/{opts.name}/merged.json"
@@ -263,26 +483,26 @@ def merge_job(opts: Options, plan_: list[ImageCells]) -> dict[str, Any]:
     script = (f"rm -f {shlex.quote(out)}\n{shlex.join(args)}\ncode=$?\n"
               'echo "reproci: the matrix exit code is $code (summary.exit_code in merged.json)"\n'
               f'if [ -f {shlex.quote(out)} ]; then exit 0; else exit "$code"; fi\n')
-    merge = {"name": "merge", "image": opts.tool_image, "command": ["sh", "-c", script], "workingDir": "/tmp",
-             "env": env(TOOL_LIB), "resources": small("1", "1Gi"), "securityContext": container_security(),
-             "volumeMounts": mounts()}
+    merge: Container = {"name": "merge", "image": opts.tool_image, "command": ["sh", "-c", script], "workingDir": "/tmp",
+                        "env": env(TOOL_LIB), "resources": small("1", "1Gi"), "securityContext": container_security(),
+                        "volumeMounts": mounts()}
     name = f"reproci-merge-{hashlib.sha256(opts.name.encode()).hexdigest()[:8]}"
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata(opts, name, "merge"),
             "spec": {"suspend": True, "backoffLimit": 0, "activeDeadlineSeconds": MERGE_DEADLINE, "ttlSecondsAfterFinished": TTL,
                      "template": {"metadata": {"labels": labels(opts, "merge")}, "spec": pod_spec(opts, [merge], [])}}}
 
 
-def reader_pod(opts: Options) -> dict[str, Any]:
+def reader_pod(opts: Options) -> Pod:
     """A pod that mounts the results volume and waits, for ``kubectl cp`` (merged.json out, goldens in)."""
-    reader = {"name": "reader", "image": opts.tool_image, "command": ["sleep", "infinity"], "workingDir": "/tmp",
-              "env": env(TOOL_LIB), "resources": small("100m", "64Mi"), "securityContext": container_security(),
-              "volumeMounts": mounts()}
+    reader: Container = {"name": "reader", "image": opts.tool_image, "command": ["sleep", "infinity"], "workingDir": "/tmp",
+                         "env": env(TOOL_LIB), "resources": small("100m", "64Mi"), "securityContext": container_security(),
+                         "volumeMounts": mounts()}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata(opts, f"{opts.name}-reader", "reader"),
-            "spec": pod_spec(opts, [reader], [], activeDeadlineSeconds=opts.deadline + 86400,
-                             terminationGracePeriodSeconds=5)}
+            "spec": pod_spec(opts, [reader], [], {"activeDeadlineSeconds": opts.deadline + 86400,
+                                                  "terminationGracePeriodSeconds": 5})}
 
 
-def manifests(manifest: Path, opts: Options, *, gpu_only: bool = False, names: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def manifests(manifest: Path, opts: Options, *, gpu_only: bool = False, names: tuple[str, ...] = ()) -> list[Object]:
     """Every object, in the order ``kubectl apply`` should create them."""
     plan_ = plan(manifest, opts, gpu_only=gpu_only, names=names)
     project = collect(opts.goldens_dir, opts.config, [c.name for c in plan_], on_volume=opts.goldens_on_volume)
@@ -298,6 +518,6 @@ _Dumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
     "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
 
 
-def to_yaml(documents: list[dict[str, Any]]) -> str:
+def to_yaml(documents: list[Object]) -> str:
     """The YAML stream ``kubectl apply -f`` reads (``yaml.safe_dump_all`` with readable scripts)."""
     return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)

@@ -13,7 +13,7 @@ import base64
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -33,6 +33,13 @@ REFUSED_KEYS = {  # reproci.yaml settings that cannot hold inside a pod
 }
 
 
+class KeyToPath(TypedDict):
+    """A file of the ConfigMap volume: its key in the ConfigMap, its path under the mount."""
+
+    key: str
+    path: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class Project:
     """The ConfigMap's data (text) and binaryData (base64), and where the pods find what."""
@@ -47,10 +54,10 @@ class Project:
     def goldens_dir(self) -> str:
         return ON_VOLUME if self.on_volume else f"{MOUNT}/goldens"
 
-    def items(self) -> list[dict[str, str]]:
+    def items(self) -> list[KeyToPath]:
         """The ConfigMap volume's layout: reproci.yaml at the top, the goldens under goldens/."""
-        return ([{"key": CONFIG_FILE, "path": CONFIG_FILE}] if self.config else []) + \
-            [{"key": key, "path": f"goldens/{key}"} for key in self.goldens]
+        top: list[KeyToPath] = [{"key": CONFIG_FILE, "path": CONFIG_FILE}] if self.config else []
+        return top + [{"key": key, "path": f"goldens/{key}"} for key in self.goldens]
 
 
 def config_path() -> Path | None:

@@ -19,11 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, TypedDict, cast
 
-from .. import __version__, atomic, errors, results, verdicts
+from .. import __version__, atomic, errors, results, typed, verdicts
+from ..document import Document, EnvironmentView
 from ..errors import ResultsError, UsageError
+from ..golden import comparison
 from ..reports import github
 from ..results import ResultsDocument
-from .merged import MergedDocument, MergedModel, Shard, ShardEnvironment
+from .merged import Header, MergedDocument, MergedModel, Shard, ShardEnvironment
 
 if TYPE_CHECKING:
     from ..stages.base import Stages
@@ -54,32 +56,32 @@ def load_shards(paths: Iterable[Path]) -> tuple[list[tuple[Path, ResultsDocument
     one image that share a model the newer wins; runs of one image's other models (the cells of
     ``reproci matrix --format k8s``, one model each) are all kept."""
     loaded = [(path, results.load(path)) for path in find_results(paths)]
+    read = [Document.of(doc) for _, doc in loaded]
     kept: dict[str, list[int]] = {}
     notes: list[str] = []
-    newest_first = sorted(range(len(loaded)), key=lambda i: (str(loaded[i][1].get("created", "")), i), reverse=True)
+    newest_first = sorted(range(len(loaded)), key=lambda i: (read[i].created or "", i), reverse=True)
     for i in newest_first:
-        path, doc = loaded[i]
-        name = str((doc.get("image") or {}).get("name") or "local")
-        newer = next((j for j in kept.get(name, []) if _overlap(loaded[j][1], doc)), None)
+        name = read[i].image.label
+        newer = next((j for j in kept.get(name, []) if _overlap(read[j], read[i])), None)
         if newer is None:
             kept.setdefault(name, []).append(i)
         else:
-            notes.append(f"{name}: kept {loaded[newer][0]} ({loaded[newer][1].get('created')}), ignored older {path}")
+            notes.append(f"{name}: kept {loaded[newer][0]} ({read[newer].created}), ignored older {loaded[i][0]}")
     return [loaded[i] for i in sorted(i for ids in kept.values() for i in ids)], notes[::-1]
 
 
-def _overlap(a: ResultsDocument, b: ResultsDocument) -> bool:
+def _overlap(a: Document, b: Document) -> bool:
     """Whether two runs of one image checked a model in common (a run without models overlaps all)."""
-    names_a, names_b = ({m.get("model") for m in d.get("models", [])} for d in (a, b))
+    names_a, names_b = ({m.model for m in d.models} for d in (a, b))
     return not names_a or not names_b or bool(names_a & names_b)
 
 
-class Expected(TypedDict, total=False):
+class Expected(TypedDict):
     """A row of the matrix: an image (and its tag), and the models of its cells (``--format k8s``)."""
 
     image: str
     tag: str | None
-    models: list[str]
+    models: list[str]  # empty: the row names no cells, its image is expected whole
 
 
 def expected_images(matrix: str | None) -> list[Expected]:
@@ -94,9 +96,11 @@ def expected_images(matrix: str | None) -> list[Expected]:
         except OSError as e:
             raise UsageError(f"--matrix {matrix!r} is neither matrix JSON nor a readable file: {e}") from e
     try:
-        rows = json.loads(text)["include"]
-        return [{"image": str(row["image"]), "tag": row.get("tag"),
-                 **({"models": [str(m) for m in row["models"]]} if row.get("models") else {})} for row in rows]
+        out: list[Expected] = []
+        for row in json.loads(text)["include"]:
+            out.append({"image": str(row["image"]), "tag": row.get("tag"),
+                        "models": [str(m) for m in row["models"]] if row.get("models") else []})
+        return out
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"--matrix is not the output of `reproci matrix` ({e}); pass that JSON unchanged") from e
 
@@ -108,12 +112,11 @@ def shard_exit_code(doc: ResultsDocument, stages: Stages) -> int:
     return verdicts.document_exit_code(doc, stages)
 
 
-def _environment(env: dict[str, Any] | None) -> ShardEnvironment:
-    env = env or {}
-    gpu = env.get("gpu") or {}
-    return {"torch": env.get("torch"), "cuda": env.get("cuda"), "cudnn": env.get("cudnn"), "nccl": env.get("nccl"),
-            "gpu_names": gpu.get("names") or [], "gpu_count": gpu.get("count"), "driver": gpu.get("driver"),
-            "device": env.get("device"), "threads": env.get("threads")}
+def _environment(env: EnvironmentView, threads: Any) -> ShardEnvironment:
+    """The shard's environment, as the summary compares it; ``threads`` as the fingerprint records them."""
+    return {"torch": env.torch, "cuda": env.cuda, "cudnn": env.cudnn, "nccl": env.nccl,
+            "gpu_names": env.gpu.names, "gpu_count": env.gpu.count, "driver": env.gpu.driver,
+            "device": env.device, "threads": threads}
 
 
 def merge(shards: list[tuple[Path, ResultsDocument]], stages: Stages, expected: Iterable[Expected] = ()) -> MergedDocument:
@@ -122,34 +125,38 @@ def merge(shards: list[tuple[Path, ResultsDocument]], stages: Stages, expected: 
     exit code."""
     shard_rows: list[Shard] = []
     models: list[MergedModel] = []
+    names: list[str] = []  # each shard's image
+    present: set[str] = set()  # a matrix row is present when a shard carries its image name (or its tag as reference)
+    recorded = 0
     shown = [stage.name for stage in stages if stage.matrix_columns]  # their sections ride along
     for path, doc in shards:
-        image = doc.get("image") or {}
-        name = str(image.get("name") or "local")
+        read = Document.of(doc)
+        name = read.image.label
+        names.append(name)
+        present.update(str(v) for v in (name, read.image.reference) if v)
         shard_rows.append({
-            "image": image, "run_id": doc.get("run_id"), "created": doc.get("created"), "source": str(path),
-            "project_commit": doc.get("project_commit"), "reproci_version": doc.get("reproci_version"),
-            "options": doc.get("options"), "environment": _environment(doc.get("environment")),
-            "summary": doc.get("summary"), "exit_code": shard_exit_code(doc, stages),
+            "image": doc.get("image") or {}, "run_id": read.run_id, "created": read.created, "source": str(path),
+            "project_commit": read.project_commit, "reproci_version": read.reproci_version,
+            "options": doc.get("options"),
+            "environment": _environment(read.env, env.get("threads") if (env := doc.get("environment")) else None),
+            "summary": read.summary, "exit_code": shard_exit_code(doc, stages),
         })
-        for m in doc.get("models", []):
+        for m, entry in zip(doc.get("models") or [], read.models):
             # the shard's entry copied by name, as it is (a key it lacks: None): a plain dict until whole
-            row: dict[str, Any] = {"image": name, "model": m.get("model"), "verdict": m.get("verdict", verdicts.ERROR),
-                                   "message": m.get("message"), "final_sha256": m.get("final_sha256"),
-                                   "evidence": m.get("evidence"), "seconds": m.get("seconds"),
-                                   "ci": bool((doc.get("options") or {}).get("ci"))}
+            row: dict[str, Any] = {"image": name, "model": entry.model, "verdict": entry.verdict or verdicts.ERROR,
+                                   "message": entry.message, "final_sha256": entry.final_sha256,
+                                   "evidence": m.get("evidence"), "seconds": entry.seconds, "ci": bool(read.options.ci)}
             # the warning fields ride along: the merged summary and annotations print them (verdicts.warnings)
             for optional in ("golden", *shown, "error", *dict.fromkeys(p[0] for p in results.WARNING_FIELDS)):
-                if m.get(optional) is not None:
-                    row[optional] = m.get(optional)
+                if (value := m.get(optional)) is not None:
+                    row[optional] = value
+            golden = comparison.of(m)
+            recorded += bool(golden and golden.recorded)
             models.append(cast(MergedModel, row))
-    # A matrix row is present when a shard carries its image name (or its tag as reference).
-    present = {str(v) for row in shard_rows for v in ((row["image"] or {}).get("name") or "local",
-                                                       (row["image"] or {}).get("reference")) if v}
-    missing = [row["image"] for row in expected if row["image"] not in present and row.get("tag") not in present]
+    missing = [row["image"] for row in expected if row["image"] not in present and row["tag"] not in present]
     cells = {(m["image"], m["model"]) for m in models}
     missing += [f"{row['image']} ({model})" for row in expected if row["image"] not in missing
-                for model in row.get("models", ()) if (row["image"], model) not in cells]
+                for model in row["models"] if (row["image"], model) not in cells]
     codes = [row["exit_code"] for row in shard_rows] + [errors.EXIT_INFRA] * len(missing)
     vs = [m["verdict"] for m in models]
     return {
@@ -161,8 +168,8 @@ def merge(shards: list[tuple[Path, ResultsDocument]], stages: Stages, expected: 
         "missing": missing,
         "models": models,
         "summary": {"verdicts": {v: vs.count(v) for v in sorted(set(vs))},
-                    "images": len({(row["image"] or {}).get("name") or "local" for row in shard_rows}),
-                    "recorded": sum(1 for m in models if (m.get("golden") or {}).get("recorded")),
+                    "images": len(set(names)),
+                    "recorded": recorded,
                     "models": len(models), "missing": len(missing), "exit_code": errors.most_serious(codes)},
     }
 
@@ -173,10 +180,10 @@ def load_merged(path: Path) -> MergedDocument:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ResultsError(f"{path} is not a readable merged results file ({e}); run `reproci merge` again") from e
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    if not isinstance(data, dict) or (header := typed.load(Header, data)).schema != SCHEMA:
         raise ResultsError(f"{path} is not a reproci merged results file (schema {SCHEMA})")
-    if data.get("version") != VERSION:
-        raise ResultsError(f"{path} has merged format version {data.get('version')}, this reproci reads {VERSION}: "
+    if header.version != VERSION:
+        raise ResultsError(f"{path} has merged format version {header.version}, this reproci reads {VERSION}: "
                            "run `reproci merge` on the shards again with this reproci")
     return cast(MergedDocument, data)  # checked above: this schema, this version
 

@@ -3,9 +3,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from ..results import Image, ModelEntry, RecordedOptions, Summary
+
+
+@dataclass(frozen=True, kw_only=True)
+class Header:
+    """What a merged file says of its format, read before the rest of it is trusted."""
+
+    schema: str | None = None
+    version: int | None = None
 
 
 class MergedModel(ModelEntry, total=False):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from .. import __version__
 from ..errors import InfrastructureError
@@ -46,7 +46,16 @@ def nodes(ray: Any, node_labels: tuple[tuple[str, str], ...]) -> list[Node]:
     return sorted(matching, key=lambda n: (n.ip, n.id))
 
 
-def probe() -> dict[str, Any]:
+class Probe(TypedDict):
+    """A node's answer to ``probe``: what the driver and every node must share, and Docker."""
+
+    python: str
+    ray: str
+    reproci: str
+    docker: str | None  # why no Docker engine answers there; None: one does
+
+
+def probe() -> Probe:
     """On a node: what the driver compares with its own versions, and whether Docker answers."""
     import platform
 
@@ -62,13 +71,13 @@ def probe() -> dict[str, Any]:
     return {"python": platform.python_version(), "ray": ray.__version__, "reproci": __version__, "docker": docker_ok}
 
 
-def probe_all(ray: Any, candidates: list[Node]) -> tuple[dict[Node, dict[str, Any]], dict[Node, str]]:
+def probe_all(ray: Any, candidates: list[Node]) -> tuple[dict[Node, Probe], dict[Node, str]]:
     """Each node's answer to ``probe`` (a task pinned to it), and why each that gave none did not.
     A node that joined a moment ago is not yet schedulable: it is asked again until the deadline."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     remote = ray.remote(num_cpus=0, max_retries=0)(probe)
-    probed: dict[Node, dict[str, Any]] = {}
+    probed: dict[Node, Probe] = {}
     failed: dict[Node, str] = {}
     deadline = time.monotonic() + PROBE_TIMEOUT_S
     left = list(candidates)
@@ -91,8 +100,9 @@ def probe_all(ray: Any, candidates: list[Node]) -> tuple[dict[Node, dict[str, An
     return probed, failed
 
 
-def check_versions(probed: dict[Node, dict[str, Any]], own: dict[str, str]) -> None:
-    """One line naming the first node whose Python, Ray or reproci differs from the driver's."""
+def check_versions(probed: dict[Node, Probe], own: dict[str, str]) -> None:
+    """One line naming the first node whose Python, Ray or reproci differs from the driver's
+    (a node of another reproci may answer with other keys)."""
     for node, got in probed.items():
         differ = [f"{k} {got.get(k)} (this machine {own[k]})" for k in ("python", "ray", "reproci") if got.get(k) != own[k]]
         if differ:

@@ -175,8 +175,7 @@ def _collect(ray: Any, pending: dict[Any, tuple[cell_mod.CellSpec, Node]],
                                  errors.EXIT_RUN_ERROR))
                     continue
                 except ray.exceptions.RayError as e:  # the worker or the whole node went away
-                    died = isinstance(e, ray.exceptions.NodeDiedError) or not any(
-                        n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes())
+                    died = isinstance(e, ray.exceptions.NodeDiedError) or not _alive(ray, node)
                     what = "was lost: the node died" if died else "was lost"
                     lost.append((f"cell {spec.name} on node {node.name} {what} ({type(e).__name__}); "
                                  "run the cell again", errors.EXIT_INFRA))
@@ -206,11 +205,16 @@ def _died(ray: Any, node: Node, within: float = NODE_DEATH_WAIT_S) -> bool:
     """Whether the cluster marks ``node`` dead within ``within`` seconds (it notices a lost node a
     little after the node's tasks notice it)."""
     deadline = time.monotonic() + within
-    while any(n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes()):
+    while _alive(ray, node):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.5)
     return True
+
+
+def _alive(ray: Any, node: Node) -> bool:
+    """Whether the cluster lists ``node`` as alive."""
+    return any(n.get("NodeID") == node.id and n.get("Alive") for n in ray.nodes())
 
 
 def _cancel(ray: Any, refs: list[Any]) -> None:

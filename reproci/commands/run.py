@@ -13,13 +13,14 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, cast
+from typing import Any, Callable, Mapping, TypedDict, cast
 
 import click
 
 from .. import console, orchestrate
 from ..cluster.engines import ENGINES, engine
 from ..errors import UsageError
+from ..golden import comparison
 from ..reports.progress import RunProgress
 from ..reports.terminal import print_run
 from ..settings import options as options_mod
@@ -28,7 +29,19 @@ from ..settings.declared import Option, catalog_of
 from ..stages.base import Stage, Stages
 
 
-def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
+class _OptionSettings(TypedDict, total=False):
+    """The settings of a declaration's click option (``click.Option``'s keywords)."""
+
+    type: Any  # a click type, or the declaration's Python type
+    default: None
+    help: str
+    is_flag: bool
+    multiple: bool
+    hidden: bool
+    metavar: str
+
+
+def _click_args(o: Option) -> tuple[list[str], _OptionSettings]:
     """The parameter declarations and settings of a declaration's click option."""
     flags = o.flags or ("--" + o.name.replace("_", "-"),)
     if o.negatable:
@@ -40,7 +53,7 @@ def _click_args(o: Option) -> tuple[list[str], dict[str, Any]]:
         kind = click.Path(path_type=Path)
     elif o.minimum is not None:
         kind = click.IntRange(min=o.minimum)
-    more: dict[str, Any] = {"is_flag": True} if o.flag and not o.negatable else {}
+    more: _OptionSettings = {"is_flag": True} if o.flag and not o.negatable else {}
     if o.multiple:
         more["multiple"] = True
     if o.hidden:
@@ -89,7 +102,8 @@ class RunCommand(click.Command):
                 if o.key in self.without or catalog.owners.get(o.name) in left_out:
                     continue
                 decls, attrs = _click_args(o)
-                made.append(click.Option(decls, **{**attrs, "help": self.helps.get(o.key, o.help)}))
+                attrs["help"] = self.helps.get(o.key, o.help)
+                made.append(click.Option(decls, **attrs))
             self._made[stages] = made
         return self._made[stages]
 
@@ -170,11 +184,11 @@ def run_and_report(kwargs: dict[str, Any], settings: Settings | None = None) -> 
         else:
             document, path = orchestrate.run_all(opts, progress=progress, on_step=progress.step)
     print_run(document, stages, out, err, path)
-    g = document.get("golden") or {}
-    if g.get("updated"):
-        out.print(f"golden recorded: {g['file']} (review and commit it)")
-    elif g.get("refused"):
-        err.print(f"[bold red]error:[/] {g['refused']}")
+    g = comparison.outcome_of(document)
+    if g is not None and g.updated:
+        out.print(f"golden recorded: {g.file} (review and commit it)")
+    elif g is not None and g.refused:
+        err.print(f"[bold red]error:[/] {g.refused}")
     for line in lost:
         err.print(f"[bold red]error:[/] {line}", highlight=False)
     code = document["summary"]["exit_code"]

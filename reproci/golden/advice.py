@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..reference_models import REGISTRY
 from ..settings.declared import PROFILES
 from ..settings.models import ModelRef
 from ..settings.options import RunOptions, golden_name
+
+if TYPE_CHECKING:
+    from .store import EntryView
 
 # The run settings a golden records beside the model's identity: a run with others is not
 # compared with it (MODEL_CHANGED), and is told how to run as the golden was recorded.
@@ -25,12 +28,16 @@ def update_command(options: RunOptions) -> str:
     return _command(options, ["golden", "update"])
 
 
-def rerun_command(options: RunOptions, golden_entry: dict[str, Any]) -> str:
+def rerun_command(options: RunOptions, golden: EntryView) -> str:
     """The `reproci run` command that compares with a golden recorded under other run settings
-    (``SETTINGS``): this run's options with the golden's. Advising it, not a re-record, keeps
-    an ad-hoc run (other ``--steps``) from replacing the golden the default runs compare with."""
-    settings = {k: golden_entry[k] for k in SETTINGS if golden_entry.get(k) is not None}
-    return _command(dataclasses.replace(options, resume_at_auto=True, **settings), ["run"])
+    (``SETTINGS``): this run's options with the golden's (those it records). Advising it, not a
+    re-record, keeps an ad-hoc run (other ``--steps``) from replacing the golden the default runs
+    compare with."""
+    return _command(dataclasses.replace(
+        options, resume_at_auto=True, steps=options.steps if golden.steps is None else golden.steps,
+        seed=options.seed if golden.seed is None else golden.seed,
+        profile=options.profile if golden.profile is None else golden.profile,
+        device=options.device if golden.device is None else golden.device), ["run"])
 
 
 def _command(options: RunOptions, verb: list[str]) -> str:

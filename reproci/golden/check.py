@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import typed, verdicts
+from ..document import Entry
 from ..errors import ResultsError
 from ..results import ModelEntry, ResultsDocument
 from ..settings.options import RunOptions
@@ -15,9 +16,11 @@ from ..worker.run_record import RunRecord
 from . import comparison, drift, store
 from .advice import rerun_command, update_command
 from .comparison import Outcome, outcome_of
-from .store import Golden
+from .store import Golden, OpHashes
 
 if TYPE_CHECKING:
+    import torch
+
     from ..stages.base import Stages
 
 OWN_FAILURES = verdicts.FAILING
@@ -31,7 +34,7 @@ def _record(run_dir: Path, entry: ModelEntry) -> RunRecord:
         raise ResultsError(f"{path}: {e}") from e
 
 
-def _final_state(run_dir: Path, entry: ModelEntry) -> dict[str, Any] | None:
+def _final_state(run_dir: Path, entry: ModelEntry) -> dict[str, torch.Tensor] | None:
     path = run_dir / entry["model"] / "final-A.pt"
     if not path.is_file():
         return None
@@ -41,12 +44,13 @@ def _final_state(run_dir: Path, entry: ModelEntry) -> dict[str, Any] | None:
 
 
 def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Golden | None, stages: Stages,
-          ops: dict[str, Any] | None = None) -> None:
+          ops: dict[str, OpHashes] | None = None) -> None:
     """Fill in each model's ``golden`` section and combined verdict; update goldens if asked (with
     what each of ``stages`` keeps of its results). The document's exit code is computed after this,
     once (``verdicts.document_exit_code``)."""
     for entry in document["models"]:
-        if entry.get("verdict") in OWN_FAILURES or "A" not in (entry.get("records") or {}):
+        m = Entry.of(entry)
+        if m.verdict in OWN_FAILURES or "A" not in m.records:
             continue  # not reproducible by itself, or the strict stage did not run: nothing to compare
         record = _record(run_dir, entry)
         section = drift.compare(entry, record, _final_state(run_dir, entry), document, old, ci=options.ci,
@@ -66,15 +70,15 @@ def apply(options: RunOptions, document: ResultsDocument, run_dir: Path, old: Go
 
 
 def update(options: RunOptions, document: ResultsDocument, run_dir: Path, stages: Stages,
-           ops: dict[str, Any] | None = None) -> None:
+           ops: dict[str, OpHashes] | None = None) -> None:
     """Record goldens from this run, only if every model passed its own strict checks (with
     the per-op hashes of their first steps, ``stages/determinism/golden_ops.py``, where recorded,
     and what each of ``stages`` keeps of its results)."""
-    bad = [f"{m['model']} is {m['verdict']}" for m in document["models"]
-           if m.get("verdict") in OWN_FAILURES]
+    entries = [Entry.of(m) for m in document["models"]]
+    bad = [f"{m.model} is {m.verdict}" for m in entries if m.verdict in OWN_FAILURES]
     checker = next(s.name for s in stages if s.checks_reproducibility)
-    bad += [f"{m['model']} was not checked (add --stage {checker})" for m in document["models"]
-            if "A" not in (m.get("records") or {}) and m.get("verdict") not in OWN_FAILURES]
+    bad += [f"{m.model} was not checked (add --stage {checker})" for m in entries
+            if "A" not in m.records and m.verdict not in OWN_FAILURES]
     outcome = outcome_of(document) or Outcome()
     if bad:
         document["golden"] = typed.replace(outcome, refused=f"golden not updated: {', '.join(bad)}; a golden is only "

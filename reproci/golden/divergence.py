@@ -153,7 +153,7 @@ def _recomputed(name: str, step: int, records: tuple[Trajectory, ...], rows_a: d
     """A non-persistent buffer that differs where a run resumed and agrees after the next step: no
     checkpoint holds it (a rotary embedding's ``inv_freq``), and the first forward rewrote it from
     its inputs. The rule of the state census: only a difference that persists counts."""
-    if not any(name in ((r.initial_fingerprint or {}).get("transient") or ()) for r in records):
+    if not any(r.initial_fingerprint and name in (r.initial_fingerprint.get("transient") or ()) for r in records):
         return False
     na, nb = rows_a.get(step + 1), rows_b.get(step + 1)
     return na is not None and nb is not None and name in na and na.get(name) == nb.get(name)

@@ -10,17 +10,42 @@ different hardware or thread count (ENV_CHANGED), nothing recorded changed
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, TypedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 from .. import typed, verdicts
-from ..entry_sections import Evidence
+from ..document import Document, Entry
+from ..entry_sections import Evidence, EvidenceView
 from ..results import ModelEntry, RecordedOptions, ResultsDocument
 from ..worker.run_record import Run, Trajectory
 from .advice import SETTINGS
 from .comparison import Comparison, GoldenImage, NoGolden
 from .divergence import first_divergence, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, host_text, package_diff, split_packages
-from .store import IDENTITY_KEYS, Golden
+from .store import EntryView, Golden, Identity, ModelGolden
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..worker.sections import Execution
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompiledView:
+    """How a run was compiled (``worker.execution.CompileIdentity``), read by attribute."""
+
+    source: str | None = None  # "harness" (--compile) or "plugin" (the plugin's own compiled model)
+    backend: str | None = None
+    mode: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionView:
+    """A run's execution identity (``worker.execution.Execution``) read by attribute: a key an older
+    record lacks is None."""
+
+    compile: CompiledView | None = None
+    amp: str | None = None
 
 
 class Changes(TypedDict):
@@ -58,9 +83,9 @@ def agreeing_digits(a: Any, b: Any) -> int | None:
     return max(0, int(math.floor(-math.log10(abs(a - b) / scale))))
 
 
-def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
+def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, torch.Tensor] | None,
             document: ResultsDocument, golden: Golden | None, *, ci: bool, image_name: str,
-            fix: str | None = None, rerun: Callable[[dict[str, Any]], str] | None = None) -> Comparison:
+            fix: str | None = None, rerun: Callable[[EntryView], str] | None = None) -> Comparison:
     """The golden section of one model's entry: its verdict against the golden, the
     evidence, and the message that says it; ``fix`` is the command that re-records it, and
     ``rerun(golden entry)`` the one that runs with the settings the golden was recorded with."""
@@ -73,17 +98,17 @@ def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
         where = "no golden file" if golden is None else "no golden for this model"
         return NoGolden(file=file, verdict=verdicts.NEW,
                         message=f"{where} for image {image_name}; record one with {fix}{fails}")
-    image = GoldenImage(name=golden.image.get("name"), reference=golden.image.get("reference"),
-                        digest=golden.image.get("digest"))
-    out = Comparison(file=file, golden_final_sha256=g.entry.get("final_sha256"), golden_image=image,
-                     recorded_at=g.entry.get("recorded_at"))
-    identity = _identity_diff(g.entry, entry, document["options"])
+    recorded = golden.file.image
+    image = GoldenImage(name=recorded.name, reference=recorded.reference, digest=recorded.digest)
+    out = Comparison(file=file, golden_final_sha256=g.view.final_sha256, golden_image=image,
+                     recorded_at=g.view.recorded_at)
+    identity = g.identity.diff(_identity(entry, document["options"]))
     if identity:
         how = execution_change(*identity["execution"]) if "execution" in identity else None
         if rerun is not None and set(identity) <= set(SETTINGS):  # the model is the same: run as the golden was
             differ = ", ".join(f"{k} {old} in the golden, {new} here" for k, (old, new) in identity.items())
             message = (f"this run's settings differ from the golden's ({differ}); not compared with the golden: "
-                       f"to compare, run {rerun(g.entry)}; to make these settings the golden's instead, "
+                       f"to compare, run {rerun(g.view)}; to make these settings the golden's instead, "
                        f"re-record with {fix}")
         else:
             message = (f"the model or its run settings changed ({how or ', '.join(identity)}); "
@@ -91,7 +116,7 @@ def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
         return typed.replace(out, verdict=verdicts.MODEL_CHANGED, identity_diff=identity, message=message + fails)
     changes = _changes(golden, document)
     out = typed.replace(out, package_diff=changes["packages"], env_diff=changes["env"])
-    if g.entry.get("final_sha256") == record_a.final_sha256:
+    if g.view.final_sha256 == record_a.final_sha256:
         upgrade = upgrade_text(changes)
         return typed.replace(out, verdict=verdicts.PASS, upgrade_checked=True if upgrade else None,
                              message=f"unchanged by the upgrade {upgrade}: matches the golden" if upgrade
@@ -103,38 +128,36 @@ def compare(entry: ModelEntry, run_a: Run, final_state: dict[str, Any] | None,
                                  f"{_magnitude(evidence)}{_losses(evidence)} ({why})")
 
 
-def execution_text(execution: dict[str, Any] | None) -> str:
+def execution_text(execution: Execution | None) -> str:
     """'eager fp32', 'compiled (inductor, mode default)', 'eager, bf16 autocast', ..."""
-    execution = execution or {}
-    c = execution.get("compile")
-    how = "eager" if not c else ("compiled by the plugin" if c.get("source") == "plugin" else
-                                 f"compiled ({c.get('backend')}, mode {c.get('mode') or 'default'})")
-    amp = execution.get("amp")
+    e = typed.load(ExecutionView, execution, lenient=True) if execution else ExecutionView()
+    c, amp = e.compile, e.amp
+    how = "eager" if not c else ("compiled by the plugin" if c.source == "plugin" else
+                                 f"compiled ({c.backend}, mode {c.mode or 'default'})")
     return f"{how}, {amp} autocast" if amp else f"{how} fp32" if not c else how
 
 
-def execution_change(golden: dict[str, Any] | None, current: dict[str, Any] | None) -> str:
+def execution_change(golden: Execution | None, current: Execution | None) -> str:
     """How the run executes unlike its golden: compiled runs are compared only with compiled runs."""
     return (f"the golden was recorded {execution_text(golden)}, this run is {execution_text(current)}: "
             "compare compiled runs only with compiled runs, and autocast with the same autocast")
 
 
-def _identity_diff(golden_entry: dict[str, Any], entry: ModelEntry, options: RecordedOptions) -> dict[str, list[Any]]:
-    """What identifies the model and its run settings, where it differs from the golden's."""
-    current = {"code_sha256": entry.get("code_sha256"), "config_sha256": entry.get("config_sha256"),
-               "steps": entry.get("steps"), "seed": entry.get("seed"), "profile": options["profile"],
-               "device": options["device"], "execution": entry.get("execution")}
-    return {k: [golden_entry.get(k), current[k]] for k in IDENTITY_KEYS if golden_entry.get(k) != current[k]}
+def _identity(entry: ModelEntry, options: RecordedOptions) -> Identity:
+    """What identifies the model and its run settings in this run."""
+    m = Entry.of(entry)
+    return Identity(code_sha256=m.code_sha256, config_sha256=m.config_sha256, steps=m.steps, seed=m.seed,
+                    profile=options["profile"], device=options["device"], execution=entry.get("execution"))
 
 
 def _changes(golden: Golden, document: ResultsDocument) -> Changes:
     """What changed between the golden's environment and this run's."""
-    env_old, env_new = golden.data.get("environment"), document.get("environment")
-    old_digest, new_digest = golden.image.get("digest"), (document.get("image") or {}).get("digest")
-    device = (document.get("options") or {}).get("device")
-    toolchain, host = diff_keys(env_old, env_new, TOOLCHAIN_KEYS), host_diff(env_old, env_new, device)
+    doc = Document.of(document)
+    env_old, env_new = golden.environment, document.get("environment")
+    old_digest, new_digest = golden.file.image.digest, doc.image.digest
+    toolchain, host = diff_keys(env_old, env_new, TOOLCHAIN_KEYS), host_diff(env_old, env_new, doc.options.device)
     digest = [old_digest, new_digest] if old_digest and new_digest and old_digest != new_digest else None
-    return {"packages": package_diff(golden.data.get("packages"), document.get("packages")), "toolchain": toolchain,
+    return {"packages": package_diff(golden.file.packages, doc.packages), "toolchain": toolchain,
             "host": host, "digest": digest, "env": {**toolchain, **host, **({"image.digest": digest} if digest else {})}}
 
 
@@ -185,7 +208,7 @@ def _why(changes: Changes) -> tuple[str, str]:
     return verdicts.GOLDEN_MISMATCH, f"{rebuilt}; {nothing}" if rebuilt else f"same image, packages and host: {nothing}"
 
 
-def _evidence(g: Any, record_a: Trajectory, final_state: dict[str, Any] | None) -> Evidence:
+def _evidence(g: ModelGolden, record_a: Trajectory, final_state: dict[str, torch.Tensor] | None) -> Evidence:
     """Where the run first leaves the golden's trajectory, and by how much at the end (from
     the golden's sidecar, which keeps the final parameters and buffers)."""
     div = first_divergence(g.as_record(), record_a)
@@ -198,21 +221,23 @@ def _evidence(g: Any, record_a: Trajectory, final_state: dict[str, Any] | None) 
             m = tensor_magnitude(g.state[name_t], final_state[name_t])
             evidence.update({"max_abs": m["max_abs"], "max_ulp": m["max_ulp"],
                              "elements_differing": m["elements_differing"], "magnitude_source": f"final state of {name_t}"})
-    losses_old, losses_new = g.entry.get("losses") or [], record_a.losses
+    losses_old, losses_new = g.view.losses, record_a.losses
     evidence["losses_agree_digits"] = agreeing_digits(losses_old[-1] if losses_old else None,
                                                       losses_new[-1] if losses_new else None)
     return evidence
 
 
 def _magnitude(evidence: Evidence) -> str:
-    if evidence.get("max_abs") is None:
+    e = typed.load(EvidenceView, evidence, lenient=True)
+    if e.max_abs is None:
         return ""
-    return f"; at the end {(evidence.get('magnitude_source') or '').removeprefix('final state of ')} {verdicts.magnitude_text(evidence)}"
+    return f"; at the end {(e.magnitude_source or '').removeprefix('final state of ')} {verdicts.magnitude_text(evidence)}"
 
 
 def _losses(evidence: Evidence) -> str:
-    digits = evidence.get("losses_agree_digits")
-    if evidence.get("losses_equal"):
+    e = typed.load(EvidenceView, evidence, lenient=True)
+    digits = e.losses_agree_digits
+    if e.losses_equal:
         return "; losses identical"
     if digits is not None and digits < 17:
         return f"; final loss agrees to {digits} digits"

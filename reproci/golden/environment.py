@@ -92,7 +92,7 @@ def affects_results(package: str) -> bool:
     return package.lower().startswith(_RESULT_PREFIXES)
 
 
-def split_packages(diff: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_packages(diff: Mapping[str, list[Any]]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     """A package diff as (packages that can change results, the others)."""
     relevant = {k: v for k, v in diff.items() if affects_results(k)}
     return relevant, {k: v for k, v in diff.items() if k not in relevant}

@@ -4,22 +4,39 @@ the two recorded other runs (other steps, seed, code, ...), which settings diffe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from . import drift
 from .divergence import first_divergence, presence_text, tensor_magnitude
 from .environment import TOOLCHAIN_KEYS, diff_keys, host_diff, package_diff
-from .store import IDENTITY_KEYS, Golden
+from .store import Golden
+
+
+class ModelDiff(TypedDict, total=False):
+    """One model in ``reproci golden diff``: whether it differs, and where first (in this order)."""
+
+    status: str  # "identical", "differs", "only in NAME", "not comparable: ..."
+    identity_diff: dict[str, list[Any]]  # not comparable: the settings that make the runs other runs
+    step: int | None  # differs: the first differing step, tensor, and whether the losses agree
+    tensor: str | None
+    losses_equal: bool | None
+    only_in: str  # the golden whose run has the first differing tensor at that step (the other has none)
+    presence: str
+    max_abs: float | None  # the final state's magnitude (``divergence.Magnitude``)
+    max_ulp: int | None
+    elements_differing: int | None
+    shape_mismatch: list[list[int]]
+    losses_agree_digits: int | None
 
 
 def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
     """What differs between two images' goldens: environment, packages, and per model."""
-    env_a, env_b = a.data.get("environment"), b.data.get("environment")
+    env_a, env_b = a.environment, b.environment
     out: dict[str, Any] = {
         "images": [a.image, b.image],
         "env_diff": {**diff_keys(env_a, env_b, TOOLCHAIN_KEYS),
-                     **host_diff(env_a, env_b, (env_b or {}).get("device") or (env_a or {}).get("device"))},
-        "package_diff": package_diff(a.data.get("packages"), b.data.get("packages")),
+                     **host_diff(env_a, env_b, (env_b.get("device") if env_b else None) or (env_a.get("device") if env_a else None))},
+        "package_diff": package_diff(a.file.packages, b.file.packages),
         "models": {},
     }
     for name in sorted(set(a.models) | set(b.models)):
@@ -27,24 +44,24 @@ def diff_goldens(a: Golden, b: Golden) -> dict[str, Any]:
         if ma is None or mb is None:
             out["models"][name] = {"status": f"only in {a.path.stem if mb is None else b.path.stem}"}
             continue
-        if ma.entry.get("final_sha256") == mb.entry.get("final_sha256"):
+        if ma.view.final_sha256 == mb.view.final_sha256:
             out["models"][name] = {"status": "identical"}
             continue
-        unlike = {k: [ma.entry.get(k), mb.entry.get(k)] for k in IDENTITY_KEYS if ma.entry.get(k) != mb.entry.get(k)}
+        unlike = ma.identity.diff(mb.identity)
         if unlike:  # other runs: nothing to compare, step by step or by loss
             out["models"][name] = {"status": f"not comparable: {settings_text(unlike)}", "identity_diff": unlike}
             continue
-        entry: dict[str, Any] = {"status": "differs"}
+        entry: ModelDiff = {"status": "differs"}
         div = first_divergence(ma.as_record(), mb.as_record())
         if div is not None:
-            entry.update(step=div.step, tensor=div.tensor, losses_equal=div.losses_equal)
+            entry.update({"step": div.step, "tensor": div.tensor, "losses_equal": div.losses_equal})
             if div.only_in:  # a gradient one golden has at that step and the other has not
                 sides = (a.path.stem, b.path.stem) if div.only_in == "a" else (b.path.stem, a.path.stem)
-                entry.update(only_in=sides[0], presence=presence_text(div.tensor or "?", div.step, *sides))
+                entry.update({"only_in": sides[0], "presence": presence_text(div.tensor or "?", div.step, *sides)})
             t = drift.state_name(div.tensor)
             if t in ma.state and t in mb.state:
                 entry.update(tensor_magnitude(ma.state[t], mb.state[t]))
-        la, lb = ma.entry.get("losses") or [None], mb.entry.get("losses") or [None]
+        la, lb = ma.view.losses or [None], mb.view.losses or [None]
         entry["losses_agree_digits"] = drift.agreeing_digits(la[-1], lb[-1])
         out["models"][name] = entry
     return out

@@ -23,50 +23,197 @@ import hashlib
 import io
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Collection, Iterator, Mapping, TypedDict, cast
 
 import numpy as np
 import yaml
 
-from .. import __version__, atomic, safe_yaml
+from .. import __version__, atomic, safe_yaml, typed
+from ..document import Document, Entry, ImageView
 from ..errors import GoldenError
-from ..results import ModelEntry, ResultsDocument
+from ..results import Image, ModelEntry, ResultsDocument
 from ..worker.run_record import Run, Trajectory
 from .environment import HOST_KEYS, TOOLCHAIN_KEYS, diff_keys
 from .folder import golden_path
 
 if TYPE_CHECKING:
+    import torch
+
     from ..stages.base import Stages
+    from ..worker.sections import Environment, Execution
 
 FORMAT_VERSION = 1
 STATE_CAP_BYTES = 16 * 1024 * 1024  # final parameters/buffers above this are not kept (GPU-sized models)
 INTACT = "; the previous golden is intact"
 IDENTITY_KEYS = ("code_sha256", "config_sha256", "steps", "seed", "profile", "device", "execution")
+# Per-op hashes of a model's first steps: step -> (op overloads, short output hashes) (stages/determinism/golden_ops.py)
+OpHashes = dict[int, tuple[list[str], list[str]]]
+
+
+class Recorded(TypedDict):
+    """When, from which commit and by which reproci a golden file was recorded."""
+
+    at: str
+    project_commit: str | None
+    reproci_version: str
+    run_id: str | None
+
+
+class Sidecar(TypedDict):
+    """The arrays file beside the YAML: its name and its content hash."""
+
+    file: str
+    sha256: str
+
+
+class GoldenData(TypedDict):
+    """A golden YAML file as ``write`` writes it: the image, the recording, the environment
+    fingerprint and package versions (as the results document has them), the sidecar, and per
+    model its entry (the keys of ``GoldenEntry``, then each stage's summary under its name)."""
+
+    version: int
+    image: Image | None
+    recorded: Recorded
+    environment: Environment | None
+    packages: dict[str, str] | None
+    sidecar: Sidecar
+    models: dict[str, dict[str, Any]]
+
+
+class GoldenEntry(TypedDict):
+    """A model's entry as ``write`` records it, before the stages' summaries."""
+
+    ref: str | None
+    code_sha256: str | None
+    config_sha256: str | None
+    config: Any  # the plugin's config: whatever its factory returned
+    profile: str
+    device: str
+    steps: int | None
+    resume_at: int | None
+    seed: int | None
+    threads: int
+    world_size: int
+    execution: Execution | None
+    final_sha256: str | None
+    batch_checksum: str | None
+    fingerprint_scheme: str | None
+    losses: list[float | str]  # a loss that is not a number (nan, inf) as its text
+    run_id: str | None
+    recorded_at: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryView:
+    """A model's golden entry read by attribute; a key an older or hand-edited file lacks (or
+    holds null) is the field's default. The stages' summaries are read from ``ModelGolden.entry``."""
+
+    ref: str | None = None
+    code_sha256: str | None = None
+    config_sha256: str | None = None
+    profile: str | None = None
+    device: str | None = None
+    steps: int | None = None
+    resume_at: int | None = None
+    seed: int | None = None
+    threads: int | None = None
+    world_size: int | None = None
+    final_sha256: str | None = None
+    batch_checksum: str | None = None
+    fingerprint_scheme: str | None = None
+    losses: list[Any] = field(default_factory=list)  # floats, or the text of a loss that is not a number
+    run_id: str | None = None
+    recorded_at: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity:
+    """What identifies a model and the settings of its run (``IDENTITY_KEYS``): a run with another
+    identity is another run, not comparable with the golden."""
+
+    code_sha256: str | None = None
+    config_sha256: str | None = None
+    steps: int | None = None
+    seed: int | None = None
+    profile: str | None = None
+    device: str | None = None
+    execution: Execution | None = None  # compiled, autocast (worker.execution)
+
+    def diff(self, other: Identity) -> dict[str, list[Any]]:
+        """Each key where the two differ, in ``IDENTITY_KEYS`` order: key -> [this one's, the other's]."""
+        pairs = {"code_sha256": (self.code_sha256, other.code_sha256),
+                 "config_sha256": (self.config_sha256, other.config_sha256),
+                 "steps": (self.steps, other.steps), "seed": (self.seed, other.seed),
+                 "profile": (self.profile, other.profile), "device": (self.device, other.device),
+                 "execution": (self.execution, other.execution)}
+        return {k: [mine, theirs] for k, (mine, theirs) in pairs.items() if mine != theirs}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedView:
+    """The file's ``recorded`` read by attribute."""
+
+    at: str | None = None
+    project_commit: str | None = None
+    reproci_version: str | None = None
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SidecarView:
+    """The file's ``sidecar`` read by attribute."""
+
+    file: str | None = None
+    sha256: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileView:
+    """A golden file's own sections read by attribute (``GoldenData``); its models are ``Golden.models``."""
+
+    version: int | None = None
+    image: ImageView = field(default_factory=ImageView)
+    recorded: RecordedView = field(default_factory=RecordedView)
+    packages: dict[str, str] | None = None
+    sidecar: SidecarView | None = None
 
 
 @dataclass
 class ModelGolden:
     name: str
-    entry: dict[str, Any]  # the YAML mapping for this model
+    entry: dict[str, Any]  # the YAML mapping for this model: ``GoldenEntry``'s keys and the stages' summaries
     names: list[str] = field(default_factory=list)  # tensor names of the per-step rows
     fingerprints: np.ndarray | None = None  # (steps, tensors) int64
     batch_fingerprints: np.ndarray | None = None
     state: dict[str, np.ndarray] = field(default_factory=dict)  # final state, "kind:name" -> array
     tensor_sha256: dict[str, str] = field(default_factory=dict)  # final sha256 per tensor
-    # per-op hashes of the first steps: step -> (op overloads, short output hashes) (stages/determinism/golden_ops.py)
-    ops: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
+    ops: OpHashes = field(default_factory=dict)  # per-op hashes of the first steps
+
+    @cached_property
+    def view(self) -> EntryView:
+        """The entry read by attribute."""
+        return typed.load(EntryView, self.entry, lenient=True)
+
+    @property
+    def identity(self) -> Identity:
+        """What identifies the model and the settings of its recorded run."""
+        e = self.view
+        return Identity(code_sha256=e.code_sha256, config_sha256=e.config_sha256, steps=e.steps, seed=e.seed,
+                        profile=e.profile, device=e.device, execution=self.entry.get("execution"))
 
     def as_record(self) -> Trajectory:
         """The golden's run as the comparisons read a run record (``golden.divergence``)."""
+        e = self.view
         return Trajectory(
             tensor_names=list(self.names),
             fingerprints=self.fingerprints.tolist() if self.fingerprints is not None else [],
             batch_fingerprints=self.batch_fingerprints.tolist() if self.batch_fingerprints is not None else [],
-            batch_checksum=self.entry.get("batch_checksum"),  # the scheme: same scheme, comparable batches
-            fingerprint_scheme=self.entry.get("fingerprint_scheme"),  # what the rows hold for an absent tensor
-            losses=self.entry.get("losses") or [],
-            final_sha256=self.entry.get("final_sha256"),
+            batch_checksum=e.batch_checksum,  # the scheme: same scheme, comparable batches
+            fingerprint_scheme=e.fingerprint_scheme,  # what the rows hold for an absent tensor
+            losses=e.losses,
+            final_sha256=e.final_sha256,
             tensor_sha256=self.tensor_sha256,  # from step 0
         )
 
@@ -74,12 +221,23 @@ class ModelGolden:
 @dataclass
 class Golden:
     path: Path
-    data: dict[str, Any]  # the whole YAML document
+    data: GoldenData  # the whole YAML document (a hand-edited file may lack a section)
     models: dict[str, ModelGolden]
 
+    @cached_property
+    def file(self) -> FileView:
+        """The file's own sections read by attribute."""
+        return typed.load(FileView, self.data, lenient=True)
+
     @property
-    def image(self) -> dict[str, Any]:
+    def image(self) -> Image:
+        """The image section as the file holds it."""
         return self.data.get("image") or {}
+
+    @property
+    def environment(self) -> Environment | None:
+        """The environment fingerprint as the file holds it (compared key by key, ``golden.environment``)."""
+        return self.data.get("environment")
 
 
 def path_for(goldens_dir: Path, image_name: str) -> Path:
@@ -162,7 +320,7 @@ def load(goldens_dir: Path, image_name: str) -> Golden | None:
     sidecar = data.get("sidecar")
     if sidecar:
         _load_sidecar(path, sidecar, models)
-    return Golden(path=path, data=data, models=models)
+    return Golden(path=path, data=cast(GoldenData, data), models=models)  # its version and models checked above
 
 
 def _load_sidecar(path: Path, sidecar: Any, models: dict[str, ModelGolden]) -> None:
@@ -213,7 +371,7 @@ def locked(goldens_dir: Path, image_name: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
+def _state_arrays(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     import torch
 
     out: dict[str, np.ndarray] = {}
@@ -232,8 +390,8 @@ def _state_arrays(state: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def write(goldens_dir: Path, image_name: str, document: ResultsDocument, records: Mapping[str, Run],
-          states: dict[str, dict[str, Any]], stages: Stages, *, replace_models: bool = False,
-          ops: dict[str, dict[int, tuple[list[str], list[str]]]] | None = None) -> Path:
+          states: dict[str, dict[str, torch.Tensor]], stages: Stages, *, replace_models: bool = False,
+          ops: dict[str, OpHashes] | None = None) -> Path:
     """Record goldens for the models in ``records`` (run A of each) from a results document, with
     what each of ``stages`` keeps of its results (``Stage.golden_summary``).
 
@@ -249,7 +407,7 @@ def write(goldens_dir: Path, image_name: str, document: ResultsDocument, records
         kept = {} if old is None or replace_models else _kept_models(old, records, document)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         arrays: dict[str, np.ndarray] = {}
-        models_yaml: dict[str, Any] = {}
+        models_yaml: dict[str, dict[str, Any]] = {}
         for name, g in sorted(kept.items()):
             models_yaml[name] = g.entry
             _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
@@ -281,9 +439,10 @@ def write_combined(goldens_dir: Path, image_name: str, document: ResultsDocument
         kept = {} if old is None else _kept_models(old, dict.fromkeys(recorded), document)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         arrays: dict[str, np.ndarray] = {}
-        models_yaml: dict[str, Any] = {}
+        models_yaml: dict[str, dict[str, Any]] = {}
+        run_id = Document.of(document).run_id
         for name, g in sorted({**kept, **recorded}.items()):
-            models_yaml[name] = {**g.entry, "run_id": document.get("run_id")} if name in recorded else g.entry
+            models_yaml[name] = {**g.entry, "run_id": run_id} if name in recorded else g.entry
             _add_arrays(arrays, name, g.names, g.fingerprints, g.batch_fingerprints, g.state, g.tensor_sha256, g.ops)
         _commit(goldens_dir, image_name, old, document, models_yaml, arrays, now)
     return path
@@ -292,9 +451,9 @@ def write_combined(goldens_dir: Path, image_name: str, document: ResultsDocument
 def _kept_models(old: Golden, records: Collection[str], document: ResultsDocument) -> dict[str, ModelGolden]:
     """The models of the old file that this update keeps: those not re-recorded, which may
     only stay beside the new ones when image, packages and environment are the same."""
-    same_env = (old.data.get("packages") == document.get("packages")
-                and (old.data.get("image") or {}).get("digest") == (document.get("image") or {}).get("digest")
-                and not diff_keys(old.data.get("environment"), document.get("environment"), TOOLCHAIN_KEYS + HOST_KEYS))
+    doc = Document.of(document)
+    same_env = (old.file.packages == doc.packages and old.file.image.digest == doc.image.digest
+                and not diff_keys(old.environment, document.get("environment"), TOOLCHAIN_KEYS + HOST_KEYS))
     others = {n: g for n, g in old.models.items() if n not in records}
     if others and not same_env:
         raise GoldenError(
@@ -307,26 +466,23 @@ def _model_entry(m: ModelEntry, rec: Trajectory, document: ResultsDocument, now:
                  repository: Path, stages: Stages) -> dict[str, Any]:
     """One model's YAML mapping: its identity, settings, final hash and loss trajectory, then each
     stage's summary of its result under the stage's name, in the order they run."""
-    opts = document["options"]
-    entry = {
-        "ref": relative_ref(m.get("ref"), repository), "code_sha256": m.get("code_sha256"), "config_sha256": m.get("config_sha256"),
-        "config": m.get("config"), "profile": opts["profile"], "device": opts["device"], "steps": m.get("steps"),
-        "resume_at": m.get("resume_at"), "seed": m.get("seed"), "threads": opts["threads"],
+    opts, e = document["options"], Entry.of(m)
+    entry: GoldenEntry = {
+        "ref": relative_ref(e.ref, repository), "code_sha256": e.code_sha256, "config_sha256": e.config_sha256,
+        "config": e.config, "profile": opts["profile"], "device": opts["device"], "steps": e.steps,
+        "resume_at": e.resume_at, "seed": e.seed, "threads": opts["threads"],
         "world_size": opts.get("world_size", 1), "execution": m.get("execution"),
         "final_sha256": rec.final_sha256, "batch_checksum": rec.batch_checksum,
         "fingerprint_scheme": rec.fingerprint_scheme,
         "losses": [float(x) if isinstance(x, (int, float)) else str(x) for x in rec.losses],
-        "run_id": document.get("run_id"), "recorded_at": now,
+        "run_id": Document.of(document).run_id, "recorded_at": now,
     }
-    for stage in stages:
-        summary = stage.golden_summary(m)
-        if summary:
-            entry[stage.name] = summary
-    return entry
+    summaries = [(stage.name, stage.golden_summary(m)) for stage in stages]
+    return {**entry, **{name: summary for name, summary in summaries if summary}}
 
 
 def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: ResultsDocument,
-            models_yaml: dict[str, Any], arrays: dict[str, np.ndarray], now: str) -> None:
+            models_yaml: dict[str, dict[str, Any]], arrays: dict[str, np.ndarray], now: str) -> None:
     """Write in the order that keeps the previous golden intact until the last rename."""
     buf = io.BytesIO()
     # numpy's stub types **kwds against its keyword allow_pickle (bool); these keys are tensor names
@@ -334,13 +490,14 @@ def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: Re
     side_bytes = buf.getvalue()
     side_sha = hashlib.sha256(side_bytes).hexdigest()
     side_name = f"{image_name}.{side_sha[:12]}.npz"
-    data = {
+    doc = Document.of(document)
+    data: GoldenData = {
         "version": FORMAT_VERSION,
         "image": document.get("image"),
-        "recorded": {"at": now, "project_commit": document.get("project_commit"),
-                     "reproci_version": __version__, "run_id": document.get("run_id")},
+        "recorded": {"at": now, "project_commit": doc.project_commit, "reproci_version": __version__,
+                     "run_id": doc.run_id},
         "environment": document.get("environment"),
-        "packages": document.get("packages"),
+        "packages": doc.packages,
         "sidecar": {"file": side_name, "sha256": side_sha},
         "models": models_yaml,
     }
@@ -350,7 +507,7 @@ def _commit(goldens_dir: Path, image_name: str, old: Golden | None, document: Re
     goldens_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_bytes(goldens_dir / side_name, side_bytes, on_full=INTACT)  # 1. the new sidecar, under a new name
     atomic.write_bytes(path_for(goldens_dir, image_name), text.encode(), on_full=INTACT)  # 2. the YAML points at it
-    old_side = (old.data.get("sidecar") or {}).get("file") if old is not None else None
+    old_side = old.file.sidecar.file if old is not None and old.file.sidecar is not None else None
     for stale in goldens_dir.glob(f"{image_name}.*.npz"):  # 3. sidecars nothing points at
         if stale.name != side_name and (stale.name == old_side or _orphan(goldens_dir, image_name, stale)):
             stale.unlink(missing_ok=True)
@@ -362,8 +519,7 @@ def _orphan(goldens_dir: Path, image_name: str, side: Path) -> bool:
 
 
 def _add_arrays(arrays: dict[str, np.ndarray], name: str, names: list[str], fps: Any, batch: Any,
-                state: dict[str, np.ndarray], tensor_sha256: dict[str, str],
-                ops: dict[int, tuple[list[str], list[str]]]) -> None:
+                state: dict[str, np.ndarray], tensor_sha256: dict[str, str], ops: OpHashes) -> None:
     arrays[f"{name}/sha_names"] = np.asarray(sorted(tensor_sha256), dtype=str)
     arrays[f"{name}/sha"] = np.asarray([tensor_sha256[k] for k in sorted(tensor_sha256)], dtype=str)
     arrays[f"{name}/names"] = np.asarray(names, dtype=str)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import results
+from ..document import Document
 from ..errors import ReprociError, ResultsError, UsageError
 from ..results import ResultsDocument
 from . import history, jsonexport, markdown
@@ -29,22 +30,23 @@ def locate(path: Path) -> tuple[ResultsDocument, Path | None]:
             raise ResultsError(f"{path} holds no results.json or latest.json; run `reproci run` first "
                                "or name a results.json")
     doc = results.load(path)
-    run_dir = path.parent / str(doc.get("run_id")) if path.name == "latest.json" else path.parent
+    run_dir = path.parent / str(Document.of(doc).run_id) if path.name == "latest.json" else path.parent
     return doc, run_dir if run_dir.is_dir() else None
 
 
 def golden_losses(document: ResultsDocument) -> dict[str, list[Any]]:
     """Loss trajectories from the golden file the run was compared with (empty if unreadable)."""
-    from ..golden import store
+    from ..golden import comparison, store
 
-    file = (document.get("golden") or {}).get("file")
+    outcome = comparison.outcome_of(document)
+    file = outcome.file if outcome else None
     if not file or not Path(file).is_file():
         return {}
     try:
         g = store.load(Path(file).parent, Path(file).stem)
     except ReprociError:
         return {}
-    return {name: m.entry.get("losses") or [] for name, m in (g.models if g else {}).items()}
+    return {name: m.view.losses for name, m in (g.models if g else {}).items()}
 
 
 def render(results_path: Path | None, fmt: str, history_dir: Path | None, stages: Stages) -> str:

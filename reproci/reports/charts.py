@@ -56,15 +56,15 @@ def slowdown_bars(rows: list[dict[str, Any]]) -> bytes:
 def slowdown_history(series: dict[str, list[TrendPoint]], title: str) -> bytes:
     """Slowdown over runs, one line per model; ``series``: model -> points from history.trends."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    runs = sorted({(str(p.get("created")), str(p.get("run_id"))) for pts in series.values() for p in pts})
+    runs = sorted({(str(p["created"]), str(p["run_id"])) for pts in series.values() for p in pts})
     index = {run_id: i for i, (_, run_id) in enumerate(runs, start=1)}  # one x per run of the image
     for model, points in sorted(series.items()):
-        pts = [(p, s) for p in points if (s := p.get("slowdown")) is not None]
+        pts = [(p, s) for p in points if (s := p["slowdown"]) is not None]
         if not pts:
             continue
-        x = [index[str(p.get("run_id"))] for p, _ in pts]
+        x = [index[str(p["run_id"])] for p, _ in pts]
         y = [s for _, s in pts]
-        err = [[s - (p.get("ci_low") or s) for p, s in pts], [(p.get("ci_high") or s) - s for p, s in pts]]
+        err = [[s - (p["ci_low"] or s) for p, s in pts], [(p["ci_high"] or s) - s for p, s in pts]]
         ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=model)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     ax.set_xlabel("run (oldest first)")

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import atomic, errors, verdicts
+from .. import atomic, errors, typed, verdicts
 from ..cluster.merged import MergedDocument
+from ..document import Document, Entry, ImageView
 from ..golden import comparison
-from ..results import ModelEntry, ResultsDocument
+from ..results import Image, ModelEntry, ResultsDocument
 from . import markdown
 from .mdtable import cell, code, table
 
@@ -39,24 +40,24 @@ def where(m: ModelEntry) -> str:
 def _model_annotations(m: ModelEntry, image: str | None, *, ci: bool) -> list[str]:
     """The model's verdict annotation when it needs attention, then a ``warning`` for each of its
     warnings (``verdicts.warnings``), at that level even when the verdict's message says it too."""
-    v = str(m.get("verdict"))
+    e = Entry.of(m)
+    v = str(e.verdict)
     level = verdicts.annotation_level(v, ci=ci)
     out = []
     if level is not None:
         detail = verdicts.first_difference(verdicts.verdict_evidence(m))
-        text = f"{v}: {m.get('message') or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
-        out.append(annotation(level, f"reproci {m['model']} on {image}: {v}", text))
-    return out + [annotation("warning", f"reproci {m['model']} on {image}: warning ({kind})", text)
+        text = f"{v}: {e.message or ''}" + (f" (first difference: {detail})" if detail != "-" else "")
+        out.append(annotation(level, f"reproci {e.model} on {image}: {v}", text))
+    return out + [annotation("warning", f"reproci {e.model} on {image}: warning ({kind})", text)
                   for kind, text in verdicts.warnings(m)]
 
 
 def run_annotations(document: ResultsDocument, stages: Stages) -> list[str]:
     """One annotation per model of a run that needs attention (level: ``verdicts.annotation_level``),
     one per warning of a model (``verdicts.warnings``), then each stage's (``Stage.annotations``)."""
-    image = (document.get("image") or {}).get("name")
-    ci = bool((document.get("options") or {}).get("ci"))
+    doc = Document.of(document)
     return [line for m in verdicts.by_severity(document.get("models", []))
-            for line in _model_annotations(m, image, ci=ci)] + [
+            for line in _model_annotations(m, doc.image.name, ci=doc.options.ci)] + [
         line for stage in stages for line in stage.annotations(document)]
 
 
@@ -89,17 +90,19 @@ def _package_lines(models: list[ModelEntry], limit: int = 30) -> list[str]:
 
 def summary_markdown(document: ResultsDocument, stages: Stages) -> str:
     """The step summary of one run: what changed comes first."""
-    image = document.get("image") or {}
-    exit_ = (document.get("summary") or {}).get("exit_code", 0)
+    doc = Document.of(document)
+    image = doc.image
+    exit_ = (doc.summary or {}).get("exit_code", 0)
     models = verdicts.by_severity(document.get("models", []))
-    checked = any(m.get("verdict") != verdicts.NOT_CHECKED for m in models)
+    entries = [Entry.of(m) for m in models]
+    checked = any(e.verdict != verdicts.NOT_CHECKED for e in entries)
     unchecked = None if checked else f"{', '.join(s.name for s in stages.ran(document))} only"
-    lines = [f"## reproci · `{image.get('name')}` · {_status(exit_, unchecked)} (exit {exit_})", ""]
-    if image.get("digest"):
-        lines += [f"Image digest: `{image['digest']}`", ""]
+    lines = [f"## reproci · `{image.name}` · {_status(exit_, unchecked)} (exit {exit_})", ""]
+    if image.digest:
+        lines += [f"Image digest: `{image.digest}`", ""]
     lines += table(["model", "verdict", "final sha256", "first difference", "detail"], [
-        [cell(m["model"]), f"{verdicts.ICON.get(str(m.get('verdict')), '')} **{m.get('verdict')}**",
-         code((m.get("final_sha256") or "")[:12] or None), cell(where(m)), cell(m.get("message"))] for m in models])
+        [cell(e.model), f"{verdicts.ICON.get(str(e.verdict), '')} **{e.verdict}**",
+         code((e.final_sha256 or "")[:12] or None), cell(where(m)), cell(e.message)] for m, e in zip(models, entries)])
     warned = markdown.warnings(document)
     sections = [line for stage in stages for line in stage.markdown(document)]
     return "\n".join(lines + (["", *warned] if warned else []) + _package_lines(models)
@@ -119,7 +122,7 @@ def merged_summary_markdown(merged: MergedDocument, stages: Stages) -> str:
     columns = [column for stage in stages for column in stage.matrix_columns]
     lines += table(["image", "model", "verdict", "first difference", "final sha256", *(h for h, _ in columns)], [
         [code(m["image"]), cell(m["model"]), f"{verdicts.ICON.get(m['verdict'], '')} {m['verdict']}", cell(where(m)),
-         code((m.get("final_sha256") or "")[:12] or None), *(cell(text(m)) for _, text in columns)]
+         code((Entry.of(m).final_sha256 or "")[:12] or None), *(cell(text(m)) for _, text in columns)]
         for m in models])
     warned = markdown.warnings(merged)
     if warned:
@@ -128,18 +131,23 @@ def merged_summary_markdown(merged: MergedDocument, stages: Stages) -> str:
     if notable:
         lines += ["", "### Details", ""]
         for m in notable:
-            lines.append(f"- **{m['model']}** on `{m['image']}`: {m['verdict']}: {cell(m.get('message'))}")
+            lines.append(f"- **{m['model']}** on `{m['image']}`: {m['verdict']}: {cell(Entry.of(m).message)}")
             changed = (g.package_diff if (g := comparison.of(m)) else None) or {}
             if changed:
                 shown = ", ".join(f"{p} {old or '∅'} → {new or '∅'}" for p, (old, new) in sorted(changed.items())[:10])
                 lines.append(f"  - packages: {shown}{f' and {len(changed) - 10} more' if len(changed) > 10 else ''}")
     lines += ["", "### Images", ""]
     lines += table(["image", "digest", "torch", "CUDA", "cuDNN", "GPU", "driver", "exit"], [
-        [code((sh["image"] or {}).get("name")), code(((sh["image"] or {}).get("digest") or "")[:19] or None),
-         cell(env.get("torch")), cell(env.get("cuda")), cell(env.get("cudnn")),
-         cell(", ".join(env.get("gpu_names") or []) or "-"), cell(env.get("driver")), str(sh["exit_code"])]
-        for sh in merged["shards"] for env in [sh["environment"]]])
+        [code(image.name), code((image.digest or "")[:19] or None),
+         cell(env["torch"]), cell(env["cuda"]), cell(env["cudnn"]),
+         cell(", ".join(env["gpu_names"]) or "-"), cell(env["driver"]), str(sh["exit_code"])]
+        for sh in merged["shards"] for image, env in [(_image(sh["image"]), sh["environment"])]])
     return "\n".join(lines) + "\n"
+
+
+def _image(image: Image | None) -> ImageView:
+    """A shard's image (as its results.json has it) read by attribute."""
+    return typed.load(ImageView, image or {}, lenient=True)
 
 
 def write_step_summary(document: ResultsDocument, path: Path, stages: Stages) -> None:

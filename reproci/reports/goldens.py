@@ -3,64 +3,98 @@ hashes per model; and what differs between two images' goldens."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import verdicts
+from .. import typed, verdicts
+from ..document import EnvironmentView
 from ..golden.environment import split_packages
 from ..golden.store import Golden
 
 if TYPE_CHECKING:
     from ..stages.base import Stages
+    from ..worker.sections import Environment
 
 OTHER_PACKAGES_SHOWN = 8
 
 
-def environment_line(env: dict[str, Any]) -> str:
+@dataclass(frozen=True, kw_only=True)
+class CpuIdView:
+    """The CPU as the fingerprint names it (``worker.process.envinfo.CpuId``)."""
+
+    vendor: str | None = None
+    family: str | None = None
+    model: str | None = None
+    stepping: str | None = None
+    isa: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchBuildView:
+    """The libraries torch was built with (``worker.process.envinfo.TorchBuild``)."""
+
+    onednn: str | None = None
+    mkl: str | None = None
+    parallel: str | None = None  # ATen's parallel backend
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelsView:
+    """What selects the kernels, of an environment fingerprint: the CPU, the capability ATen
+    dispatches to, the libraries torch was built with, the kernel-selecting variables set."""
+
+    cpu: str | None = None
+    cpu_id: CpuIdView | None = None
+    cpu_capability: str | None = None
+    torch_build: TorchBuildView = field(default_factory=TorchBuildView)
+    kernel_env: dict[str, str] = field(default_factory=dict)
+
+
+def environment_line(env: Environment | None) -> str:
     """'torch 2.13.0+cpu · Python 3.11.2 · threads 1 · no GPU': only what was recorded."""
-    gpu = env.get("gpu") or {}
-    parts = [f"{label} {env[key]}" for key, label in (("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"),
-                                                       ("nccl", "NCCL"), ("hip", "ROCm")) if env.get(key) is not None]
-    names = ", ".join(gpu.get("names") or [])
-    parts.append(f"GPU {names}" + (f" (driver {gpu['driver']})" if gpu.get("driver") else "") if names else "no GPU")
-    threads = (env.get("threads") or {}).get("intra_op")
-    if threads is not None:
-        parts.append(f"threads {threads}")
-    if env.get("python"):
-        parts.append(f"Python {env['python']}")
+    e = typed.load(EnvironmentView, env or {}, lenient=True)
+    parts = [f"{label} {value}" for value, label in ((e.torch, "torch"), (e.cuda, "CUDA"), (e.cudnn, "cuDNN"),
+                                                     (e.nccl, "NCCL"), (e.hip, "ROCm")) if value is not None]
+    names = ", ".join(e.gpu.names)
+    parts.append(f"GPU {names}" + (f" (driver {e.gpu.driver})" if e.gpu.driver else "") if names else "no GPU")
+    if e.threads.intra_op is not None:
+        parts.append(f"threads {e.threads.intra_op}")
+    if e.python:
+        parts.append(f"Python {e.python}")
     return " · ".join(parts)
 
 
-def kernels_line(env: dict[str, Any]) -> str | None:
+def kernels_line(env: Environment | None) -> str | None:
     """'CPU AMD EPYC (AuthenticAMD family 25 model 17 stepping 1), ATen AVX2, oneDNN 3.12.0, MKL
     2024.2, OpenMP · kernel variables ATEN_CPU_CAPABILITY=avx2 ...': what selects the kernels."""
-    cpu_id, build = env.get("cpu_id") or {}, env.get("torch_build") or {}
-    if not cpu_id and not env.get("cpu_capability"):
+    k = typed.load(KernelsView, env or {}, lenient=True)
+    if k.cpu_id is None and not k.cpu_capability:
         return None
-    ident = " ".join(f"{k} {cpu_id[k]}" for k in ("family", "model", "stepping") if cpu_id.get(k) is not None)
-    parts = [f"CPU {env.get('cpu')} ({cpu_id.get('vendor')} {ident})".replace(" )", ")"),
-             f"ATen {env.get('cpu_capability')}"]
-    parts += [f"{label} {build[k]}" for k, label in (("onednn", "oneDNN"), ("mkl", "MKL")) if build.get(k)]
-    parts += [str(build["parallel"])] if build.get("parallel") else []
+    cpu, build = k.cpu_id or CpuIdView(), k.torch_build
+    ident = " ".join(f"{name} {value}" for name, value in (("family", cpu.family), ("model", cpu.model),
+                                                           ("stepping", cpu.stepping)) if value is not None)
+    parts = [f"CPU {k.cpu} ({cpu.vendor} {ident})".replace(" )", ")"), f"ATen {k.cpu_capability}"]
+    parts += [f"{label} {value}" for value, label in ((build.onednn, "oneDNN"), (build.mkl, "MKL")) if value]
+    parts += [str(build.parallel)] if build.parallel else []
     line = ", ".join(parts)
-    if cpu_id.get("isa"):
-        line += f" · ISA {' '.join(cpu_id['isa'])}"
-    kernel_env = env.get("kernel_env") or {}
-    line += " · kernel variables " + (" ".join(f"{k}={v}" for k, v in kernel_env.items()) or "none set")
+    if cpu.isa:
+        line += f" · ISA {' '.join(cpu.isa)}"
+    line += " · kernel variables " + (" ".join(f"{name}={value}" for name, value in k.kernel_env.items()) or "none set")
     return line
 
 
 def print_golden(g: Golden, console: Console, stages: Stages) -> None:
     """A golden's image, recording and environment, its models' hashes, then each model's lines of
     each stage (``Stage.golden_lines``: the variance stage's spread over the seeds)."""
-    img, rec, env = g.image, g.data.get("recorded") or {}, g.data.get("environment") or {}
-    console.print(f"[bold]{escape(str(g.path))}[/]  image {img.get('name')} {img.get('reference') or ''} "
-                  f"{img.get('digest') or '(local)'}")
-    console.print(f"recorded {rec.get('at')} from commit {rec.get('project_commit') or '-'} "
-                  f"(reproci {rec.get('reproci_version')})")
+    img, rec, env = g.file.image, g.file.recorded, g.environment
+    console.print(f"[bold]{escape(str(g.path))}[/]  image {img.name} {img.reference or ''} "
+                  f"{img.digest or '(local)'}")
+    console.print(f"recorded {rec.at} from commit {rec.project_commit or '-'} "
+                  f"(reproci {rec.reproci_version})")
     console.print(environment_line(env))
     kernels = kernels_line(env)
     if kernels:
@@ -69,10 +103,10 @@ def print_golden(g: Golden, console: Console, stages: Stages) -> None:
     for col in ("model", "final sha256", "steps", "seed", "final loss", "recorded"):
         t.add_column(col, overflow="fold")
     for m, mg in g.models.items():
-        e = mg.entry
-        losses = e.get("losses") or []
-        t.add_row(m, str(e.get("final_sha256"))[:16], str(e.get("steps")), str(e.get("seed")),
-                  f"{losses[-1]:.6g}" if losses and isinstance(losses[-1], float) else "-", str(e.get("recorded_at")))
+        e = mg.view
+        losses = e.losses
+        t.add_row(m, str(e.final_sha256)[:16], str(e.steps), str(e.seed),
+                  f"{losses[-1]:.6g}" if losses and isinstance(losses[-1], float) else "-", str(e.recorded_at))
     console.print(t)
     for m, mg in g.models.items():
         for line in (line for stage in stages for line in stage.golden_lines(m, mg.entry)):

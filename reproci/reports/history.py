@@ -10,15 +10,18 @@ model, each stage adding its fields to a point (``Stage.trend``).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Mapping, TypedDict, cast
 
-from .. import atomic
+from .. import atomic, typed
+from ..document import Document, ImageView
 from ..errors import ResultsError
 from ..results import RecordedOptions, ResultsDocument, Summary
 
 if TYPE_CHECKING:
     from ..stages.base import Stages
+    from ..worker.sections import Gpu, Threads
 
 SCHEMA = "reproci.history"
 VERSION = 1
@@ -40,6 +43,21 @@ class HistoryModel(TypedDict):
     final_sha256: str | None
 
 
+class HistoryEnvironment(TypedDict, total=False):
+    """The versions and hardware of the environment fingerprint (``worker.process.envinfo``): those
+    keys of it the run's has, as they are."""
+
+    torch: str
+    cuda: str | None
+    cudnn: int | None
+    device: str
+    gpu: Gpu
+    threads: Threads
+
+
+ENVIRONMENT_KEYS = ("torch", "cuda", "cudnn", "device", "gpu", "threads")
+
+
 class HistoryEntry(TypedDict):
     """One run in the history (schema reproci.history): its identity, verdicts and its stages' keys of each model."""
 
@@ -51,7 +69,7 @@ class HistoryEntry(TypedDict):
     reproci_version: str | None
     image: HistoryImage
     options: RecordedOptions | None
-    environment: dict[str, Any]  # the versions and hardware of the fingerprint: a part of it, as it is
+    environment: HistoryEnvironment
     summary: Summary | None
     models: list[HistoryModel]
 
@@ -75,35 +93,55 @@ class TrendPoint(TypedDict):
     default_steps_per_s: float | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelPoint:
+    """A model's point in a history file, read back: its name, verdict and hash (each stage reads its keys)."""
+
+    model: str | None = None
+    verdict: str | None = None
+    final_sha256: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryRun:
+    """A history file read back (``load``): the run's identity, its image and its models' points as written."""
+
+    run_id: str | None = None
+    created: str | None = None
+    project_commit: str | None = None
+    image: ImageView = field(default_factory=ImageView)
+    models: list[HistoryModel] = field(default_factory=list)  # as written: a stage reads its keys (``Stage.trend``)
+
+
 Trends = dict[str, dict[str, list[TrendPoint]]]  # image name -> model -> its points, oldest first
 
 
 def entry_of(document: ResultsDocument, stages: Stages) -> HistoryEntry:
     """The history entry of one results document, with each of ``stages``' keys of a model."""
-    env = document.get("environment") or {}
-    image = document.get("image") or {}
+    doc = Document.of(document)
+    env: Mapping[str, Any] = document.get("environment") or {}
+    image = doc.image
     return {
         "schema": SCHEMA,
         "version": VERSION,
-        "run_id": document.get("run_id"),
-        "created": document.get("created"),
-        "project_commit": document.get("project_commit"),
-        "reproci_version": document.get("reproci_version"),
-        "image": {"name": image.get("name"), "reference": image.get("reference"), "digest": image.get("digest"),
-                  "backend": image.get("backend")},
+        "run_id": doc.run_id,
+        "created": doc.created,
+        "project_commit": doc.project_commit,
+        "reproci_version": doc.reproci_version,
+        "image": {"name": image.name, "reference": image.reference, "digest": image.digest, "backend": image.backend},
         "options": document.get("options"),
-        "environment": {k: env.get(k) for k in ("torch", "cuda", "cudnn", "device", "gpu", "threads") if k in env},
-        "summary": document.get("summary"),
+        "environment": cast(HistoryEnvironment, {k: env.get(k) for k in ENVIRONMENT_KEYS if k in env}),
+        "summary": doc.summary,
         "models": [
-            cast(HistoryModel, {"model": m.get("model"), "verdict": m.get("verdict"), "final_sha256": m.get("final_sha256"),
+            cast(HistoryModel, {"model": e.model, "verdict": e.verdict, "final_sha256": e.final_sha256,
                                 **{k: v for stage in stages for k, v in stage.history(m).items()}})
-            for m in document.get("models", [])
+            for m, e in zip(document.get("models", []), doc.models)
         ],
     }
 
 
 def file_name(document: ResultsDocument) -> str:
-    commit = (document.get("project_commit") or "nocommit")[:12]
+    commit = (Document.of(document).project_commit or "nocommit")[:12]
     return f"{document['run_id']}-{commit}.json"
 
 
@@ -114,12 +152,12 @@ def record(results_dir: Path, document: ResultsDocument, stages: Stages) -> Path
     return path
 
 
-def load(directory: Path) -> list[HistoryEntry]:
+def load(directory: Path) -> list[HistoryRun]:
     """Every history entry in a folder, oldest first. Other formats fail with what to do."""
     if not directory.is_dir():
         raise ResultsError(f"history folder {directory} does not exist; `reproci run` writes one under "
                            f"<results-dir>/{DIRNAME}")
-    entries: list[HistoryEntry] = []
+    entries: list[HistoryRun] = []
     for path in sorted(directory.glob("*.json")):
         try:
             data = json.loads(path.read_text())
@@ -132,23 +170,23 @@ def load(directory: Path) -> list[HistoryEntry]:
             fix = ("upgrade reproci (pip install -U reproci)" if isinstance(v, int) and v > VERSION
                    else "remove it, or re-create it with `reproci report --rebuild-history RESULTS_DIR`")
             raise ResultsError(f"{path} has history format version {v}, this reproci reads {VERSION}: {fix}")
-        entries.append(cast(HistoryEntry, data))  # checked above: this schema, this version
-    entries.sort(key=lambda d: (str(d.get("created")), str(d.get("run_id"))))
+        entries.append(typed.load(HistoryRun, data, lenient=True))  # checked above: this schema, this version
+    entries.sort(key=lambda d: (str(d.created), str(d.run_id)))
     return entries
 
 
-def trends(entries: list[HistoryEntry], stages: Stages) -> Trends:
+def trends(entries: list[HistoryRun], stages: Stages) -> Trends:
     """image name -> model -> points over time (oldest first), one per run of that model, with
     each of ``stages``' fields of the model's point (``Stage.trend``)."""
     out: Trends = {}
     for e in entries:
-        image = (e.get("image") or {}).get("name") or "?"
-        for m in e.get("models", []):
-            point = {"run_id": e.get("run_id"), "created": e.get("created"), "commit": e.get("project_commit"),
-                     "digest": (e.get("image") or {}).get("digest"), "verdict": m.get("verdict"),
-                     "final_sha256": m.get("final_sha256"),
+        image = e.image.name or "?"
+        for m in e.models:
+            p = typed.load(ModelPoint, m, lenient=True)
+            point = {"run_id": e.run_id, "created": e.created, "commit": e.project_commit,
+                     "digest": e.image.digest, "verdict": p.verdict, "final_sha256": p.final_sha256,
                      **{k: v for stage in stages for k, v in stage.trend(m).items()}}
-            out.setdefault(image, {}).setdefault(m.get("model") or "?", []).append(cast(TrendPoint, point))
+            out.setdefault(image, {}).setdefault(p.model or "?", []).append(cast(TrendPoint, point))
     return out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import verdicts
+from ..document import Document, Entry
 from ..results import ModelEntry, ResultsDocument
 from . import charts
 
@@ -65,8 +66,9 @@ def loss_series(run_dir: Path | None, entry: ModelEntry,
     series: dict[str, tuple[list[int], list[float]]] = {}
     if run_dir is None:
         return series
+    records = Entry.of(entry).records
     for role in ("A", "B", "C"):
-        rel = (entry.get("records") or {}).get(role)
+        rel = records.get(role)
         if not rel or not (run_dir / rel).is_file():
             continue
         rec = json.loads((run_dir / rel).read_text())
@@ -89,26 +91,25 @@ def page(title: str, parts: list[str]) -> str:
 def title(document: ResultsDocument | None) -> str:
     if document is None:
         return "reproci report"
-    image = document.get("image") or {}
-    return f"reproci · {image.get('name')} · {document.get('run_id')}"
+    doc = Document.of(document)
+    return f"reproci · {doc.image.name} · {doc.run_id}"
 
 
 def head(doc: ResultsDocument) -> str:
-    opts = doc.get("options") or {}
-    image = doc.get("image") or {}
-    facts = [("image", f"{image.get('name')} ({image.get('backend')})"), ("digest", image.get("digest") or "-"),
-             ("created", doc.get("created")), ("commit", (doc.get("project_commit") or "-")[:12]),
-             ("stages", ", ".join(opts.get("stages") or [])), ("device", opts.get("device")),
-             ("threads", opts.get("threads")), ("exit code", (doc.get("summary") or {}).get("exit_code"))]
-    rows = [[escape(str(m.get("model"))), escape(str(m.get("verdict"))), prose(str(m.get("message") or ""))]
-            for m in doc.get("models", [])]
+    d = Document.of(doc)
+    opts, image = d.options, d.image
+    facts = [("image", f"{image.name} ({image.backend})"), ("digest", image.digest or "-"),
+             ("created", d.created), ("commit", (d.project_commit or "-")[:12]),
+             ("stages", ", ".join(opts.stages)), ("device", opts.device),
+             ("threads", opts.threads), ("exit code", (d.summary or {}).get("exit_code"))]
+    rows = [[escape(m.model), escape(str(m.verdict)), prose(m.message or "")] for m in d.models]
     return ("<section id=\"run\"><p>" + " · ".join(f"{escape(k)} <code>{escape(str(v))}</code>" for k, v in facts)
             + "</p><h2>Verdicts</h2>" + table(["model", "verdict", "message"], rows) + "</section>")
 
 
 def warnings(doc: ResultsDocument) -> str:
     """Every model's warnings (``verdicts.warnings``), an item each; nothing when there are none."""
-    items = [f'<li data-kind="{escape(kind)}"><strong>{escape(str(m.get("model")))}</strong>: {prose(text)}</li>'
+    items = [f'<li data-kind="{escape(kind)}"><strong>{escape(Entry.of(m).model)}</strong>: {prose(text)}</li>'
              for m in verdicts.by_severity(doc.get("models") or []) for kind, text in verdicts.warnings(m)]
     if not items:
         return ""
@@ -118,12 +119,13 @@ def warnings(doc: ResultsDocument) -> str:
 def losses(doc: ResultsDocument, run_dir: Path | None, golden_losses: dict[str, list[Any]]) -> str:
     figs = []
     for m in doc.get("models", []):
-        series = loss_series(run_dir, m, golden_losses.get(str(m.get("model"))))
+        model = Entry.of(m).model
+        series = loss_series(run_dir, m, golden_losses.get(model))
         if not series:
             continue
         note = " The golden's curve differs from run A and is overlaid." if "golden" in series else ""
-        figs.append(figure(charts.loss_curves(str(m.get("model")), series), f"loss curves of {m.get('model')}",
-                         f"{m.get('model')}: loss per step of runs A, B and C (C resumes from A's checkpoint); "
+        figs.append(figure(charts.loss_curves(model, series), f"loss curves of {model}",
+                         f"{model}: loss per step of runs A, B and C (C resumes from A's checkpoint); "
                          f"equal curves draw on top of each other.{note}"))
     if not figs:
         return ""

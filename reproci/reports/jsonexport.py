@@ -7,7 +7,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
-from ..entry_sections import GoldenComparison
+from ..document import Entry
+from ..golden import comparison
 from ..results import ResultsDocument
 from .history import Trends
 
@@ -25,11 +26,10 @@ def render(document: ResultsDocument | None, stages: Stages, trends: Trends | No
                                                    "options", "summary")}
         out["models"] = []
         for m in document.get("models", []):
-            g = m.get("golden")
-            golden: GoldenComparison = g if isinstance(g, dict) else {}
+            e, golden = Entry.of(m), comparison.of(m)
             out["models"].append({
-                "model": m.get("model"), "verdict": m.get("verdict"), "message": m.get("message"),
-                "golden_verdict": golden.get("verdict"), "final_sha256": m.get("final_sha256"),
+                "model": e.model, "verdict": e.verdict, "message": e.message,
+                "golden_verdict": golden.verdict if golden else None, "final_sha256": e.final_sha256,
                 "warnings": [{"kind": kind, "text": text} for kind, text in verdicts.warnings(m)],
                 **{k: v for stage in stages for k, v in stage.export(m).items()},
             })

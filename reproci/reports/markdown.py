@@ -6,29 +6,29 @@ from __future__ import annotations
 
 from .. import verdicts
 from ..cluster.merged import MergedDocument, MergedModel
-from ..results import ModelEntry, RecordedOptions, ResultsDocument
+from ..document import Document, Entry, OptionsView
+from ..results import ModelEntry, ResultsDocument
 from .mdtable import cell, code, plain_table
 
 
-def _ranks(opts: RecordedOptions) -> str:
-    n = opts.get("world_size") or 1
+def _ranks(opts: OptionsView) -> str:
+    n = opts.world_size or 1
     return f" · world size {n}" if n > 1 else ""
 
 
 def head(doc: ResultsDocument, lead: list[str]) -> list[str]:
     """The run's facts, then ``lead`` (a stage's verdict table with its figures, ``Stage.markdown_verdicts``)
     or, where no stage gives one, the plain verdict table."""
-    image = doc.get("image") or {}
-    opts = doc.get("options") or {}
-    lines = [f"## reproci · {image.get('name')} ({image.get('backend')})", "",
-             f"Run `{doc.get('run_id')}` · {doc.get('created')} · commit `{(doc.get('project_commit') or '-')[:12]}` · "
-             f"stages {', '.join(opts.get('stages') or [])} · device {opts.get('device')} · "
-             f"threads {opts.get('threads')}{_ranks(opts)} · exit code {doc.get('summary', {}).get('exit_code')}", ""]
+    d = Document.of(doc)
+    image, opts = d.image, d.options
+    lines = [f"## reproci · {image.name} ({image.backend})", "",
+             f"Run `{d.run_id}` · {d.created} · commit `{(d.project_commit or '-')[:12]}` · "
+             f"stages {', '.join(opts.stages)} · device {opts.device} · "
+             f"threads {opts.threads}{_ranks(opts)} · exit code {(d.summary or {}).get('exit_code')}", ""]
     if lead:
         return lines + lead
     lines += ["### Verdicts", ""]
-    lines += plain_table(["model", "verdict", "message"],
-                    [[m.get("model"), m.get("verdict"), m.get("message")] for m in doc.get("models", [])])
+    lines += plain_table(["model", "verdict", "message"], [[m.model, m.verdict, m.message] for m in d.models])
     return lines + [""]
 
 
@@ -39,7 +39,7 @@ def warnings(doc: ResultsDocument | MergedDocument) -> list[str]:
     found = [(m, text) for m in verdicts.by_severity(models) for _, text in verdicts.warnings(m)]
     if not found:
         return []
-    return ["### Warnings", "", *(f"- ⚠️ **{cell(m.get('model'))}**{_on(m)}: {cell(text)}" for m, text in found),
+    return ["### Warnings", "", *(f"- ⚠️ **{cell(Entry.of(m).model)}**{_on(m)}: {cell(text)}" for m, text in found),
             ""]
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import verdicts
+from ..document import Document, Entry
+from ..entry_sections import EvidenceView
 from ..errors import NotReproducibleError
 from ..golden import comparison
 from ..golden.comparison import Comparison, GoldenImage, Outcome
@@ -34,15 +36,15 @@ def reproducibility_problems(doc: ResultsDocument, stages: Stages) -> list[str]:
     if not any(stage.checks_reproducibility for stage in stages.ran(doc)):
         checker = next(s.name for s in stages if s.checks_reproducibility)
         problems.append(f"the {checker} stage did not run (add --stage {checker})")
-    if not doc.get("models"):
+    models = Document.of(doc).models
+    if not models:
         problems.append("no models ran")
-    for m in doc.get("models", []):
-        name = m.get("model")
-        if m.get("verdict") in verdicts.FAILING:
-            problems.append(f"{name}: {m.get('verdict')}: {m.get('message')}")
+    for m in models:
+        name = m.model
+        if m.verdict in verdicts.FAILING:
+            problems.append(f"{name}: {m.verdict}: {m.message}")
             continue
-        runs = m.get("runs") or {}
-        hashes = {r: (runs.get(r) or {}).get("final_sha256") for r in ("A", "B", "C")}
+        hashes = {r: m.final_of(r) for r in ("A", "B", "C")}
         if None in hashes.values() or len(set(hashes.values())) != 1:
             problems.append(f"{name}: runs A, B and C did not all finish with one final hash ({hashes})")
     return problems
@@ -110,16 +112,16 @@ def render(doc: ResultsDocument, stages: Stages) -> str:
 
 
 def _verdict_lines(doc: ResultsDocument, stages: Stages) -> list[str]:
-    name = (doc.get("image") or {}).get("name") or "local"
+    d = Document.of(doc)
     problems, unrecorded = reproducibility_problems(doc, stages), golden_problems(doc)
-    lines = [f"## Golden update for `{name}`", "",
-             f"From `reproci run` {doc.get('run_id')} (reproci {doc.get('reproci_version')}, "
-             f"project commit {_short(doc.get('project_commit'), 10)}, {doc.get('created')}).", ""]
+    lines = [f"## Golden update for `{d.image.label}`", "",
+             f"From `reproci run` {d.run_id} (reproci {d.reproci_version}, "
+             f"project commit {_short(d.project_commit, 10)}, {d.created}).", ""]
     if problems:
         lines += ["**⚠️ This run was not reproducible; it must not become a golden:**", ""]
         lines += [f"- {cell(p)}" for p in problems + unrecorded]
         return lines + [""]
-    lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(doc.get('models', []))} model(s)).")
+    lines.append(f"✅ Every model reproduced itself in this image (A = B = C, {len(d.models)} model(s)).")
     if unrecorded:
         lines += ["", "**⚠️ This run recorded no golden; it must not become a golden update:**", ""]
         lines += [f"- {cell(p)}" for p in unrecorded]
@@ -129,20 +131,19 @@ def _verdict_lines(doc: ResultsDocument, stages: Stages) -> list[str]:
 def _warning_lines(models: list[ModelEntry]) -> list[str]:
     """Every model's warnings (``verdicts.warnings``): they never change a verdict, but a reviewer
     approves the golden knowing them."""
-    found = [f"- ⚠️ **{cell(m.get('model'))}**: {cell(text)}"
+    found = [f"- ⚠️ **{cell(Entry.of(m).model)}**: {cell(text)}"
              for m in verdicts.by_severity(models) for _, text in verdicts.warnings(m)]
     return ["### Warnings", "", *found, ""] if found else []
 
 
 def _image_lines(doc: ResultsDocument, has_old: bool) -> list[str]:
     """The golden's image identity against this run's."""
-    image = doc.get("image") or {}
-    name = image.get("name") or "local"
+    image = Document.of(doc).image
     old = next((o for m in doc.get("models", []) if (o := _golden(m).golden_image)), GoldenImage())
     lines = ["### Image", ""]
     lines += _table(["", "current golden", "this run"], [
-        ["reference", cell(old.reference or old.name), cell(image.get("reference") or name)],
-        ["digest", code(old.digest), code(image.get("digest"))],
+        ["reference", cell(old.reference or old.name), cell(image.reference or image.label)],
+        ["digest", code(old.digest), code(image.digest)],
     ])
     if not has_old:
         lines += ["", "No earlier golden for this image: this is its first."]
@@ -169,32 +170,31 @@ def _diff_lines(models: list[ModelEntry], has_old: bool) -> list[str]:
 
 def _model_lines(models: list[ModelEntry]) -> list[str]:
     rows = []
-    for m in models:
-        g, ev = _golden(m), verdicts.verdict_evidence(m) or {}
-        verdict, golden_verdict = m.get("verdict", "?"), g.verdict
+    for raw in models:
+        m, g, ev = Entry.of(raw), _golden(raw), verdicts.evidence(raw) or EvidenceView()
+        verdict, golden_verdict = m.verdict or "?", g.verdict
         rows.append([
-            cell(m.get("model")),
+            cell(m.model),
             cell(verdict if not golden_verdict or golden_verdict == verdict else f"{verdict} (golden: {golden_verdict})"),
-            f"{_short(g.golden_final_sha256)} → {_short(m.get('final_sha256'))}",
-            cell(ev.get("step")), code(ev.get("tensor")),
-            f"{ev['max_abs']:.3g}" if ev.get("max_abs") is not None else "-",
-            cell(ev.get("max_ulp")), cell(ev.get("losses_agree_digits")),
+            f"{_short(g.golden_final_sha256)} → {_short(m.final_sha256)}",
+            cell(ev.step), code(ev.tensor),
+            f"{ev.max_abs:.3g}" if ev.max_abs is not None else "-",
+            cell(ev.max_ulp), cell(ev.losses_agree_digits),
         ])
     lines = ["### Models", ""]
     lines += _table(["model", "verdict", "final sha256 (golden → new)", "first differing step", "first tensor",
                      "max abs diff", "max ULP", "loss agrees to (digits)"], rows)
-    messages = [f"- **{cell(m.get('model'))}**: {cell(_golden(m).message or m.get('message'))}" for m in models]
+    messages = [f"- **{cell(m.model)}**: {cell(_golden(raw).message or m.message)}" for raw in models for m in [Entry.of(raw)]]
     return lines + ["", *messages, ""]
 
 
 def _environment_lines(doc: ResultsDocument) -> list[str]:
-    env = doc.get("environment") or {}
-    gpu = env.get("gpu") or {}
+    env = Document.of(doc).env
     return ["### Environment of this run", "",
-            f"torch {cell(env.get('torch'))}, CUDA {cell(env.get('cuda'))}, cuDNN {cell(env.get('cudnn'))}, "
-            f"NCCL {cell(env.get('nccl'))}; GPU {cell(', '.join(gpu.get('names') or []) or 'none')} "
-            f"(driver {cell(gpu.get('driver'))}); device {cell(env.get('device'))}, "
-            f"threads {cell((env.get('threads') or {}).get('intra_op'))}.", "",
+            f"torch {cell(env.torch)}, CUDA {cell(env.cuda)}, cuDNN {cell(env.cudnn)}, "
+            f"NCCL {cell(env.nccl)}; GPU {cell(', '.join(env.gpu.names) or 'none')} "
+            f"(driver {cell(env.gpu.driver)}); device {cell(env.device)}, "
+            f"threads {cell(env.threads.intra_op)}.", "",
             "---",
             "Approve this like any code change: the golden file in this pull request is what every later run "
             "of this image is compared against."]

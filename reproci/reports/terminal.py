@@ -12,6 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import verdicts
+from ..document import Document, Entry
+from ..golden import comparison
+from ..golden.comparison import Outcome
 from ..results import ModelEntry, ResultsDocument
 
 if TYPE_CHECKING:
@@ -23,23 +26,25 @@ def _where(m: ModelEntry) -> str:
 
 
 def verdict_table(document: ResultsDocument) -> Table:
-    image = document.get("image", {})
-    title = f"reproci · {image.get('name')} ({image.get('backend')})"
-    if digest := image.get("digest"):
+    doc = Document.of(document)
+    image = doc.image
+    title = f"reproci · {image.name} ({image.backend})"
+    if digest := image.digest:
         title += f" · {digest[:19]}"
     t = Table(title=title, title_justify="left")
     # On a narrow terminal the verdict, hash and seconds keep their width; a long model name
     # and the first difference wrap instead.
-    longest = max((len(str(m.get("verdict", "?"))) for m in document.get("models", [])), default=7)
+    longest = max((len(m.verdict or "?") for m in doc.models), default=7)
     t.add_column("model", overflow="fold")
     t.add_column("verdict", no_wrap=True, min_width=longest)
     t.add_column("final sha256", no_wrap=True, min_width=12)
     t.add_column("first difference", overflow="fold")
     t.add_column("seconds", justify="right", no_wrap=True, min_width=7)
-    for m in verdicts.by_severity(document.get("models", [])):
-        v = m.get("verdict", "?")
-        t.add_row(m["model"], f"[{verdicts.STYLE.get(v, '')}]{v}[/]", (m.get("final_sha256") or "-")[:12],
-                  _where(m) if v != verdicts.ERROR else "see below", f"{m.get('seconds', 0):.1f}")
+    for raw in verdicts.by_severity(document.get("models", [])):
+        m = Entry.of(raw)
+        v = m.verdict or "?"
+        t.add_row(m.model, f"[{verdicts.STYLE.get(v, '')}]{v}[/]", (m.final_sha256 or "-")[:12],
+                  _where(raw) if v != verdicts.ERROR else "see below", f"{m.seconds or 0:.1f}")
     return t
 
 
@@ -48,22 +53,27 @@ def print_report(document: ResultsDocument, console: Console, err: Console | Non
     warnings and the NEW notice on ``err`` (see ``reproci.console``)."""
     err = err or console
     console.print(verdict_table(document))
-    for m in verdicts.by_severity(document.get("models", [])):
+    for raw in verdicts.by_severity(document.get("models", [])):
+        m = Entry.of(raw)
         said = ""
-        if m.get("verdict") not in (verdicts.PASS, verdicts.NEW):
-            said = str(m.get("message"))
-            console.print(f"[bold]{m['model']}[/]: {m.get('verdict')}: {escape(said)}", highlight=False)
-        print_warnings(m, err, said)
-        if (m.get("across_nodes") or {}).get("agree") and m.get("verdict") in (verdicts.PASS, verdicts.NEW):
-            console.print(f"[bold]{m['model']}[/]: {escape(str(m['across_nodes']['message']))}", highlight=False)
-        if m.get("verdict") == verdicts.PASS and (m.get("golden") or {}).get("upgrade_checked"):
-            console.print(f"[bold]{m['model']}[/]: PASS: {escape(str(m['golden']['message']))}", highlight=False)
-    new = [m["model"] for m in document.get("models", []) if m.get("verdict") == verdicts.NEW]
-    if new and not (document.get("golden") or {}).get("updated"):
-        image = (document.get("image") or {}).get("name")
-        ci = (document.get("options") or {}).get("ci")
+        if m.verdict not in (verdicts.PASS, verdicts.NEW):
+            said = str(m.message)
+            console.print(f"[bold]{m.model}[/]: {m.verdict}: {escape(said)}", highlight=False)
+        print_warnings(raw, err, said)
+        across = m.across_nodes or {}
+        if across.get("agree") and m.verdict in (verdicts.PASS, verdicts.NEW):
+            console.print(f"[bold]{m.model}[/]: {escape(str(across['message']))}", highlight=False)
+        golden = comparison.of(raw)
+        if m.verdict == verdicts.PASS and golden and golden.upgrade_checked:
+            console.print(f"[bold]{m.model}[/]: PASS: {escape(str(golden.message))}", highlight=False)
+    doc = Document.of(document)
+    new = [m.model for m in doc.models if m.verdict == verdicts.NEW]
+    outcome = comparison.outcome_of(document) or Outcome()
+    if new and not outcome.updated:
+        image = doc.image.name
+        ci = doc.options.ci
         lead = "[bold red]error[/]" if ci else "notice"
-        record = (document.get("golden") or {}).get("update_command") or f"reproci golden update --image {image}"
+        record = outcome.update_command or f"reproci golden update --image {image}"
         err.print(f"{lead}: no golden for image {image} yet ({', '.join(new)}); runs are reproducible by "
                   f"themselves. Record with `{record}`"
                   + (" (CI mode: this fails)" if ci else ""),
@@ -74,7 +84,7 @@ def print_warnings(m: ModelEntry, err: Console, said: str = "") -> None:
     """A model's warnings (``verdicts.warnings``), one line each, less those ``said`` holds."""
     for kind, text in verdicts.unsaid_warnings(m, said):
         label = "[bold]notice[/]" if kind.endswith(".notice") else "[bold yellow]warning[/]"  # notices never fail
-        err.print(f"{label}: {escape(str(m.get('model')))}: {escape(text)}", highlight=False)
+        err.print(f"{label}: {escape(Entry.of(m).model)}: {escape(text)}", highlight=False)
 
 
 

@@ -9,33 +9,64 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 from .. import verdicts
+from ..document import Document, Entry
 from ..results import ResultsDocument
 
 if TYPE_CHECKING:
     from ..stages.base import Stages
 
 
+class TextObject(TypedDict):
+    """Slack's text object: ``plain_text`` or ``mrkdwn``."""
+
+    type: str
+    text: str
+
+
+class TextBlock(TypedDict):
+    """A header or section block: its text."""
+
+    type: str
+    text: TextObject
+
+
+class ContextBlock(TypedDict):
+    """A context block: small print under the others."""
+
+    type: str
+    elements: list[TextObject]
+
+
+class SlackMessage(TypedDict):
+    """The alert as a Slack-compatible incoming webhook takes it: its text, and the same as layout blocks."""
+
+    text: str
+    blocks: list[TextBlock | ContextBlock]
+
+
 def needs_alert(document: ResultsDocument) -> bool:
-    return (document.get("summary") or {}).get("exit_code", 0) != 0
+    return (Document.of(document).summary or {}).get("exit_code", 0) != 0
 
 
-def slack_message(document: ResultsDocument, stages: Stages) -> dict[str, Any]:
+def slack_message(document: ResultsDocument, stages: Stages) -> SlackMessage:
     """The alert: each model whose verdict fails or drifts, with its warnings, then each stage's
     lines (``Stage.webhook``), whose models count as needing attention too."""
-    image = (document.get("image") or {}).get("name")
-    bad = [m for m in verdicts.by_severity(document.get("models", []))
-           if m.get("verdict") in verdicts.FAILING | verdicts.DRIFTING]
-    lines = [f"• *{m['model']}*: {m['verdict']}: {m.get('message', '')}"
-             + "".join(f"; warning: {text}" for _, text in verdicts.unsaid_warnings(m, m.get("message") or ""))
-             for m in bad]
+    doc = Document.of(document)
+    models = document.get("models", [])
+    bad = [m for m in verdicts.by_severity(models) if Entry.of(m).verdict in verdicts.FAILING | verdicts.DRIFTING]
+    lines = []
+    for m in bad:
+        e = Entry.of(m)
+        lines.append(f"• *{e.model}*: {e.verdict}: {e.message or ''}"
+                     + "".join(f"; warning: {text}" for _, text in verdicts.unsaid_warnings(m, e.message or "")))
     for stage in stages:  # what a stage's findings say (the probes' dependencies that failed the run)
         said = stage.webhook(document)
-        bad += [m for m in document.get("models", []) if m not in bad and any(model == m["model"] for model, _ in said)]
+        bad += [m for m in models if m not in bad and any(model == m["model"] for model, _ in said)]
         lines += [line for _, line in said]
-    head = f"reproci: {len(bad)} model(s) need attention on image {image}"
+    head = f"reproci: {len(bad)} model(s) need attention on image {doc.image.name}"
     body = "\n".join(lines[:20])
     return {
         "text": f"{head}\n{body}",
@@ -43,7 +74,7 @@ def slack_message(document: ResultsDocument, stages: Stages) -> dict[str, Any]:
             {"type": "header", "text": {"type": "plain_text", "text": head[:150]}},
             {"type": "section", "text": {"type": "mrkdwn", "text": body[:2900] or "-"}},
             {"type": "context", "elements": [{"type": "mrkdwn",
-                                              "text": f"run {document.get('run_id')} · commit {document.get('project_commit') or '-'}"}]},
+                                              "text": f"run {doc.run_id} · commit {doc.project_commit or '-'}"}]},
         ],
     }
 
@@ -56,7 +87,7 @@ class WebhookResult:
     error: str | None = None
 
 
-def post(url: str, payload: dict[str, Any], *, attempts: int = 3, timeout: float = 5.0,
+def post(url: str, payload: SlackMessage, *, attempts: int = 3, timeout: float = 5.0,
          backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> WebhookResult:
     """POST JSON with retries on connection errors and 5xx/429; never raises."""
     import requests

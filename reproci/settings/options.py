@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, TypeVar, cast
+from typing import Any, Mapping, TypedDict, TypeVar, cast
 
 from .. import cpu_flags, images
 from ..backends.docker_spec import DEFAULT_MEMORY, DEFAULT_PIDS, GIB
@@ -19,7 +19,7 @@ from ..errors import ConfigError, InfrastructureError, UsageError
 from ..golden.folder import golden_file_name, golden_path, require_folder
 from ..reference_models import REGISTRY
 from ..results import RecordedOptions
-from ..worker.process.spec import FAULTS
+from ..worker.process.spec import FAULTS, CompileSpec
 from . import declared
 from .config_file import CONFIG_FILE, Settings, load_config  # noqa: F401 (re-exported)
 from .declared import PROFILES, Catalog  # noqa: F401 (PROFILES re-exported)
@@ -98,7 +98,7 @@ class RunOptions:
                  else getattr(self.staged[self.catalog.owners[name]], name))
         return list(value) if isinstance(value, tuple) else value
 
-    def compile_spec(self, model: str) -> dict[str, Any] | None:
+    def compile_spec(self, model: str) -> CompileSpec | None:
         """How a model's runs are compiled (``WorkerSpec.compile``), or None: eager."""
         if model not in self.compiled:
             return None
@@ -106,6 +106,53 @@ class RunOptions:
 
 
 OptionsT = TypeVar("OptionsT")
+
+
+class _RunShape(TypedDict):
+    """The RunOptions fields of what the runs do (``_run_shape``)."""
+
+    profile: str
+    steps: int
+    steps_given: bool
+    resume_at: int
+    resume_at_auto: bool
+    stages: tuple[str, ...]
+    fault: str | None
+
+
+class _Execution(TypedDict):
+    """The RunOptions fields of compile and autocast (``_execution``)."""
+
+    compiled: tuple[str, ...]
+    compile_mode: str | None
+    amp: str | None
+
+
+class _Resources(TypedDict):
+    """The RunOptions fields of what the runs get (``_resources``)."""
+
+    threads: int
+    jobs: int
+    timeout: float
+    device: str
+    world_size: int
+
+
+class _Limits(TypedDict):
+    """The RunOptions fields of a container's limits (``_limits``)."""
+
+    memory: int
+    pids_limit: int
+
+
+class _Image(TypedDict):
+    """The RunOptions fields that name the image (``_image``)."""
+
+    image: str | None
+    image_reference: str | None
+    image_entry: images.ImageEntry | None
+    image_name: str
+    cpu_isa: str | None
 
 _FIELDS = {f.name for f in fields(RunOptions)} | {"compile"}  # declared options RunOptions holds (compile: compiled)
 
@@ -203,7 +250,7 @@ def _staged(pick: Settings) -> dict[str, Any]:
     return out
 
 
-def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
+def _run_shape(pick: Settings, config: Mapping[str, Any]) -> _RunShape:
     """Profile, steps, resume point, stages and the test-only fault: what the runs do."""
     said = pick.said
     profile = pick("profile", "quick")
@@ -241,7 +288,7 @@ def _run_shape(pick: Settings, config: Mapping[str, Any]) -> dict[str, Any]:
             "stages": stages, "fault": fault}
 
 
-def _script(pick: Settings, shape: Mapping[str, Any]) -> ModelRef | None:
+def _script(pick: Settings, shape: _RunShape) -> ModelRef | None:
     """The model of ``--script`` (or reproci.yaml's ``script:``), checked; None when there is none.
     A script's runs are its own processes: the determinism stage runs them; compile, autocast
     and ranks are the script's to choose, not reproci's."""
@@ -284,7 +331,7 @@ def check_script_cells(options: RunOptions, backend: str) -> None:
                          f"{script.cwd}")
 
 
-def _execution(pick: Settings, models: tuple[ModelRef, ...]) -> dict[str, Any]:
+def _execution(pick: Settings, models: tuple[ModelRef, ...]) -> _Execution:
     """Compile and autocast: which models are compiled (``--compile``: all; the config may list
     some), in which mode, and the AMP dtype."""
     chosen = pick("compile", False)
@@ -319,7 +366,7 @@ def _seed(pick: Settings) -> int:
     return seed
 
 
-def _resources(pick: Settings) -> dict[str, Any]:
+def _resources(pick: Settings) -> _Resources:
     """Threads, parallel runs, the per-run timeout and the device: what the runs get."""
     threads = int(pick("threads", 1))
     if threads < 1:
@@ -367,7 +414,7 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, "mb":
           "g": GIB, "gb": GIB, "gib": GIB, "t": 1024 * GIB, "tb": 1024 * GIB, "tib": 1024 * GIB}
 
 
-def _limits(pick: Settings, image: str | None) -> dict[str, Any]:
+def _limits(pick: Settings, image: str | None) -> _Limits:
     """A container's memory (``--memory 8g``, binary units as Docker reads them) and process limits."""
     for key in ("memory", "pids_limit"):
         if image is None and pick(key, None) is not None:
@@ -402,7 +449,7 @@ def _gpus_ok(text: str) -> bool:
     return all(t.isdigit() or t.startswith(("GPU-", "MIG-")) for t in tokens) and all(tokens)
 
 
-def _image(pick: Settings, env: Mapping[str, str]) -> dict[str, Any]:
+def _image(pick: Settings, env: Mapping[str, str]) -> _Image:
     """The RunOptions fields that name the image: ``--image`` looked up in the manifest, once."""
     image = pick("image", None)
     if image is not None and not str(image).strip():

@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar, cas
 import click
 
 from .. import results
+from ..document import Document
 from ..results import Image, ModelEntry, ResultsDocument
 from ..runner import RunContext, background, settle
 
@@ -226,7 +227,7 @@ class Stages(tuple[Stage, ...]):
 
     def ran(self, document: ResultsDocument) -> list[Stage]:
         """The stages a results document says ran, in the order they run."""
-        return self.selected((document.get("options") or {}).get("stages") or [s.name for s in self[:1]])
+        return self.selected(Document.of(document).options.stages or [s.name for s in self[:1]])
 
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self)

@@ -33,7 +33,7 @@ def base_spec(options: RunOptions, model: ModelRef, role: str, *, project_commit
 
 def compiled(record: RunRecord) -> bool:
     """Whether a run was compiled (by ``--compile`` or by the plugin)."""
-    return bool((record.execution or {}).get("compile"))
+    return bool(record.execution and record.execution["compile"])
 
 
 def probe(ctx: RunContext, spec: WorkerSpec, step: int) -> tuple[Path, Path, RunRecord]:

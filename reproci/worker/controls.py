@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import torch
 
@@ -105,12 +105,33 @@ def _caller() -> tuple[str, int, str] | None:
     return None
 
 
+class ControlEvent(TypedDict):
+    """One call to a determinism setter from the model's code."""
+
+    control: str  # the control it sets, as attest() names it (``WATCHED``)
+    setter: str  # torch._C's setter, without its leading underscore
+    value: str  # the repr of the value set
+    off: bool  # whether it leaves strict determinism
+    file: str
+    line: int
+    function: str
+    step: int  # the step being taken (0: before the first)
+    where: str  # FILE:LINE, the file's name only
+
+
+class Controls(TypedDict):
+    """A strict run's record of its determinism controls (``controls``)."""
+
+    events: list[ControlEvent]  # every call recorded (``MAX_EVENTS`` at most)
+    switched_off: list[ControlEvent]  # those that left strict determinism
+
+
 class ControlWatch:
     """Record calls to torch's determinism setters from the model's code (context manager)."""
 
     def __init__(self, step: Callable[[], int]) -> None:
         self.step = step
-        self.events: list[dict[str, Any]] = []
+        self.events: list[ControlEvent] = []
         self._saved: list[tuple[Any, str, Any]] = []
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -147,6 +168,10 @@ class ControlWatch:
             setattr(obj, attr, original)
         self._saved.clear()
 
-    def switched_off(self) -> list[dict[str, Any]]:
+    def switched_off(self) -> list[ControlEvent]:
         return [e for e in self.events if e["off"]]
+
+    def record(self) -> Controls:
+        """The record's ``controls``: every call, and those that switched a control off."""
+        return {"events": self.events, "switched_off": self.switched_off()}
 

@@ -11,12 +11,14 @@ import contextlib
 import os
 import random
 import sys
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 from .process.launch import CPU_ISA_CAPABILITY, CUBLAS_WORKSPACE, CUBLAS_WORKSPACES, launch_environment  # noqa: F401
+from .sections import Attestation, Check
 
 # torch's fp32_precision tree (torch >= 2.9), each node above the nodes under it: setting a node
 # sets those under it (and "cudnn" sets "cuda.matmul" too), so a full restore goes in this order.
@@ -51,34 +53,45 @@ def _tf32_off() -> None:
             node.fp32_precision = "ieee"
 
 
-def _precision_flags() -> dict[str, Any]:
+@dataclass(frozen=True)
+class PrecisionFlags:
     """Every TF32 flag, as both APIs read it; a legacy one that torch refuses to read (the process
     set the two APIs to disagree) is None."""
-    flags: dict[str, Any] = {}
-    for name, read in (("float32_matmul_precision", torch.get_float32_matmul_precision),
-                       ("cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32)):
-        try:
-            flags[name] = read()
-        except RuntimeError:
-            flags[name] = None
+
+    float32_matmul_precision: str | None  # torch.get_float32_matmul_precision()
+    cudnn_allow_tf32: bool | None  # torch.backends.cudnn.allow_tf32
+    nodes: dict[str, str]  # fp32_precision of each node of the new API (torch >= 2.9), by path
+
+
+def _precision_flags() -> PrecisionFlags:
+    """Every TF32 flag as it reads now (``PrecisionFlags``)."""
+    try:
+        matmul: str | None = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        matmul = None
+    try:
+        cudnn: bool | None = torch.backends.cudnn.allow_tf32
+    except RuntimeError:
+        cudnn = None
+    nodes: dict[str, str] = {}
     for path in _PRECISION_NODES:
         node = _precision_node(path)
         if node is not None:
-            flags[path] = node.fp32_precision
-    return flags
+            nodes[path] = node.fp32_precision
+    return PrecisionFlags(matmul, cudnn, nodes)
 
 
-def _restore_precision(flags: dict[str, Any]) -> None:
+def _restore_precision(flags: PrecisionFlags) -> None:
     """Set back what ``_precision_flags`` read: the legacy flags first, then the new API's nodes
     from the root down, so that every node ends as it was and both APIs read as before."""
-    if flags["float32_matmul_precision"] is not None:
-        torch.set_float32_matmul_precision(flags["float32_matmul_precision"])
-    if flags["cudnn.allow_tf32"] is not None:
-        torch.backends.cudnn.allow_tf32 = flags["cudnn.allow_tf32"]
+    if flags.float32_matmul_precision is not None:
+        torch.set_float32_matmul_precision(flags.float32_matmul_precision)
+    if flags.cudnn_allow_tf32 is not None:
+        torch.backends.cudnn.allow_tf32 = flags.cudnn_allow_tf32
     for path in _PRECISION_NODES:
         node = _precision_node(path)
-        if node is not None and path in flags:
-            node.fp32_precision = flags[path]
+        if node is not None and path in flags.nodes:
+            node.fp32_precision = flags.nodes[path]
 
 
 def seed_everything(seed: int) -> None:
@@ -140,10 +153,12 @@ def _legacy_cudnn_tf32() -> bool | str:
         return f"unreadable: {str(e).split(',')[0]}"
 
 
+
+
 def attest(*, seed: int, threads: int, strict: bool, bookkeeping: bool = False, warn_only: bool = False,
-           hash_seed: int | None = None, cpu_isa: str | None = None) -> dict[str, Any]:
+           hash_seed: int | None = None, cpu_isa: str | None = None) -> Attestation:
     """Read back, inside this process, whether the controls took effect."""
-    checks: dict[str, dict[str, Any]] = {}
+    checks: dict[str, Check] = {}
 
     def check(name: str, expected: Any, actual: Any) -> None:
         checks[name] = {"expected": expected, "actual": actual, "ok": expected == actual}

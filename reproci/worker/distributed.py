@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -40,6 +40,19 @@ class Rank:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+
+class _Job(TypedDict):
+    rank: int
+    world_size: int
+    backend: str | None
+    ddp: dict[str, Any]  # the DistributedDataParallel keyword arguments the model was wrapped with (``wrap``)
+
+
+class Distributed(_Job, total=False):
+    """What the record says of a distributed job (``distributed``)."""
+
+    nccl: dict[str, str | None]  # on CUDA: NCCL's "version", and each of ``NCCL_VARS`` (None: unset)
 
 
 def env_rank() -> int:
@@ -102,11 +115,11 @@ def wrap(setup: TrainSetup, rank: Rank) -> tuple[torch.nn.Module, dict[str, Any]
                  "broadcast_buffers": ddp.broadcast_buffers}
 
 
-def describe(rank: Rank, ddp: dict[str, Any]) -> dict[str, Any] | None:
+def describe(rank: Rank, ddp: dict[str, Any]) -> Distributed | None:
     """What the record says of the job: rank, world size, backend, DDP options, NCCL settings."""
     if not rank.distributed:
         return None
-    out: dict[str, Any] = {"rank": rank.rank, "world_size": rank.world_size, "backend": rank.backend, "ddp": ddp}
+    out: Distributed = {"rank": rank.rank, "world_size": rank.world_size, "backend": rank.backend, "ddp": ddp}
     if rank.backend == "nccl":
         version = torch.cuda.nccl.version()
         out["nccl"] = {"version": ".".join(map(str, version)) if isinstance(version, tuple) else str(version),

@@ -16,18 +16,35 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, TypedDict
 
 import torch
 
 from .contract import TrainSetup
 from .process.failure import FIX_CXX, broken_compiler, compiler_named
+from .process.spec import CompileSpec
+from .sections import CacheDir, CompileAttestation, CompileCache, CompileIdentity, Execution
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # inductor options that change the numbers a compiled step computes (recorded, in the identity)
 NUMERIC_OPTIONS = ("deterministic", "fallback_random", "max_autotune", "coordinate_descent_tuning",
                    "emulate_precision_casts", "freezing")
 CACHE_OPTIONS = ("fx_graph_cache", "autotune_local_cache", "force_disable_caches")
+
+
+
+
+
+
+
+
+class Facts(TypedDict):
+    """A run's record of how it executed (``train._execution_facts``)."""
+
+    execution: Execution | None  # part of the run's identity
+    compile_cache: CompileCache | None
+    compile_attestation: CompileAttestation | None
+    scaler_state: dict[str, float] | None  # the GradScaler's (``scaler_state``)
 
 
 class CompilerMissing(Exception):
@@ -77,7 +94,7 @@ def _inductor_config() -> Any:
     return config
 
 
-def _set_caches(cache_dir: Path) -> dict[str, Any]:
+def _set_caches(cache_dir: Path) -> CacheDir:
     """Inductor's and Triton's caches in ``cache_dir`` (read by them at each use), and inductor's
     precompiled headers too; whether it was warm."""
     warm = cache_dir.is_dir() and any(cache_dir.iterdir())
@@ -105,9 +122,9 @@ def _move_headers(target: Path) -> bool:
     return True
 
 
-def prepare(compile_spec: dict[str, Any] | None, cache_dir: Path | None, strict: bool, setup: TrainSetup,
+def prepare(compile_spec: CompileSpec | None, cache_dir: Path | None, strict: bool, setup: TrainSetup,
             net: torch.nn.Module, own: torch.nn.Module | None,
-            eager: bool = False) -> tuple[torch.nn.Module, dict[str, Any] | None, dict[str, Any] | None]:
+            eager: bool = False) -> tuple[torch.nn.Module, CompileIdentity | None, CompileCache | None]:
     """The module the steps call, what identifies its compilation (None: eager), and the cache
     facts. ``own``: the plugin's compiled model (``unwrap``), reused as it is in one process;
     ``eager``: run a plugin's compiled model uncompiled (the bisection's compile factor)."""
@@ -119,21 +136,22 @@ def prepare(compile_spec: dict[str, Any] | None, cache_dir: Path | None, strict:
     if strict and hasattr(config, "deterministic"):
         config.deterministic = True
     if compile_spec is not None:
-        net = torch.compile(net, backend=compile_spec.get("backend", "inductor"), mode=compile_spec.get("mode"),
-                            dynamic=compile_spec.get("dynamic"), fullgraph=bool(compile_spec.get("fullgraph", False)))
-        source = {k: compile_spec.get(k) for k in ("backend", "mode", "dynamic", "fullgraph")}
+        net = torch.compile(net, backend=compile_spec["backend"], mode=compile_spec["mode"],
+                            dynamic=compile_spec["dynamic"], fullgraph=bool(compile_spec["fullgraph"]))
+        source, backend, mode, dynamic, fullgraph = ("harness", compile_spec["backend"], compile_spec["mode"],
+                                                     compile_spec["dynamic"], compile_spec["fullgraph"])
     else:
         assert own is not None
         net = own if net is setup.model else torch.compile(net)
-        source = {"backend": "plugin", "mode": None, "dynamic": None, "fullgraph": None}
-    identity = {"source": "plugin" if compile_spec is None else "harness", **source,
-                "inductor": {k: getattr(config, k, None) for k in NUMERIC_OPTIONS}}
-    if cache is not None:
-        cache["options"] = {k: getattr(config, k, None) for k in CACHE_OPTIONS}
-    return net, identity, cache
+        source, backend, mode, dynamic, fullgraph = "plugin", "plugin", None, None, None
+    identity: CompileIdentity = {"source": source, "backend": backend, "mode": mode, "dynamic": dynamic,
+                                 "fullgraph": fullgraph,
+                                 "inductor": {k: getattr(config, k, None) for k in NUMERIC_OPTIONS}}
+    facts = None if cache is None else CompileCache(**cache, options={k: getattr(config, k, None) for k in CACHE_OPTIONS})
+    return net, identity, facts
 
 
-def attest(identity: dict[str, Any] | None, strict: bool) -> dict[str, Any] | None:
+def attest(identity: CompileIdentity | None, strict: bool) -> CompileAttestation | None:
     """Whether inductor's deterministic switch still holds (strict, compiled runs of a torch that has it)."""
     if identity is None or not strict:
         return None
@@ -157,7 +175,7 @@ def ensure_scaler(amp: str | None, setup: TrainSetup, device: torch.device) -> N
         setup.scaler = torch.amp.GradScaler(device.type)
 
 
-def scaler_state(setup: TrainSetup) -> dict[str, Any] | None:
+def scaler_state(setup: TrainSetup) -> dict[str, float] | None:
     """The scaler's scale and growth tracker, to compare runs by (None without a scaler)."""
     if setup.scaler is None:
         return None
@@ -165,7 +183,7 @@ def scaler_state(setup: TrainSetup) -> dict[str, Any] | None:
     return {k: (float(v) if isinstance(v, float) else v) for k, v in state.items()} or None
 
 
-def describe(identity: dict[str, Any] | None, amp: str | None) -> dict[str, Any] | None:
+def describe(identity: CompileIdentity | None, amp: str | None) -> Execution | None:
     """The run's execution identity: None for eager fp32 (what goldens without it recorded)."""
     if identity is None and amp is None:
         return None

@@ -4,7 +4,6 @@ that tests can prove the verdict meant to catch it fires. Never used otherwise."
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 
@@ -36,7 +35,8 @@ class Faults:
         if self.drift_step is not None and step == self.drift_step:
             self.drifted = _buffer_drift(model)
 
-    def detail(self) -> dict[str, Any] | None:
+    def detail(self) -> dict[str, str] | None:
+        """The record's ``fault_detail``: the buffer buffer-drift moved."""
         return {"buffer": self.drifted} if self.drifted else None
 
 

@@ -41,9 +41,8 @@ import runpy
 import socket
 import sys
 import time
-from typing import Any
 
-from .process.forks import IDLE_END, Server, unsafe  # noqa: F401 - unsafe: the check before every fork
+from .process.forks import IDLE_END, Forked, Hello, Server, unsafe  # noqa: F401 - unsafe: the check before every fork
 from .process.forks import send as _send
 
 # torch._inductor.config: torch.use_deterministic_algorithms imports it (seconds, on a CPU)
@@ -65,7 +64,13 @@ def preload() -> None:
     envinfo.packages()
 
 
-def run_child(request: dict[str, Any]) -> int:
+class Child(Forked):
+    """What the forked child runs: its request, and the run's BLAS threads (``openblas_threads.hold``)."""
+
+    blas_threads: str | None
+
+
+def run_child(request: Child) -> int:
     """In the forked child: become what ``python -m reproci.worker SPEC`` run in ``cwd``
     would be at its start, tell the launcher the pid, and run the worker."""
     from .__main__ import die_with_parent
@@ -77,10 +82,11 @@ def run_child(request: dict[str, Any]) -> int:
         sys.path[0] = os.getcwd()  # `python -m` puts the working directory first
         random.seed()  # as a fresh interpreter does, from the OS
         sys.modules["numpy"].random.seed()
-        if request.get("blas_threads"):  # the run's BLAS threads, started here, after the fork
+        blas_threads = request["blas_threads"]
+        if blas_threads:  # the run's BLAS threads, started here, after the fork
             from .process import openblas_threads
 
-            openblas_threads.give(request["blas_threads"])
+            openblas_threads.give(blas_threads)
         sys.argv = ["-m", request["spec"]]
         sys.modules.pop("reproci.worker.__main__", None)  # `-m` runs it as __main__ only, never imported
     except Exception as e:  # noqa: BLE001 - no run started: the launcher starts a fresh process
@@ -118,7 +124,7 @@ def bound(path: str) -> socket.socket:
     return listener
 
 
-def _refuse_waiting(listener: socket.socket, hello: dict[str, Any]) -> None:
+def _refuse_waiting(listener: socket.socket, hello: Hello) -> None:
     """Tell the launchers that connected as a standing server gave up why it did (a failed
     preload), or that it is gone (idle), rather than leaving them to read a closed socket."""
     listener.setblocking(False)
@@ -157,7 +163,7 @@ def main(argv: list[str]) -> int:
     gc.collect()
     gc.freeze()  # the imported modules' objects stay out of the children's collections: fewer copied pages
     why = why or unsafe() or (openblas_threads.check() if blas_threads else None)
-    hello = {"ready": why is None, "reason": why, "pid": os.getpid()}
+    hello: Hello = {"ready": why is None, "reason": why, "pid": os.getpid()}
     if control is not None:
         _send(control, hello)
     request = None if why is not None else Server(control, listener=listener, hello=hello,

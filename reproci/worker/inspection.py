@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 import torch
 
@@ -46,7 +46,37 @@ def _flat(batches: list[Any]) -> list[Any]:
     return out
 
 
-def epoch_order(setup: TrainSetup) -> tuple[dict[str, Any], Any]:
+class _Order(TypedDict):
+    kind: str  # "indices": a DataLoader's sampled indices were compared; "batches": the batches' checksums
+    same: bool  # epoch 1 began as epoch 0 did
+    sequential: bool | None  # epoch 0's indices ran in order (None: batches compared)
+    batches: int  # batches compared
+
+
+class EpochOrder(_Order, total=False):
+    """The epoch-order probe's finding (``epoch_order``)."""
+
+    first_indices: list[list[Any]]  # indices: the first 8 of epochs 0 and 1
+
+
+class BatchInvariance(TypedDict, total=False):
+    """The batch probe's finding (``batch_invariance``): applicable, and either why not or what differed."""
+
+    applicable: bool
+    why: str
+    sizes: list[int]  # the batch sizes sample 0 was run in
+    differs_at: list[int]  # the sizes at which its output differed from its output alone
+    max_abs: float
+
+
+class Inspection(TypedDict):
+    """What ``inspect`` writes: both probes' findings."""
+
+    epoch_order: EpochOrder
+    batch: BatchInvariance
+
+
+def epoch_order(setup: TrainSetup) -> tuple[EpochOrder, Any]:
     """The first batches of epochs 0 and 1, as the harness starts them (``set_epoch``, then
     ``iter``). Returns the finding and the first batch (for the batch probe)."""
     epochs: list[list[Any]] = []
@@ -93,7 +123,7 @@ def _first_row(output: Any, n: int) -> torch.Tensor | None:
     return None
 
 
-def batch_invariance(setup: TrainSetup, batch: Any, device: torch.device) -> dict[str, Any]:
+def batch_invariance(setup: TrainSetup, batch: Any, device: torch.device) -> BatchInvariance:
     """Sample 0's output (eval mode, no grad) alone, in half the batch and in the whole
     batch: equal bits, or how far apart."""
     size = _batch_size(batch)
@@ -126,7 +156,7 @@ def batch_invariance(setup: TrainSetup, batch: Any, device: torch.device) -> dic
 def inspect(setup: TrainSetup, device: torch.device, path: str) -> None:
     """Both probes, written to ``path`` as JSON."""
     order, batch = epoch_order(setup)
-    result = {"epoch_order": order, "batch": batch_invariance(setup, batch, device)}
+    result: Inspection = {"epoch_order": order, "batch": batch_invariance(setup, batch, device)}
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(path + ".tmp", path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -39,6 +39,21 @@ class _ReversedScandir:
         return None
 
 
+class WorkersChange(TypedDict, total=False):
+    """What ``with_workers`` changed: the worker counts before and after, or why nothing."""
+
+    applicable: bool
+    why: str  # not applicable: why
+    num_workers: list[int]  # [before, after]
+
+
+class Perturbed(TypedDict, total=False):
+    """What a portability probe changed in a run (``perturbed``): the factor it moved."""
+
+    listings: dict[str, int]  # reversed listings: the count made ({"listings": N})
+    workers: WorkersChange
+
+
 def reverse_listings() -> dict[str, int]:
     """From now on in this process (and the DataLoader workers it forks), directory
     listings come in reverse order: ``os.listdir`` and ``os.scandir``, and so ``glob``,
@@ -60,7 +75,7 @@ def reverse_listings() -> dict[str, int]:
     return calls
 
 
-def with_workers(setup: TrainSetup, requested: int) -> dict[str, Any]:
+def with_workers(setup: TrainSetup, requested: int) -> WorkersChange:
     """Rebuild the setup's DataLoader with another number of worker processes (``requested``
     < 0: the other count, ``other_worker_count``). The same dataset, sampler, generator,
     collate and worker_init_fn; returns what changed (or why nothing could)."""

@@ -13,7 +13,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -22,11 +22,16 @@ from .controls import ControlWatch
 from .data import batchtree, loader
 from .data.batchlog import BatchLog
 from .data.batchsum import BATCH_CHECKSUM, BATCH_CONTENTS
+from .distributed import Distributed
 from .evaluate import evaluate
+from .execution import Facts
 from .faults import Faults
+from .perturb import Perturbed
 from .process import envinfo
 from .process.spec import WorkerSpec
 from .run_record import RunRecord, Timings
+from .sections import Attestation, InitialFingerprint
+from .state.census import CensusRecord
 from .state.checkpoint import LoopPosition
 from .state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints, initial_row
 from .state.state import transient_buffers
@@ -34,12 +39,24 @@ from .timing import StepClock
 from .turns import Turns
 
 
+class Rates(TypedDict):
+    """Each timed step, and the rates and peak memory they give (``_rates``)."""
+
+    step_times_s: list[float]
+    data_times_s: list[float]
+    steps_per_s: float | None
+    samples_per_s: float | None
+    peak_memory_bytes: int | None
+    peak_memory_kind: str | None
+    profiled_steps: int
+
+
 @dataclass(frozen=True)
 class Start:
     """What a run knows before its model exists."""
 
     t: float  # time.perf_counter() when the run began
-    attestation: dict[str, Any]  # the determinism controls, proven in effect before set-up
+    attestation: Attestation  # the determinism controls, proven in effect before set-up
     steady_allocator: bool
 
 
@@ -48,12 +65,12 @@ class Finish:
     """What the training loop knows of a run once its steps are taken, beside its ``Trace``."""
 
     final: tuple[str, dict[str, str]]  # the final hash of the whole state, and per tensor
-    attestations: dict[str, Any]  # the determinism controls at the start, the checkpoint and the end
-    execution: dict[str, Any]  # compile and autocast facts (train._execution_facts)
-    perturbed: dict[str, Any] | None  # what a portability probe changed
-    census: Any  # the state outside the checkpoint (census.Points.to_record)
+    attestations: dict[str, Attestation]  # the determinism controls at the start, the checkpoint and the end
+    execution: Facts  # compile and autocast facts (train._execution_facts)
+    perturbed: Perturbed | None  # what a portability probe changed
+    census: CensusRecord | None  # the state outside the checkpoint (census.Points.to_record)
     extra_state_sha256: dict[str, str | None] | None  # get_extra_state, hashed at the checkpoint and the end
-    distributed: dict[str, Any] | None  # ranks and wrapping (distributed.describe)
+    distributed: Distributed | None  # ranks and wrapping (distributed.describe)
     build_s: float  # the plugin's factory, of set-up
 
 
@@ -63,7 +80,7 @@ class Trace:
 
     def __init__(self, setup: TrainSetup, *, fingerprints: bool, start_step: int) -> None:
         self.start_step = start_step
-        self.initial: dict[str, Any] | None = None
+        self.initial: InitialFingerprint | None = None
         if fingerprints:  # the state before this run's first step: step 0, or the resume point
             names, row = initial_row(setup.model, setup.optimizer, setup.state_modules)
             self.initial = {"step": start_step, "names": names, "row": row.tolist(),
@@ -93,14 +110,23 @@ class Trace:
 
 def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Start, trace: Trace, faults: Faults,
           watch: ControlWatch, clock: StepClock, turns: Turns | None, finish: Finish) -> RunRecord:
-    """The record of a run that finished its steps: made here, once. The held-out evaluation the
-    spec asks for runs last (it never touches the final hash), and the time after the last step
-    is split into the checks, hash and record (``finish_s``) and the evaluation (``eval_s``)."""
-    strict = spec.mode == "strict"
-    loss_values = torch.stack(trace.losses).cpu().tolist() if trace.losses else []
+    """The record of a run that finished its steps, made here once. The held-out evaluation runs last (it never
+    touches the final hash); after the last step, ``finish_s`` is the checks, hash and record, ``eval_s`` the rest."""
     batch_sums, batch_contents = trace.batches.values()
-    facts = finish.execution
-    fields: dict[str, Any] = dict(
+    # what the record holds, taken before the held-out evaluation (in this order)
+    fault_detail = faults.detail()
+    controls = watch.record() if spec.mode == "strict" else None
+    described = loader.describe_setup(setup)
+    environment = envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit)
+    packages = envinfo.packages() if spec.role in ("A", "golden") else None
+    tensor_names, fingerprints = (trace.fps.names, trace.fps.to_lists()) if trace.fps is not None else ([], [])
+    losses = [v if math.isfinite(v) else repr(v) for v in (torch.stack(trace.losses).cpu().tolist() if trace.losses else [])]
+    rates = _rates(clock, setup.batch_size)
+    t_eval = time.perf_counter()
+    evaluation = evaluate(setup, spec.model_ref) if spec.evaluate else None
+    timings = _timings(clock, start, pos.step - trace.start_step, lockstep=turns is not None, build_s=finish.build_s,
+                       eval_s=time.perf_counter() - t_eval, finish_s=t_eval - clock.ended)
+    return RunRecord(
         model=spec.model_name,
         model_ref=spec.model_ref,
         role=spec.role,
@@ -110,50 +136,43 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         end_step=pos.step,
         steps=spec.steps,
         fault=spec.fault,
-        fault_detail=faults.detail(),
+        fault_detail=fault_detail,
         attestation=start.attestation,
         attestations=finish.attestations,
-        controls={"events": watch.events, "switched_off": watch.switched_off()} if strict else None,
+        controls=controls,
         replayed=pos.replayed,
-        loader=loader.describe_setup(setup),
-        environment=envinfo.environment(seed=spec.seed, device=spec.device, project_commit=spec.project_commit),
-        packages=envinfo.packages() if spec.role in ("A", "golden") else None,
+        loader=described,
+        environment=environment,
+        packages=packages,
         config=setup.config,
         batch_size=setup.batch_size,
         accumulate=setup.accumulate,
         initial_fingerprint=trace.initial,
         batch_checksum=BATCH_CHECKSUM,
         fingerprint_scheme=FINGERPRINT_SCHEME,  # what a row holds for a tensor absent at a step
-        tensor_names=trace.fps.names if trace.fps is not None else [],
-        fingerprints=trace.fps.to_lists() if trace.fps is not None else [],
+        tensor_names=tensor_names,  # type: ignore[arg-type]  # None (null) where no step was fingerprinted
+        fingerprints=fingerprints,
         batch_fingerprints=batch_sums,
         batch_contents_scheme=BATCH_CONTENTS,
         batch_contents=batch_contents,
         batch_opaque=trace.opaque,
         batch_epochs=trace.epochs,
-        losses=[v if math.isfinite(v) else repr(v) for v in loss_values],
+        losses=losses,
         final_sha256=finish.final[0],
         tensor_sha256=finish.final[1],
         cpus=turns.cpus if turns is not None else None,
         steady_allocator=start.steady_allocator,
         ops=clock.ops,
-        execution=facts["execution"],
-        compile_cache=facts["compile_cache"],
-        compile_attestation=facts["compile_attestation"],
-        scaler_state=facts["scaler_state"],
+        **finish.execution,  # execution, compile_cache, compile_attestation, scaler_state
         perturbed=finish.perturbed,
         checkpoint_at=spec.checkpoint_at,
         census=finish.census,
         extra_state_sha256=finish.extra_state_sha256,
         distributed=finish.distributed,
+        timings=timings,
+        **rates,
+        eval=evaluation,
     )
-    rates = _rates(clock, setup.batch_size)
-    t_eval = time.perf_counter()
-    evaluation = evaluate(setup, spec.model_ref) if spec.evaluate else None
-    eval_s = time.perf_counter() - t_eval
-    timings = _timings(clock, start, pos.step - trace.start_step, lockstep=turns is not None, build_s=finish.build_s,
-                       eval_s=eval_s, finish_s=t_eval - clock.ended)
-    return RunRecord(**fields, timings=timings, **rates, eval=evaluation)
 
 
 def _timings(clock: StepClock, start: Start, steps_taken: int, *, lockstep: bool, build_s: float, eval_s: float,
@@ -168,7 +187,7 @@ def _timings(clock: StepClock, start: Start, steps_taken: int, *, lockstep: bool
                    build_s=build_s, checkpoint_s=clock.checkpoint_s, eval_s=eval_s, finish_s=finish_s)
 
 
-def _rates(clock: StepClock, batch_size: int | None) -> dict[str, Any]:
+def _rates(clock: StepClock, batch_size: int | None) -> Rates:
     """Each timed step, and the rates and peak memory they give."""
     steps_per_s = 1.0 / statistics.median(clock.step_times) if clock.step_times else None
     peak = clock.peak or (None, None)

@@ -18,7 +18,22 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
+
+if TYPE_CHECKING:  # the sections' writers import torch: read here as types only
+    from .controls import Controls
+    from .distributed import Distributed
+    from .perturb import Perturbed
+    from .state.census import CensusRecord
+
+from .sections import (  # the sections results.json copies: standard library, read at run time too
+    Attestation,
+    CompileAttestation,
+    CompileCache,
+    Environment,
+    Execution,
+    InitialFingerprint,
+)
 
 SCHEMA = "reproci.run"
 RECORD_VERSION = 1
@@ -75,18 +90,18 @@ class RunRecord:
     end_step: int
     steps: int
     fault: str | None  # a test-only fault injected into the run
-    fault_detail: Any
-    attestation: dict[str, Any]  # the determinism controls, proven in effect before set-up
-    attestations: dict[str, Any]  # the same at the checkpoint and at the end
-    controls: dict[str, Any] | None  # strict runs: every determinism control set during the run, and those switched off
-    replayed: Any  # batches replayed to reach a resume point
+    fault_detail: dict[str, str] | None  # what the fault did (``faults.Faults.detail``)
+    attestation: Attestation  # the determinism controls, proven in effect before set-up
+    attestations: dict[str, Attestation]  # the same at the checkpoint ("checkpoint") and at the end ("end")
+    controls: Controls | None  # strict runs: every determinism control set during the run, and those switched off
+    replayed: str | None  # how a resumed run reached its batch: "index", "fetch" or "loader"
     loader: Any  # how the plugin's loader was set up (worker.data.loader.describe_setup)
-    environment: dict[str, Any]  # what may change results: versions, CPU, GPU, threads, kernel-selecting variables
-    packages: dict[str, Any] | None  # installed distributions (runs A and golden only)
+    environment: Environment  # what may change results: versions, CPU, GPU, threads, kernel-selecting variables
+    packages: dict[str, str] | None  # installed distributions, name -> version (runs A and golden only)
     config: Any  # the plugin's config
     batch_size: int | None
     accumulate: int
-    initial_fingerprint: dict[str, Any] | None  # the state before the first step, with fingerprints
+    initial_fingerprint: InitialFingerprint | None  # the state before the first step, with fingerprints
     batch_checksum: str  # the scheme of ``batch_fingerprints``
     fingerprint_scheme: str  # what a row holds for a tensor absent at a step
     tensor_names: list[str]  # the columns of ``fingerprints``
@@ -107,19 +122,19 @@ class RunRecord:
     peak_memory_bytes: int | None
     peak_memory_kind: str | None
     profiled_steps: int
-    cpus: Any  # the CPUs a lockstep run was pinned to
+    cpus: list[int] | None  # the CPUs a lockstep run was pinned to
     steady_allocator: bool
     ops: Any  # per-op self times of the profiled steps (throughput runs)
-    execution: dict[str, Any] | None  # compiled, autocast: part of the run's identity
-    compile_cache: dict[str, Any] | None
-    compile_attestation: dict[str, Any] | None
-    scaler_state: Any
-    perturbed: dict[str, Any] | None  # what a portability probe changed
+    execution: Execution | None  # compiled, autocast: part of the run's identity
+    compile_cache: CompileCache | None
+    compile_attestation: CompileAttestation | None
+    scaler_state: dict[str, float] | None  # the GradScaler's scale and growth tracker
+    perturbed: Perturbed | None  # what a portability probe changed
     checkpoint_at: int | None
-    census: Any  # the state outside the checkpoint, at the checkpoint and the resume (worker.state.census)
+    census: CensusRecord | None  # the state outside the checkpoint, at the checkpoint and the resume (worker.state.census)
     extra_state_sha256: dict[str, str | None] | None  # what get_extra_state returns, hashed
-    distributed: dict[str, Any] | None  # ranks and how the model was wrapped
-    eval: dict[str, Any] | None = field(default=None)  # the plugin's held-out evaluation, when asked for
+    distributed: Distributed | None  # ranks and how the model was wrapped
+    eval: dict[str, float] | None = field(default=None)  # the plugin's held-out evaluation, metric -> value
     script: ScriptFacts | None = field(default=None)  # a script model's run: what was found and taken
     launched: Launched | None = field(default=None, compare=False)  # set by the orchestrator, never written
 
@@ -162,7 +177,7 @@ class Trajectory:
     fingerprints: list[Any] = field(default_factory=list)  # per step, a row of per-tensor checksums
     start_step: int = 0  # 0, or the resume point
     fingerprint_scheme: str | None = None  # what a row holds for a tensor absent at a step
-    initial_fingerprint: dict[str, Any] | None = None  # the state before the first step
+    initial_fingerprint: InitialFingerprint | None = None  # the state before the first step
     losses: list[Any] = field(default_factory=list)
     batch_checksum: str | None = None  # the scheme of ``batch_fingerprints``
     batch_fingerprints: list[Any] = field(default_factory=list)

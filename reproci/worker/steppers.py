@@ -24,7 +24,7 @@ checkpoint left them.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 
 import torch
 
@@ -155,6 +155,12 @@ def _kind(s: Any) -> str:
     return "step"
 
 
+class SchedulesState(TypedDict):
+    """What ``Schedules`` checkpoints: each scheduler's own state dict, in order."""
+
+    schedulers: list[dict[str, Any]]
+
+
 class Schedules:
     """The plugin's schedulers, stepped as their kinds ask (see the module's docstring)."""
 
@@ -205,9 +211,9 @@ class Schedules:
                 else:
                     inner.step()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> SchedulesState:
         return {"schedulers": [s.state_dict() for s in self.schedulers]}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: SchedulesState) -> None:
         for s, d in zip(self.schedulers, state["schedulers"], strict=True):
             s.load_state_dict(d)

@@ -27,6 +27,7 @@ from .overflow import first_overflow
 from .process.progress import StepLine
 from .process.spec import WorkerSpec, resolve
 from .run_record import RunRecord
+from .sections import Attestation
 from .state import census, checkpoint
 from .state.checkpoint import LoopPosition, Resume, extra_sha256
 from .state.state import dump_state, final_hash
@@ -83,7 +84,7 @@ def _train(spec: WorkerSpec, spec_file: Path, device: torch.device, pos: LoopPos
     faults.after_setup()
     resume = _resume(spec, spec_file, setup, device, pos)
     trace = record.Trace(setup, fingerprints=spec.fingerprints, start_step=pos.step)
-    attestations = {"start": start.attestation}
+    attestations: dict[str, Attestation] = {"start": start.attestation}
     extra_hashes: dict[str, str | None] = {}  # what get_extra_state returns, hashed at the checkpoint and the end
     turns, stop, clock = _pacing(spec, spec_file, device, pos.step)
     batches = epoch_batches(setup, pos, resume, spec, faults)
@@ -161,7 +162,8 @@ def _pacing(spec: WorkerSpec, spec_file: Path, device: torch.device,
 
 
 def _step_module(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, own: torch.nn.Module | None,
-                 rank: distributed.Rank) -> tuple[torch.nn.Module, Any, dict[str, Any] | None, dict[str, Any] | None]:
+                 rank: distributed.Rank
+                 ) -> tuple[torch.nn.Module, dict[str, Any], execution.CompileIdentity | None, execution.CompileCache | None]:
     """The module each step calls: DDP-wrapped above one rank, then compiled where asked (or as
     the plugin compiled it); ``setup.model`` stays the plain module: hashed, checkpointed."""
     net, ddp = distributed.wrap(setup, rank)
@@ -171,8 +173,8 @@ def _step_module(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, own: torc
     return net, ddp, compiled, cache
 
 
-def _execution_facts(spec: WorkerSpec, setup: TrainSetup, compiled: dict[str, Any] | None,
-                     cache: dict[str, Any] | None) -> dict[str, Any]:
+def _execution_facts(spec: WorkerSpec, setup: TrainSetup, compiled: execution.CompileIdentity | None,
+                     cache: execution.CompileCache | None) -> execution.Facts:
     """The record's facts of compile and autocast; a strict compiled run whose inductor
     deterministic switch was turned off is refused, like any control that did not hold."""
     attested = execution.attest(compiled, spec.mode == "strict")
@@ -184,10 +186,10 @@ def _execution_facts(spec: WorkerSpec, setup: TrainSetup, compiled: dict[str, An
 
 
 def _perturb(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch.device,
-             listings: dict[str, int] | None) -> dict[str, Any] | None:
+             listings: dict[str, int] | None) -> perturb.Perturbed | None:
     """A portability probe's change to the set-up (``perturb``), or its inspection
     (``inspection``); what it changed goes in the record."""
-    out: dict[str, Any] = {}
+    out: perturb.Perturbed = {}
     if listings is not None:
         out["listings"] = listings  # the live count: read when the record is built
     if spec.num_workers is not None:
@@ -199,7 +201,7 @@ def _perturb(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, device: torch
     return out or None
 
 
-def _attest(spec: WorkerSpec) -> dict[str, Any]:
+def _attest(spec: WorkerSpec) -> Attestation:
     return determinism.attest(seed=spec.seed, threads=spec.threads, strict=spec.mode == "strict",
                               bookkeeping=spec.mode == "bookkeeping", warn_only=spec.audit_path is not None,
                               hash_seed=spec.hash_seed, cpu_isa=spec.cpu_isa)
@@ -296,7 +298,7 @@ def train_step(setup: TrainSetup, net: torch.nn.Module, batch: Any, step: int = 
 
 
 def _save_checkpoints(spec: WorkerSpec, spec_file: Path, setup: TrainSetup, pos: LoopPosition,
-                      attestations: dict[str, Any], extra_hashes: dict[str, str | None], clock: StepClock) -> None:
+                      attestations: dict[str, Attestation], extra_hashes: dict[str, str | None], clock: StepClock) -> None:
     """The checkpoints the spec asks for at this step, timed on ``clock``. The resume check's
     checkpoint (``checkpoint_at``) also re-attests the controls: the record shows they still
     held where the resumed run picks up."""

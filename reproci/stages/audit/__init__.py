@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ... import typed
 from ...errors import WorkerFailed
@@ -19,10 +19,21 @@ from ...settings.models import ModelRef
 from ...typed import Error
 from ..base import StageRun
 from ..runs import base_spec
-from .result import AuditResult, Finding, of
+from .result import AuditResult, Finding, Inventoried, of
 
 CATEGORIES = ("raises", "slower", "fills")
 ON_CUDA = {"raises": "raises on CUDA", "slower": "slower on CUDA", "fills": "fills memory"}
+
+
+class AuditFile(TypedDict):
+    """The worker's audit.json (``worker.audit.audit.audited_step``)."""
+
+    torch: str  # the version that ran it
+    ops_executed: int
+    warnings: list[str]  # torch's warnings about determinism in the step
+    findings: list[Any]  # each a ``Finding``'s keys, most serious first
+    attention: list[dict[str, Any]]  # each SDPA call
+    inventory: list[Inventoried]
 
 
 def run_model(run: StageRun, model: ModelRef) -> AuditResult:
@@ -34,21 +45,21 @@ def run_model(run: StageRun, model: ModelRef) -> AuditResult:
                                world_size=1)  # one process: the ops of a rank are the ops of the model
     try:
         run_worker(ctx, spec)
-        data = json.loads((ctx.run_dir / model.name / "audit.json").read_text())
+        data: AuditFile = json.loads((ctx.run_dir / model.name / "audit.json").read_text())
     except (WorkerFailed, OSError, json.JSONDecodeError) as e:
         return AuditResult(error=Error(kind=getattr(e, "kind", "crash"), message=str(e)),
                            seconds=round(time.monotonic() - t0, 3))
-    findings = [typed.load(Finding, f) for f in data.get("findings") or []]  # the worker's, keys as it wrote them
-    inventory = data.get("inventory") or []
+    findings = [typed.load(Finding, f) for f in data["findings"]]  # the worker's, keys as it wrote them
+    inventory = data["inventory"]
     return AuditResult(
-        torch=data.get("torch"),
+        torch=data["torch"],
         device=options.device,
-        ops_executed=data.get("ops_executed"),
+        ops_executed=data["ops_executed"],
         distinct_ops=len({i["op"] for i in inventory}),
         counts={c: sum(1 for f in findings if f.cuda == c) for c in CATEGORIES},
         findings=findings,
-        warnings=data.get("warnings") or [],
-        attention=data.get("attention") or [],
+        warnings=data["warnings"],
+        attention=data["attention"],
         inventory=inventory,
         record=f"{model.name}/audit.json",
         seconds=round(time.monotonic() - t0, 3),

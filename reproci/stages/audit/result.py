@@ -3,14 +3,14 @@ and written as the JSON it has always been. A model that could not be audited ha
 and ``seconds``; every other key is the audit's, left out then.
 
 Its findings are the worker's (``reproci/worker/audit/audit.py`` and ``attention.py`` write them):
-``Finding`` declares every key they carry. The op inventory and the attention calls stay the
-worker's dicts: no report reads them, they are kept for the reader of results.json.
+``Finding`` declares every key they carry, ``Inventoried`` an op of the inventory. The attention
+calls stay the worker's dicts: no report reads them, they are kept for the reader of results.json.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from ... import typed
 from ...typed import Error
@@ -37,6 +37,15 @@ class Finding:
 
 
 
+class Inventoried(TypedDict):
+    """An op executed in the audited step, once per (op, phase): a row of the worker's inventory."""
+
+    op: str  # 'aten::addmm'
+    phase: str
+    count: int
+    where: list[str]  # up to three places
+
+
 @dataclass(frozen=True, kw_only=True)
 class AuditResult(typed.Section):
     """The ops a model runs, and what strict determinism does to them on CUDA (stages.audit)."""
@@ -50,7 +59,7 @@ class AuditResult(typed.Section):
     warnings: list[Any] | None = typed.key(omit_none=True, default=None)  # torch's own, under warn_only
     attention: list[dict[str, Any]] | None = typed.key(omit_none=True, default=None)  # each SDPA call: inputs,
     # the predicted CUDA backend's facts, what ran
-    inventory: list[dict[str, Any]] | None = typed.key(omit_none=True, default=None)  # op, phase, count, where
+    inventory: list[Inventoried] | None = typed.key(omit_none=True, default=None)  # op, phase, count, where
     record: str | None = typed.key(omit_none=True, default=None)  # the worker's audit.json, relative to the run
     error: Error | None = typed.key(omit_none=True, default=None)  # the only key beside seconds when it failed
     seconds: float = 0.0

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, cast
 
 from ... import results, typed, verdicts
+from ...document import Document, Entry
+from ...entry_sections import EvidenceView, view
 from ...errors import WorkerFailed
+from ...golden import comparison
 from ...golden.divergence import first_divergence
 from ...results import ModelEntry, ResultsDocument
 from ...runner import RunContext, run_worker
@@ -33,8 +36,6 @@ from ...worker.run_record import RunRecord
 from ..base import StageRun
 from ..determinism import STAGGER_S, beyond_tensors, golden_cause, plan, warm_spec
 from .result import Bisect, BisectRow, PairRow
-
-Records = dict[str, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,10 @@ class Factor:
 
 
 def _compiled(spec: WorkerSpec, record: RunRecord) -> str | None:
-    c = (record.execution or {}).get("compile")
+    c = record.execution["compile"] if record.execution else None
     if not c:
         return None
-    return "compiled by the plugin" if c.get("source") == "plugin" else f"torch.compile ({c.get('backend')})"
+    return "compiled by the plugin" if c["source"] == "plugin" else f"torch.compile ({c['backend']})"
 
 
 def _workers(spec: WorkerSpec, record: RunRecord) -> str | None:
@@ -79,18 +80,20 @@ BISECTED = (verdicts.NONDETERMINISTIC, verdicts.RESUME_BROKEN)
 def pair_of(entry: ModelEntry) -> tuple[str, str] | None:
     """The runs whose comparison failed ("A vs B" -> ("A", "B")), or None when it was not a
     comparison of two runs (controls switched off, ranks of one run)."""
-    ev = entry.get("evidence") or {}
-    parts = str(ev.get("comparison") or "").split(" vs ")
-    if len(parts) != 2 or ev.get("rank") is not None or not all(p in ("A", "B", "C", "W") for p in parts):
+    ev = EvidenceView.of(entry)
+    if ev is None or ev.rank is not None:
+        return None
+    parts = str(ev.comparison or "").split(" vs ")
+    if len(parts) != 2 or not all(p in ("A", "B", "C", "W") for p in parts):
         return None
     return parts[0], parts[1]
 
 
-def _steps(entry: Mapping[str, Any], full: int, resumed: bool) -> int:
-    """To the first differing step plus one (past the resume point for a resume check)."""
-    step = (entry.get("evidence") or {}).get("step")
+def _steps(evidence: EvidenceView | None, resume_at: int | None, full: int, resumed: bool) -> int:
+    """To the first differing step plus one (past the resume point, ``resume_at``, for a resume check)."""
+    step = evidence.step if evidence else None
     steps = full if step is None else min(full, step + 1)
-    return max(steps, int(entry.get("resume_at") or 1) + 1) if resumed else max(steps, 1)
+    return max(steps, int(resume_at or 1) + 1) if resumed else max(steps, 1)
 
 
 def _specs(specs: dict[str, WorkerSpec], pair: tuple[str, str], stage: int, steps: int, k: int) -> list[WorkerSpec]:
@@ -123,17 +126,17 @@ def bisect_model(run: StageRun, model: ModelRef, entry: ModelEntry, record_a: Ru
     """Turn the factors off one after another until the failing pair agrees; what each stage showed."""
     options, ctx = run.options, run.ctx
     t0 = time.monotonic()
-    pair = pair_of(entry)
+    pair, checked = pair_of(entry), Entry.of(entry)
     if pair is None:
         why = ("the model switches determinism controls off; turn them back on first"
-               if (entry.get("evidence") or {}).get("cause") == "controls" else
+               if checked.evidence and checked.evidence.cause == "controls" else
                "the ranks of one run disagree; bisect with --world-size 1 runs")
-        return Bisect(verdict=entry.get("verdict"), message=f"{model.name}: not bisected: {why}")
+        return Bisect(verdict=checked.verdict, message=f"{model.name}: not bisected: {why}")
     specs = plan(options, model, project_commit=run.project_commit, image=run.image)
     if pair[1] == "W":
         specs["W"] = warm_spec(specs)
-    steps = _steps(entry, options.steps, pair[1] == "C")
-    k = int(entry.get("resume_at") or options.resume_at)
+    steps = _steps(checked.evidence, checked.resume_at, options.steps, pair[1] == "C")
+    k = int(checked.resume_at or options.resume_at)
     stages: list[BisectRow] = []
     culprit, total = None, 0
     for stage, factor in enumerate(FACTORS, 1):
@@ -159,12 +162,12 @@ def bisect_model(run: StageRun, model: ModelRef, entry: ModelEntry, record_a: Ru
         if row.equal:
             culprit = factor.name
             break
-    out = Bisect(check=f"{pair[0]} vs {pair[1]}", verdict=entry.get("verdict"), stages=stages, culprit=culprit,
+    out = Bisect(check=f"{pair[0]} vs {pair[1]}", verdict=checked.verdict, stages=stages, culprit=culprit,
                  runs=total, steps=steps)
-    return typed.replace(out, message=_message(model.name, entry, out), seconds=round(time.monotonic() - t0, 3))
+    return typed.replace(out, message=_message(model.name, checked, out), seconds=round(time.monotonic() - t0, 3))
 
 
-def _message(name: str, entry: ModelEntry, out: Bisect) -> str:
+def _message(name: str, entry: Entry, out: Bisect) -> str:
     """'conv: NONDETERMINISTIC with num_workers=2; equal with num_workers=0 (compile and AMP were
     already off): the data loader's workers are the cause'."""
     rows = out.stages
@@ -180,7 +183,7 @@ def _message(name: str, entry: ModelEntry, out: Bisect) -> str:
         still = f"; still unequal with {_and(before)}" if before else ""
         return (f"{name}: {out.verdict} with {hit.from_}{still}; equal with {hit.to}{off_note}: "
                 f"{FACTOR[hit.factor].cause}")
-    op = verdicts.op_text((entry.get("evidence") or {}).get("op"))
+    op = verdicts.op_text(entry.evidence.op if entry.evidence else None)
     where = "the cause is in the model's code" + (f"; first differing op: {op}" if op else "")
     if not tried:
         return f"{name}: {_and(already)} were all off already: {where}"
@@ -197,13 +200,27 @@ def _and(items: list[str]) -> str:
 DRIFT = (verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH, verdicts.UPGRADE_CHANGED)
 
 
-def _drift_changes(env_diff: dict[str, list[Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """The golden's settable factors, one change each, in the order they are put back."""
+def _with_env(name: str, value: str | None) -> Callable[[WorkerSpec], WorkerSpec]:
+    """A run's spec with the variable ``name`` set to ``value`` (None: unset)."""
+    return lambda s: dataclasses.replace(s, env={**s.env, name: value})
+
+
+def _drift_changes(env_diff: dict[str, list[Any]]) -> list[tuple[str, Callable[[WorkerSpec], WorkerSpec]]]:
+    """The golden's settable factors, in the order they are put back: each as it is said, and
+    what putting it back does to a run's spec."""
     change, _ = golden_cause.settings(env_diff)
-    out = [(f"CPU kernel level {change['cpu_isa']}", {"cpu_isa": change["cpu_isa"]})] if "cpu_isa" in change else []
-    out += [(f"{k}={v}" if v is not None else f"{k} unset", {"env": {k: v}}) for k, v in (change.get("env") or {}).items()]
-    out += [(f"--threads {change['threads']}", {"threads": change["threads"]})] if "threads" in change else []
-    out += [(f"--world-size {change['world_size']}", {"world_size": change["world_size"]})] if "world_size" in change else []
+    out: list[tuple[str, Callable[[WorkerSpec], WorkerSpec]]] = []
+    if "cpu_isa" in change:
+        isa = change["cpu_isa"]
+        out.append((f"CPU kernel level {isa}", lambda s: dataclasses.replace(s, cpu_isa=isa)))
+    for k, v in (change.get("env") or {}).items():
+        out.append((f"{k}={v}" if v is not None else f"{k} unset", _with_env(k, v)))
+    if "threads" in change:
+        threads = change["threads"]
+        out.append((f"--threads {threads}", lambda s: dataclasses.replace(s, threads=threads)))
+    if "world_size" in change:
+        world_size = change["world_size"]
+        out.append((f"--world-size {world_size}", lambda s: dataclasses.replace(s, world_size=world_size)))
     return out
 
 
@@ -211,17 +228,17 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: ModelEntry) -> Bisect:
     """Put the golden's settable factors back one after another until the golden's checksums come back."""
     options, ctx, golden = run.options, run.ctx, run.old_golden
     t0 = time.monotonic()
-    section = entry.get("golden") or {}
-    steps = _steps(section, options.steps, False)
+    section = comparison.of(entry)
+    why = section.why if section else None
+    steps = _steps(view(EvidenceView, section.evidence) if section else None, None, options.steps, False)
     stages: list[BisectRow] = []
     culprit, runs = None, 0
     spec = dataclasses.replace(plan(options, model, project_commit=run.project_commit, image=run.image)["A"], steps=steps,
                                checkpoint_at=None, checkpoint_path=None, final_dump_path=None,
                                checkpoint_after_epoch=False)
     g = golden.models[model.name].as_record()
-    for stage, (said, change) in enumerate(_drift_changes(section.get("env_diff") or {}), 1):
-        env = {**spec.env, **change.pop("env", {})}
-        spec = dataclasses.replace(spec, role=f"bisect{stage}-A", output=f"record-bisect{stage}-A.json", env=env, **change)
+    for stage, (said, back) in enumerate(_drift_changes((section.env_diff if section else None) or {}), 1):
+        spec = dataclasses.replace(back(spec), role=f"bisect{stage}-A", output=f"record-bisect{stage}-A.json")
         try:
             record = run_worker(ctx, spec)
         except WorkerFailed as e:
@@ -233,7 +250,7 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: ModelEntry) -> Bisect:
         if equal:
             culprit = said
             break
-    verdict = entry.get("verdict")
+    verdict = Entry.of(entry).verdict
     put_back = [r.factor for r in stages if r.status == "put back"]
     if culprit is not None:
         before = f" (after {_and(put_back[:-1])}, which did not)" if len(put_back) > 1 else ""
@@ -242,10 +259,10 @@ def bisect_drift(run: StageRun, model: ModelRef, entry: ModelEntry) -> Bisect:
     elif put_back:
         message = (f"{model.name}: {verdict}; still differs from the golden with {_and(put_back)} put back "
                    "(compile, AMP and the loader match the golden by its identity): the cause is what cannot be "
-                   "set from software" + (f" ({section.get('why')})" if section.get("why") else ""))
+                   "set from software" + (f" ({why})" if why else ""))
     else:
         message = (f"{model.name}: {verdict}; nothing the launcher sets differs from the golden's run "
-                   f"(compile, AMP and the loader match it by its identity): {section.get('why') or 'see the evidence'}")
+                   f"(compile, AMP and the loader match it by its identity): {why or 'see the evidence'}")
     return Bisect(check="A vs the golden", verdict=verdict, stages=stages, culprit=culprit, runs=runs, steps=steps,
                   message=message, seconds=round(time.monotonic() - t0, 3))
 
@@ -259,10 +276,11 @@ def conclude(run: StageRun, document: ResultsDocument) -> None:
         model = refs.get(entry["model"])
         if model is None:
             continue
-        if entry.get("verdict") in BISECTED:
+        verdict = Entry.of(entry).verdict
+        if verdict in BISECTED:
             record_a = run_record.read_ok(ctx.run_dir / entry["records"]["A"])
             results.add_section(entry, "bisect", bisect_model(run, model, entry, record_a).to_json())
-        elif entry.get("verdict") in DRIFT and golden is not None and model.name in golden.models:
+        elif verdict in DRIFT and golden is not None and model.name in golden.models:
             results.add_section(entry, "bisect", bisect_drift(run, model, entry).to_json())
 
 
@@ -289,12 +307,12 @@ def stages_text(row: Bisect) -> str:
 def nothing(document: ResultsDocument) -> str | None:
     """The one line when the bisection ran and had nothing to bisect ('nothing to bisect: every
     check passed'), saying why; None when it bisected a model or did not run."""
-    if "bisect" not in ((document.get("options") or {}).get("stages") or ()) or rows(document):
+    doc = Document.of(document)
+    if "bisect" not in doc.options.stages or rows(document):
         return None
-    models = document.get("models") or []
     by: dict[str, list[str]] = {}
-    for m in models:
-        by.setdefault(str(m.get("verdict")), []).append(m["model"])
+    for m in doc.models:
+        by.setdefault(str(m.verdict), []).append(m.model)
     if by and set(by) == {verdicts.NOT_CHECKED}:
         return "nothing to bisect: no determinism check ran (add --stage determinism)"
     if by.get(verdicts.ERROR):

@@ -23,7 +23,10 @@ import time
 from typing import Any, Mapping, cast
 
 from ... import backends, results, typed, verdicts
+from ...document import Document, Entry
+from ...entry_sections import EvidenceView, view
 from ...errors import InfrastructureError, WorkerFailed
+from ...golden import comparison
 from ...golden.divergence import step_rows
 from ...golden.drift import move
 from ...golden.environment import affects_results, package_diff
@@ -44,7 +47,7 @@ MAX_PAIRS = 10
 def conclude(run: StageRun, document: ResultsDocument) -> None:
     options, golden = run.options, run.old_golden
     refs = {m.name: m for m in options.models}
-    targets = [e for e in document["models"] if e.get("verdict") == verdicts.UPGRADE_CHANGED and e["model"] in refs]
+    targets = [e for e in document["models"] if Entry.of(e).verdict == verdicts.UPGRADE_CHANGED and e["model"] in refs]
     if not targets or golden is None:
         return
     why = _refused(options, golden)
@@ -124,8 +127,9 @@ class Blame:
                       f"docker image prune -a --filter label={blame_images.LABEL}", file=sys.stderr)
 
     def model(self, model: Any, entry: ModelEntry, groups: list[tuple[str, ...]]) -> BlameSection:
-        section = entry.get("golden") or {}
-        step = (section.get("evidence") or {}).get("step")
+        section = comparison.of(entry)
+        evidence = view(EvidenceView, section.evidence) if section else None
+        step = evidence.step if evidence else None
         steps = self.options.steps if step is None else min(self.options.steps, step + 1)
         new_record = run_record.read_ok(self.ctx.run_dir / entry["records"]["A"])
         tried = [self._try(model, g, steps, new_record) for g in groups]
@@ -226,18 +230,18 @@ def _same_rows(record: RunRecord, other: RunRecord, steps: int) -> bool:
 def nothing(document: ResultsDocument) -> str | None:
     """The one line when the blame ran and had nothing to blame ('nothing to blame: ...'), saying
     why; None when it blamed (or refused to blame) a model, or did not run."""
-    if "blame" not in ((document.get("options") or {}).get("stages") or ()):
+    doc = Document.of(document)
+    if "blame" not in doc.options.stages:
         return None
-    models = document.get("models") or []
-    if any(cast(Mapping[str, Any], m).get("blame") for m in models):
+    if any(cast(Mapping[str, Any], m).get("blame") for m in document.get("models") or []):
         return None
-    g, name = document.get("golden") or {}, (document.get("image") or {}).get("name")
-    if not g.get("existed"):
-        return (f"nothing to blame: there is no golden for {name} ({g.get('file')}) to compare with; record one in "
-                f"the old image first: reproci golden update --image OLD --image-name {name}")
+    g, name = comparison.outcome_of(document), doc.image.name
+    if g is None or not g.existed:
+        return (f"nothing to blame: there is no golden for {name} ({g.file if g else None}) to compare with; record "
+                f"one in the old image first: reproci golden update --image OLD --image-name {name}")
     by: dict[str, list[str]] = {}
-    for m in models:
-        by.setdefault(str(m.get("verdict")), []).append(m["model"])
+    for m in doc.models:
+        by.setdefault(str(m.verdict), []).append(m.model)
     if set(by) <= {verdicts.PASS}:
         return "nothing to blame: every model matches the golden (the new image changed no result)"
     said = "; ".join(f"{', '.join(names)} {v}" for v, names in by.items())

@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 LABEL = "org.reproci.blame"
 RUN_LABEL = f"{LABEL}.run"  # the blame that built the image (``run_key``)
@@ -67,9 +67,25 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def inventory(engine: Any, image: str, names: list[str]) -> dict[str, Any]:
+class Dist(TypedDict):
+    """An installed distribution, as the inventory lists it."""
+
+    version: str
+    requires: list[str]
+    files: list[str]  # resolved paths
+
+
+class Inventory(TypedDict):
+    """An image's Python and the named distributions installed in it (``_INVENTORY``'s output)."""
+
+    python: str  # 3.11
+    purelib: str
+    dists: dict[str, Dist]  # by normalised name
+
+
+def inventory(engine: Any, image: str, names: list[str]) -> Inventory:
     """The image's Python and, for each of ``names`` installed in it, its version, files and requirements."""
-    found: dict[str, Any] = json.loads(engine.output(image, ["python3", "-c", _INVENTORY,
+    found: Inventory = json.loads(engine.output(image, ["python3", "-c", _INVENTORY,
                                                              json.dumps(sorted(norm(n) for n in names))]))
     return found
 
@@ -77,7 +93,7 @@ def inventory(engine: Any, image: str, names: list[str]) -> dict[str, Any]:
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)")
 
 
-def groups(changed: list[str], new: dict[str, Any]) -> list[list[str]]:
+def groups(changed: list[str], new: Inventory) -> list[list[str]]:
     """The changed packages as groups that move together: joined where one's new version pins
     another changed package exactly (``==``), transitively; each group sorted, the groups in order."""
     parent = {n: n for n in changed}
@@ -88,7 +104,7 @@ def groups(changed: list[str], new: dict[str, Any]) -> list[list[str]]:
         return n
 
     for name in changed:
-        for req in (new.get("dists", {}).get(name) or {}).get("requires", []):
+        for req in _dist(new, name)["requires"]:
             m = _PIN.match(req)
             if m and norm(m.group(1)) in parent and "extra ==" not in req:
                 parent[root(norm(m.group(1)))] = root(name)
@@ -98,7 +114,12 @@ def groups(changed: list[str], new: dict[str, Any]) -> list[list[str]]:
     return sorted((sorted(g) for g in out.values()), key=lambda g: g[0])
 
 
-def unswappable(group: list[str], old: dict[str, Any], new: dict[str, Any]) -> str | None:
+def _dist(found: Inventory, name: str) -> Dist:
+    """A distribution of the inventory; with nothing where the image does not have it."""
+    return found["dists"].get(name) or {"version": "", "requires": [], "files": []}
+
+
+def unswappable(group: list[str], old: Inventory, new: Inventory) -> str | None:
     """Why a group cannot be laid into the golden's image, or None."""
     if old["python"] != new["python"]:
         return f"the images have different Pythons ({old['python']} and {new['python']}): wheels are built per Python"
@@ -128,11 +149,11 @@ def dockerfile(old_id: str, new_id: str, run: str) -> str:
             f"COPY --from=new {STAGE}/ /\n")
 
 
-def derive(engine: Any, old_id: str, new_id: str, group: list[str], old: dict[str, Any], new: dict[str, Any], *,
+def derive(engine: Any, old_id: str, new_id: str, group: list[str], old: Inventory, new: Inventory, *,
            run: str) -> str:
     """Build the golden's image with ``group``'s files from the new image; its tag."""
-    take = [f for n in group for f in (new["dists"].get(n) or {}).get("files", [])]
-    drop = [f for n in group for f in (old["dists"].get(n) or {}).get("files", [])]
+    take = [f for n in group for f in _dist(new, n)["files"]]
+    drop = [f for n in group for f in _dist(old, n)["files"]]
     tag = tag_for(old_id, new_id, group, run)
     with tempfile.TemporaryDirectory(prefix="reproci-blame-") as tmp:
         ctx = Path(tmp)

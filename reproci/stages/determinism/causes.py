@@ -37,10 +37,9 @@ def known_cause(verdict: str, ev: Divergence | None, record_a: RunRecord) -> str
 def ddp_rebuild(ev: Divergence, record_a: RunRecord) -> str | None:
     """The resumed run's first step differs in an all-reduce, at 3 ranks or more, under a DDP
     that rebuilds its buckets: torch's DDP, not the model (``worker.distributed.wrap``)."""
-    dist = record_a.distributed or {}
-    ddp = dist.get("ddp") or {}
+    dist = record_a.distributed
     op = (ev.op or {}).get("op") or ""
-    if (dist.get("world_size") or 1) < 3 or "allreduce" not in op or ddp.get("find_unused_parameters"):
+    if dist is None or dist["world_size"] < 3 or "allreduce" not in op or dist["ddp"].get("find_unused_parameters"):
         return None
     return ("the first resumed step differs in an all-reduce: a fresh DDP reduces its first step with one bucket "
             "in registration order, where run A, past its first step, used buckets rebuilt in backward order, and "

@@ -19,15 +19,61 @@ behalf, and compared here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ... import verdicts
+from ... import typed, verdicts
 from ...golden.divergence import Divergence
 from ...results import StateCensus
 from ...worker.run_record import RunRecord
 
 STRONG = ("rng", "module", "tensor")  # kinds that fail a resume by themselves
+
+
+@dataclass(frozen=True, kw_only=True)
+class Item:
+    """What the census saw at one path (``worker.state.census``)."""
+
+    kind: str = ""  # rng, module, tensor or value
+    type: str | None = None  # the object's type, as the census names it
+    sha: str | None = None  # its digest
+    value: str | None = None  # a plain value's text, where it is short
+    metric: str | None = None  # the torchmetrics Metric class whose state it is
+    owner: str | None = None  # that metric's path ("model.train_acc")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    """One census: the items by path, or why it could not be taken."""
+
+    items: dict[str, Item] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Census:
+    """A run's census (its record's ``census``): at the resume point k and after step k+1."""
+
+    at: int | None = None  # k
+    resume: Point | None = None
+    next: Point | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord) -> Census:
+        return typed.load(cls, record.census or {}, lenient=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """An item that differs, as the ``state_census`` section's ``differences`` say it."""
+
+    path: str
+    kind: str
+    type: str
+    step: int
+    sides: str | None
+    metric: str | None = typed.key(omit_none=True, default=None)
+    owner: str | None = typed.key(omit_none=True, default=None)
 
 
 @dataclass(frozen=True)
@@ -36,8 +82,8 @@ class Difference:
     kind: str  # rng, module, tensor or value
     type: str  # as the census named it, on the side that has it (A's first)
     step: int  # the census point: k (the resume point) or k + 1
-    a: dict[str, Any] | None  # the census items of A and C (None: absent on that side)
-    c: dict[str, Any] | None
+    a: Item | None  # the census items of A and C (None: absent on that side)
+    c: Item | None
     metric: str | None = None  # the torchmetrics Metric class whose state this is
     owner: str | None = None  # that metric's path ("model.train_acc")
 
@@ -49,10 +95,10 @@ class Difference:
         if self.a is None or self.c is None:
             present, absent = ("A", "C") if self.a is not None else ("C", "A")
             return f"present in {present}, absent in {absent}"
-        if self.a.get("type") != self.c.get("type"):
-            return f"{self.a.get('type')} in A, {self.c.get('type')} in C"
-        if self.kind == "value" and "value" in self.a and "value" in self.c:
-            return f"A {self.a['value']}, C {self.c['value']}"
+        if self.a.type != self.c.type:
+            return f"{self.a.type} in A, {self.c.type} in C"
+        if self.kind == "value" and self.a.value is not None and self.c.value is not None:
+            return f"A {self.a.value}, C {self.c.value}"
         return ""
 
     def sentence(self) -> str:
@@ -71,16 +117,15 @@ def differences(a: RunRecord, c: RunRecord) -> list[Difference]:
     an entry of a cache that A filled and C has not filled yet, beside entries both hold and
     agree on (``_filled_lazily``).
     """
-    ca, cc = a.census or {}, c.census or {}
-    k = ca.get("at")
-    if k is None or k != cc.get("at"):
+    ca, cc = Census.of(a), Census.of(c)
+    k = ca.at
+    if k is None or k != cc.at:
         return []
 
-    def items(record: dict[str, Any], point: str) -> dict[str, Any] | None:
-        taken = record.get(point)
-        return None if taken is None else taken.get("items") or {}
+    def items(taken: Point | None) -> dict[str, Item] | None:
+        return None if taken is None else taken.items
 
-    ra, rc, na, nc = items(ca, "resume"), items(cc, "resume"), items(ca, "next"), items(cc, "next")
+    ra, rc, na, nc = items(ca.resume), items(cc.resume), items(ca.next), items(cc.next)
     if na is None or nc is None:  # no census after k+1 (a run that failed there): the resume point's
         na, nc = ra or {}, rc or {}
     ra, rc = ra or {}, rc or {}
@@ -91,13 +136,12 @@ def differences(a: RunRecord, c: RunRecord) -> list[Difference]:
             continue
         early = not _same(ra.get(path), rc.get(path))
         x, y = (ra.get(path), rc.get(path)) if early else (na.get(path), nc.get(path))
-        kinds = [d["kind"] for d in (x, y, na.get(path), nc.get(path)) if d is not None]
-        kind = next((s for s in STRONG if s in kinds), kinds[0])
-        marked: dict[str, Any] = next((d for d in (x, y, na.get(path), nc.get(path)) if d is not None and d.get("metric")),
-                                      {})
-        found.append(Difference(path=path, kind=kind, type=(x or y or na.get(path) or nc.get(path) or {}).get("type", "?"),
-                                step=k if early else k + 1, a=x, c=y, metric=marked.get("metric"),
-                                owner=marked.get("owner")))
+        seen = [d for d in (x, y, na.get(path), nc.get(path)) if d is not None]
+        kind = next((s for s in STRONG if s in [d.kind for d in seen]), seen[0].kind)
+        marked = next((d for d in seen if d.metric), None)
+        found.append(Difference(path=path, kind=kind, type="?" if seen[0].type is None else seen[0].type,
+                                step=k if early else k + 1, a=x, c=y, metric=marked.metric if marked else None,
+                                owner=marked.owner if marked else None))
     return sorted(found, key=lambda d: (not d.strong, d.metric is None, d.step, d.path))
 
 
@@ -114,7 +158,7 @@ def _entries(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def _filled_lazily(a: dict[str, Any], c: dict[str, Any]) -> set[str]:
+def _filled_lazily(a: dict[str, Item], c: dict[str, Item]) -> set[str]:
     """The paths of container entries that A holds and C has not made yet, in a container whose
     entries both hold agree (at least one): a cache the plugin fills from its inputs (a dataset's
     dict of prepared samples, keyed by index, filled in ``__getitem__``) holds what A has read and C
@@ -131,19 +175,20 @@ def _filled_lazily(a: dict[str, Any], c: dict[str, Any]) -> set[str]:
             and any(entry not in made and agree.get(container, False) for entry, container in _entries(path))}
 
 
-def _same(x: dict[str, Any] | None, y: dict[str, Any] | None) -> bool:
+def _same(x: Item | None, y: Item | None) -> bool:
     if x is None or y is None:
         return x is y
-    return x.get("kind") == y.get("kind") and x.get("type") == y.get("type") and x.get("sha") == y.get("sha")
+    return x.kind == y.kind and x.type == y.type and x.sha == y.sha
 
 
 def errors(a: RunRecord, c: RunRecord) -> list[str]:
     """Why a census could not be taken in A or C, if it could not."""
     out = []
     for role, rec in (("A", a), ("C", c)):
-        for point, taken in ((rec.census or {}).items()):
-            if isinstance(taken, dict) and taken.get("error"):
-                out.append(f"run {role} at the {point} point: {taken['error']}")
+        census = Census.of(rec)
+        for point, taken in (("resume", census.resume), ("next", census.next)):
+            if taken is not None and taken.error:
+                out.append(f"run {role} at the {point} point: {taken.error}")
     return out
 
 
@@ -226,9 +271,10 @@ def notice(diffs: list[Difference]) -> str | None:
             f"(a logging counter is no bug): if training reads it, {fix(first)}{_more(values[1:])}")
 
 
-def _row(d: Difference) -> dict[str, Any]:
-    return {"path": d.path, "kind": d.kind, "type": d.type, "step": d.step, "sides": d.sides() or None,
-            **({"metric": d.metric, "owner": d.owner} if d.metric else {})}
+def _row(d: Difference) -> Any:
+    """The item's row of ``differences`` (its JSON)."""
+    return typed.dump(Row(path=d.path, kind=d.kind, type=d.type, step=d.step, sides=d.sides() or None,
+                          metric=d.metric or None, owner=d.owner if d.metric else None))
 
 
 def decide(verdict: str, pair: tuple[str, str] | None, ev: Divergence | None,

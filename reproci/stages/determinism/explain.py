@@ -17,11 +17,11 @@ def controls_switched_off(records: dict[str, RunRecord]) -> list[SwitchedControl
     file:line), or found off by a re-attestation (at the checkpoint, at the end)."""
     found: dict[tuple[Any, ...], SwitchedControl] = {}
     for role, rec in records.items():
-        for e in (rec.controls or {}).get("switched_off", []):
-            key = (e["control"], e["file"], e["line"])
+        for e in rec.controls["switched_off"] if rec.controls else []:
+            key: tuple[str, str | None, int | None] = (e["control"], e["file"], e["line"])
             found.setdefault(key, cast(SwitchedControl, {**e, "runs": []}))["runs"].append(role)  # the worker's keys
         for when, att in rec.attestations.items():
-            if when == "start" or att.get("ok", True):
+            if when == "start" or att["ok"]:
                 continue
             for control, c in att["checks"].items():
                 if c["ok"] or any(f["control"] == control for f in found.values()):

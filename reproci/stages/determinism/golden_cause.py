@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 from ... import cpu_flags, typed, verdicts
+from ...document import Entry
+from ...entry_sections import EvidenceView, view
 from ...errors import WorkerFailed
 from ...golden import comparison
 from ...golden.comparison import Comparison, Confirmation
@@ -35,10 +37,20 @@ _LEVELS = {v: k for k, v in CPU_ISA_CAPABILITY.items()}  # "AVX2" -> "avx2"
 _RANK = ("DEFAULT", "AVX2", "AVX512")
 
 
-def settings(env_diff: dict[str, list[Any]]) -> tuple[dict[str, Any], list[str]]:
+class Change(TypedDict, total=False):
+    """Changes to a run's spec (``WorkerSpec``'s fields) that put back the golden's value of a
+    factor software can set: each key only where that factor differs."""
+
+    env: dict[str, str | None]  # kernel-selecting variables (None: unset)
+    threads: int
+    world_size: int
+    cpu_isa: str  # the CPU kernel level (launch.CPU_ISA_ENV)
+
+
+def settings(env_diff: dict[str, list[Any]]) -> tuple[Change, list[str]]:
     """(the spec changes that put back the golden's value of each settable factor, the
     factors that cannot be set from software)."""
-    change: dict[str, Any] = {"env": {}}
+    change: Change = {"env": {}}
     unsettable: list[str] = []
     for key, (old, new) in env_diff.items():
         if key.startswith("kernel_env."):
@@ -63,7 +75,7 @@ def settings(env_diff: dict[str, list[Any]]) -> tuple[dict[str, Any], list[str]]
     return change, unsettable
 
 
-def _said(change: dict[str, Any]) -> str:
+def _said(change: Change) -> str:
     from ...worker.process.launch import CPU_ISA_ENV
 
     parts = [f"{k}={v}" for k, v in CPU_ISA_ENV.get(change.get("cpu_isa", ""), {}).items()]
@@ -73,7 +85,7 @@ def _said(change: dict[str, Any]) -> str:
     return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 2 else parts)
 
 
-def _cause(change: dict[str, Any]) -> str:
+def _cause(change: Change) -> str:
     names = (["the CPU kernel level (the instruction set the kernels use)"] if "cpu_isa" in change else []) + (
         [", ".join(change["env"])] if change.get("env") else []) + (
         ["the thread count"] if "threads" in change else []) + (["the world size"] if "world_size" in change else [])
@@ -89,7 +101,7 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
     refs = {m.name: m for m in options.models}
     for entry in document["models"]:
         section = comparison.of(entry)
-        if entry.get("verdict") not in (verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH) or entry["model"] not in refs:
+        if Entry.of(entry).verdict not in (verdicts.ENV_CHANGED, verdicts.GOLDEN_MISMATCH) or entry["model"] not in refs:
             continue
         change, unsettable = settings(section.env_diff if section else {})
         if not {"env", "threads", "world_size", "cpu_isa"} & set(change):
@@ -97,7 +109,8 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
                 _confirmation(entry, section, Confirmation(confirmed=None, settings={}, unsettable=unsettable))
                 entry["message"] += f"; unconfirmed: {', '.join(unsettable)} cannot be set from software"
             continue
-        step = ((section.evidence if section else None) or {}).get("step")
+        evidence = view(EvidenceView, section.evidence) if section else None
+        step = evidence.step if evidence else None
         steps = options.steps if step is None else min(options.steps, step + 1)
         spec = dataclasses.replace(base_spec(options, refs[entry["model"]], "confirm",
                                              project_commit=run.project_commit, image=run.image),
@@ -107,7 +120,7 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
             record = run_worker(ctx, spec)
         except WorkerFailed as e:
             if e.kind == "attestation":  # e.g. the golden's CPU level is above what this CPU has
-                _confirmation(entry, section, Confirmation(confirmed=None, settings=change,
+                _confirmation(entry, section, Confirmation(confirmed=None, settings=dict(change),
                                                            unsettable=[*unsettable, str(e)]))
                 entry["message"] += f"; unconfirmed: the golden's settings ({_said(change)}) do not take effect here"
             else:
@@ -115,7 +128,7 @@ def confirm(run: StageRun, document: ResultsDocument) -> None:
             continue
         g = golden.models[entry["model"]]
         confirmed = matches(g.as_record(), record, steps, options.steps)
-        _confirmation(entry, section, Confirmation(confirmed=confirmed, settings=change, steps=steps,
+        _confirmation(entry, section, Confirmation(confirmed=confirmed, settings=dict(change), steps=steps,
                                                    unsettable=unsettable, seconds=round(time.monotonic() - t0, 1)))
         through = f"through step {steps}" if steps < options.steps else "to the end"
         if confirmed:

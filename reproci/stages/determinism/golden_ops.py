@@ -19,7 +19,8 @@ import sys
 from typing import Any
 
 from ... import typed, verdicts
-from ...entry_sections import Evidence, FirstOp
+from ...document import Entry
+from ...entry_sections import Evidence, EvidenceView, FirstOp, view
 from ...errors import WorkerFailed
 from ...golden import comparison, ops
 from ...golden.comparison import Comparison
@@ -89,8 +90,9 @@ def name_changes(run: StageRun, document: ResultsDocument) -> None:
         section = comparison.of(entry)
         evidence: Evidence = (section.evidence if section else None) or {}
         kept = golden.models[entry["model"]].ops if entry["model"] in golden.models else {}
-        step = evidence.get("step")
-        if entry.get("verdict") not in verdicts.DRIFTING or evidence.get("cause") != "compute":
+        seen = view(EvidenceView, evidence)
+        step = seen.step if seen else None
+        if Entry.of(entry).verdict not in verdicts.DRIFTING or seen is None or seen.cause != "compute":
             continue
         if step not in kept:  # say why no op is named, rather than leave the reader to wonder
             entry["message"] += f"; the first changed op is not named: {_unnamed(kept, step)}"

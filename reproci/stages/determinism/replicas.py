@@ -70,7 +70,7 @@ def replica_divergence(rank0: RunRecord, other: RunRecord) -> Divergence | None:
     and then updates them from the rank's own batch: at a step's end the ranks' BatchNorm
     statistics differ by design, and only rank 0's are carried on. Buffers are compared only
     where the ranks keep their own (``broadcast_buffers=False``)."""
-    ddp = (rank0.distributed or {}).get("ddp") or {}
+    ddp = rank0.distributed["ddp"] if rank0.distributed else {}
     buffers = ddp.get("broadcast_buffers") is False
     div = first_divergence(_compared(rank0, buffers=buffers), _compared(other, buffers=buffers))
     if div is not None:
@@ -103,7 +103,7 @@ def describe(verdict: str, div: Divergence | None, pair: tuple[str, str] | None,
         return f"{pair[0]} ≠ {pair[1]} on rank {rank} {verdicts.where_text(d)}"
     text = (f"rank {rank}'s replica ≠ rank 0's in run {pair[0]} {verdicts.where_text(d)} "
             f"({div.differing_tensors} tensors differ): DDP replicas must hold identical state")
-    ddp = (record.distributed or {}).get("ddp") or {}
+    ddp = record.distributed["ddp"] if record.distributed else {}
     if div.kind == "buffer" and ddp.get("broadcast_buffers") is False:
         text += ("; DDP was built with broadcast_buffers=False, so each rank keeps its own buffers (BatchNorm "
                  "statistics of its shard): drop it, or convert BatchNorm with SyncBatchNorm.convert_sync_batchnorm")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ... import verdicts
+from ...document import Document
 from ...golden import check as golden_check
 from ...reports.terminal import print_report
 from ...results import ModelEntry, ResultsDocument
@@ -28,7 +29,7 @@ class Determinism(Stage):
         """The golden comparison; the per-op hashes a golden update records, the op a drift
         first changed (``golden_ops``), and a re-run that proves a settable cause (``golden_cause``)."""
         ops = None
-        if run.options.update_golden and not any(m.get("verdict") in verdicts.FAILING for m in document["models"]):
+        if run.options.update_golden and not any(m.verdict in verdicts.FAILING for m in Document.of(document).models):
             ops = golden_ops.record(run, list(run.options.models))
         golden_check.apply(run.options, document, run.ctx.run_dir, run.old_golden, composed(run.options), ops)
         golden_ops.name_changes(run, document)

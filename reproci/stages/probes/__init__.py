@@ -15,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
-from ... import verdicts
+from ... import typed, verdicts
+from ...document import Document
 from ...errors import WorkerFailed
 from ...golden.divergence import first_divergence
 from ...results import Image, ResultsDocument
@@ -28,6 +30,9 @@ from ...worker.process.spec import WorkerSpec, other_worker_count
 from ...worker.run_record import RunRecord
 from ..base import StageRun
 from ..runs import base_spec, measure, repeated
+
+if TYPE_CHECKING:  # what the worker's inspection run writes (inspect.json); that module imports torch
+    from ...worker.inspection import BatchInvariance, EpochOrder, Inspection
 from .result import ProbeRow, ProbesResult, of
 
 DEPENDS, INDEPENDENT, NOT_APPLICABLE, FAILED = "depends", "independent", "not applicable", "error"
@@ -40,6 +45,33 @@ PERTURBED: dict[str, tuple[str, Callable[[WorkerSpec], WorkerSpec]]] = {
 }
 INSPECTED = {"epoch-order": "a new sample order each epoch", "batch-size": "the batch size at inference"}
 PROBES = (*PERTURBED, *INSPECTED)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workers:
+    """The loader rebuilt with another worker count (``worker.perturb.with_workers``)."""
+
+    applicable: bool = False
+    why: str = "the loader cannot be rebuilt"  # where it does not apply
+    num_workers: list[int] | None = None  # before, after
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listings:
+    listings: int | None = None  # directory listings the run made, each reversed
+
+
+@dataclass(frozen=True, kw_only=True)
+class Perturbed:
+    """What a probe's run changed (its record's ``perturbed``)."""
+
+    listings: Listings | None = None
+    workers: Workers | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord) -> Perturbed:
+        return typed.load(cls, record.perturbed or {}, lenient=True)
+
 
 
 def plan(options: RunOptions, model: ModelRef, *, project_commit: str | None, image: Image) -> dict[str, WorkerSpec]:
@@ -97,13 +129,14 @@ def _perturbed_row(ctx: RunContext, name: str, specs: dict[str, WorkerSpec], rec
         return ProbeRow(probe=name, factor=factor, status=FAILED, message=f"could not run: {failed}")
     base, probe = records["base"], records[name]
     change = _change(name, base, specs["base"], specs[name])
-    perturbed = probe.perturbed or {}
-    if name == "num-workers" and not (perturbed.get("workers") or {}).get("applicable"):
-        why = (perturbed.get("workers") or {}).get("why", "the loader cannot be rebuilt")
+    perturbed = Perturbed.of(probe)
+    workers = perturbed.workers or Workers()
+    if name == "num-workers" and not workers.applicable:
+        why = workers.why
         return ProbeRow(probe=name, factor=factor, status=NOT_APPLICABLE, message=f"not applicable: {why}")
     div = first_divergence(base, probe)
     if div is None:
-        listed = (perturbed.get("listings") or {}).get("listings")
+        listed = perturbed.listings.listings if perturbed.listings else None
         note = ("" if name != "listing-order" or listed is None else
                 " (the run lists no directory)" if listed == 0 else f" ({listed} directory listings, reversed)")
         return ProbeRow(probe=name, factor=factor, change=change, status=INDEPENDENT,
@@ -123,17 +156,17 @@ def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> lis
     """The epoch-order and batch-size rows, from the inspection run's inspect.json."""
     if failed:
         return [_inspected(name, FAILED, f"could not run: {failed}") for name in INSPECTED]
-    data = json.loads((ctx.run_dir / model.name / "inspect.json").read_text())
+    data: Inspection = json.loads((ctx.run_dir / model.name / "inspect.json").read_text())
     order, batch = data["epoch_order"], data["batch"]
-    if order["same"] and order.get("sequential"):
+    if order["same"] and order["sequential"]:
         epoch = _inspected("epoch-order", NOT_APPLICABLE, "the loader does not shuffle: every epoch is in index order")
     elif order["same"]:
         epoch = _inspected("epoch-order", DEPENDS, repeated(1, f"first {order['batches']} batches of sample indices compared"),
                            evidence=order)
     else:
         epoch = _inspected("epoch-order", INDEPENDENT, "each epoch visits the samples in a new order")
-    if not batch.get("applicable"):
-        sized = _inspected("batch-size", NOT_APPLICABLE, f"not applicable: {batch.get('why')}")
+    if not batch["applicable"]:
+        sized = _inspected("batch-size", NOT_APPLICABLE, f"not applicable: {batch['why']}")
     elif batch["differs_at"]:
         sizes = ", ".join(str(n) for n in batch["differs_at"])
         sized = _inspected("batch-size", DEPENDS, (
@@ -146,7 +179,7 @@ def _inspected_rows(ctx: RunContext, model: ModelRef, failed: str | None) -> lis
     return [epoch, sized]
 
 
-def _inspected(name: str, status: str, message: str, evidence: dict[str, Any] | None = None) -> ProbeRow:
+def _inspected(name: str, status: str, message: str, evidence: EpochOrder | BatchInvariance | None = None) -> ProbeRow:
     return ProbeRow(probe=name, factor=INSPECTED[name], evidence=evidence, status=status, message=message)
 
 
@@ -162,7 +195,7 @@ def rows(document: ResultsDocument) -> list[tuple[str, ProbeRow]]:
 
 def probes_fail(document: ResultsDocument) -> bool:
     """Whether the run was asked to fail on a dependency (--probes-fail, as the document records it)."""
-    return bool((document.get("options") or {}).get("probes_fail"))
+    return Document.of(document).options.probes_fail
 
 
 def fails(document: ResultsDocument) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -127,7 +127,17 @@ def slowdown(ratios: list[float], *, budget_spent: bool = False) -> Slowdown:
                     how_stopped=sampling.how_stopped(stop, half))
 
 
-def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, top: int = TOP_OPS) -> list[TopOp]:
+class OpTime(TypedDict):
+    """An op's calls and self times in one profiled step, the medians over the steps (a row of a
+    record's ``ops``: ``worker.profiling``)."""
+
+    name: str  # aten::name, or "(outside ops)"
+    calls: float
+    self_cpu_us: float
+    self_device_us: float
+
+
+def attribute_ops(ops: dict[str, list[list[OpTime]]], *, device: str, top: int = TOP_OPS) -> list[TopOp]:
     """The ops whose self time per step grows most from default to strict mode.
 
     ``ops[mode]`` holds one op list per profiled process (the record's "ops", per-step
@@ -135,13 +145,12 @@ def attribute_ops(ops: dict[str, list[list[dict[str, Any]]]], *, device: str, to
     ``share`` is an op's part of all the time that grew (the sum of every op's growth),
     ``growth`` its own relative change (None: the op does not run in default mode).
     """
-    key = "self_device_us" if device == "cuda" else "self_cpu_us"
-
-    def mean_times(runs: list[list[dict[str, Any]]]) -> dict[str, float]:
+    def mean_times(runs: list[list[OpTime]]) -> dict[str, float]:
         total: dict[str, float] = {}
         for run in runs:
             for row in run:
-                total[row["name"]] = total.get(row["name"], 0.0) + row[key]
+                total[row["name"]] = total.get(row["name"], 0.0) + (row["self_device_us"] if device == "cuda"
+                                                                     else row["self_cpu_us"])
         return {k: v / len(runs) for k, v in total.items()} if runs else {}
 
     a, b = mean_times(ops.get("strict", [])), mean_times(ops.get(BASELINE, []))

@@ -16,6 +16,8 @@ from rich.markup import escape as markup
 from rich.table import Table
 
 from ... import typed
+from ...document import Document, Entry
+from ...golden import comparison
 from ...reports.mdtable import cell, code, plain_table
 from ...reports.mdtable import table as md_table
 from ...reports.prbody import MAX_ROWS
@@ -89,8 +91,8 @@ def op_text(op: TopOp) -> str:
 def golden_verdict(m: ModelEntry) -> str:
     """The model's verdict, with the golden comparison's when it says more."""
     v = str(m.get("verdict", "?"))
-    g = m.get("golden")
-    gv = g.get("verdict") if isinstance(g, dict) else None
+    g = comparison.of(m)
+    gv = g.verdict if g is not None else None
     return v if not gv or gv == v else f"{v} (golden: {gv})"
 
 
@@ -112,15 +114,17 @@ class Row(TypedDict):
     memory_kind: str | None
 
 
+def with_results(document: ResultsDocument) -> list[tuple[ModelEntry, Entry, ThroughputResult]]:
+    """Each model that has a throughput result (measured or failed): its entry, read by attribute too, and its result."""
+    return [(m, Entry.of(m), t) for m in document.get("models", []) if (t := of(m)) is not None]
+
+
 def rows(document: ResultsDocument) -> list[Row]:
     """One row per model that has a throughput result (measured or failed)."""
     out: list[Row] = []
-    for m in document.get("models", []):
-        t = of(m)
-        if t is None:
-            continue
+    for m, e, t in with_results(document):
         out.append({
-            "model": m.get("model"), "verdict": golden_verdict(m), "error": t.error.message if t.error else None,
+            "model": e.model, "verdict": golden_verdict(m), "error": t.error.message if t.error else None,
             "modes": t.modes, "slowdown": t.slowdown, "slowdowns": t.slowdowns, "top_ops": t.top_ops,
             "regression": t.regression, "strict": rate_text(t.mode("strict")), "default": rate_text(t.mode("default")),
             "slowdown_text": slowdown_text(t.slowdown),
@@ -135,7 +139,7 @@ def table(document: ResultsDocument) -> Table | None:
     found = rows(document)
     if not found:
         return None
-    ranks = (document.get("options") or {}).get("world_size") or 1
+    ranks = Document.of(document).options.world_size or 1
     per_job = f"; each mode a {ranked_job(ranks)}" if ranks > 1 else ""
     t = Table(title=f"cost of strict determinism (slowdown = strict / default step time, median [95 % CI]{per_job})",
               title_justify="left")
@@ -157,8 +161,8 @@ def terminal(document: ResultsDocument, console: Console) -> None:
     t = table(document)
     if t is not None:
         console.print(t)
-    for m in document.get("models", []):
-        line = sampling_text(m.get("model", "?"), result) if (result := of(m)) is not None else None
+    for _, e, result in with_results(document):
+        line = sampling_text(e.model, result)
         if line:
             console.print(line, highlight=False)
     for r in rows(document):
@@ -179,7 +183,7 @@ def markdown_verdicts(doc: ResultsDocument) -> list[str]:
         [[r["model"], r["verdict"], r["strict"], r["default"], r["slowdown_text"] if not r["error"] else "failed",
           r["memory"], op_text(r["top_ops"][0]) if r["top_ops"] else "-"] for r in found])
     lines.append("")
-    t0 = next((t for m in doc.get("models", []) if m.get("throughput") and (t := of(m))), ThroughputResult())
+    t0 = next((t for _, _, t in with_results(doc) if t.to_json()), ThroughputResult())  # the first section not empty
     lines.append(f"Slowdown = strict step time / default step time: {_how_sampled(t0)}. Added time per op: "
                  "torch.profiler self time per step, strict minus default. Peak memory: "
                  f"{found[0]['memory_kind'] or 'not reported'}.")
@@ -274,7 +278,7 @@ def _wide_text(measured: list[Row]) -> str:
 def pr_body(doc: ResultsDocument) -> list[str]:
     """The pull-request body's section: each model's rates, slowdown and the op that grew most;
     a line saying the stage did not run where no model has a throughput result."""
-    with_throughput = [(m, t) for m in doc.get("models", []) if (t := of(m)) is not None]
+    with_throughput = [(e, t) for _, e, t in with_results(doc)]
     lines = ["### Cost of strict determinism", ""]
     if not with_throughput:
         return lines + ["The throughput stage did not run (`--stage throughput`).", ""]
@@ -282,7 +286,7 @@ def pr_body(doc: ResultsDocument) -> list[str]:
     for m, t in with_throughput:
         top = t.top_ops[0] if t.top_ops else TopOp()
         top_text = f"{code(top.op)} {_ms(top.strict_ms)} strict vs {_ms(top.default_ms)}" if top.op else "-"
-        found.append([cell(m.get("model")), _rate(t.mode("strict")), _rate(t.mode("default")),
+        found.append([cell(m.model), _rate(t.mode("strict")), _rate(t.mode("default")),
                       cell(slowdown_text(t.slowdown)), top_text])
     lines += md_table(["model", "strict steps/s", "default steps/s", "slowdown (median [95% CI])", "most slowed op"],
                       found, max_rows=MAX_ROWS)
@@ -311,14 +315,14 @@ def markdown_trends(trends: Trends) -> list[str]:
     found = []
     for image, models in sorted(trends.items()):
         for model, points in sorted(models.items()):
-            measured = [(p, s) for p in points if (s := p.get("slowdown")) is not None]
-            if not measured:
+            slowed = [(p, s) for p in points if (s := p["slowdown"]) is not None]
+            if not slowed:
                 continue
-            (first, s_first), (last, s_last) = measured[0], measured[-1]
-            change = (s_last / s_first - 1) * 100 if len(measured) > 1 else None
-            found.append([image, model, len(measured), f"{s_first:.3f}× ({str(first['created'])[:10]})",
+            (first, s_first), (last, s_last) = slowed[0], slowed[-1]
+            change = (s_last / s_first - 1) * 100 if len(slowed) > 1 else None
+            found.append([image, model, len(slowed), f"{s_first:.3f}× ({str(first['created'])[:10]})",
                          f"{s_last:.3f}× ({str(last['created'])[:10]})",
-                         f"{change:+.1f} %" if change is not None else "-", last.get("verdict")])
+                         f"{change:+.1f} %" if change is not None else "-", last["verdict"]])
     if not found:
         return lines + ["No run in the history has throughput results yet (`reproci run --stage throughput`).", ""]
     lines += plain_table(["image", "model", "runs", "first", "latest", "change", "latest verdict"], found)
@@ -333,7 +337,7 @@ def html_trends(trends: Trends) -> str:
 
     out = ["<section id=\"history\"><h2>Slowdown over time</h2>"]
     for image, series in sorted(trends.items()):
-        points = [p for pts in series.values() for p in pts if p.get("slowdown") is not None]
+        points = [p for pts in series.values() for p in pts if p["slowdown"] is not None]
         out.append(f"<h3>{escape(image)}</h3>")
         if not points:
             out.append("<p>No run of this image has throughput results yet.</p>")
@@ -341,8 +345,8 @@ def html_trends(trends: Trends) -> str:
         out.append(page.figure(charts.slowdown_history(series, f"{image}: strict slowdown per run"),
                                f"slowdown history of {image}", "One point per recorded run, oldest first; whiskers: "
                                "95 % bootstrap interval."))
-        runs = [[escape(model), escape(str(p.get("created"))), escape((p.get("commit") or "-")[:12]),
-                 escape(str(p.get("verdict"))), f"{p['slowdown']:.3f}" if p.get("slowdown") is not None else "-"]
+        runs = [[escape(model), escape(str(p["created"])), escape((p["commit"] or "-")[:12]),
+                 escape(str(p["verdict"])), f"{p['slowdown']:.3f}" if p["slowdown"] is not None else "-"]
                 for model, pts in sorted(series.items()) for p in pts]
         out.append(page.table(["model", "created", "commit", "verdict", "slowdown"], runs))
     return "".join(out) + "</section>"

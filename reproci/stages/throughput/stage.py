@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ... import errors, typed
+from ...document import Document
 from ...results import ModelEntry, ResultsDocument, add_section
 from ..base import Stage, StageRun
 from . import attach, check_regression, report, run_model, throughput_summary
@@ -52,8 +53,8 @@ class Throughput(Stage):
 
     def exit_code(self, document: ResultsDocument, code: int) -> int:
         """With --slowdown-fails, a throughput regression fails a run that passed otherwise, as drift."""
-        if (code == errors.EXIT_PASS and (document.get("options") or {}).get("slowdown_fails")
-                and any(m.get("throughput_regression") for m in document.get("models") or [])):
+        doc = Document.of(document)
+        if code == errors.EXIT_PASS and doc.options.slowdown_fails and any(m.throughput_regression for m in doc.models):
             return errors.EXIT_DRIFT
         return code
 

@@ -14,6 +14,8 @@ import dataclasses
 import json
 
 from ... import stats, typed, verdicts
+from ...document import Entry
+from ...entry_sections import RunSummaryView
 from ...errors import WorkerFailed
 from ...results import Image, ModelEntry
 from ...runner import RunContext, run_many
@@ -77,7 +79,8 @@ def run_all(run: StageRun, entries: list[ModelEntry]) -> None:
 def reusable_run(options: RunOptions, ctx: RunContext, entry: ModelEntry) -> RunRecord | None:
     """The determinism stage's run A of this model (the first seed, evaluated at its end: see
     ``determinism.plan``) when it ran without a test fault."""
-    path = (entry.get("records") or {}).get("A")
+    read = Entry.of(entry)
+    path = read.records.get("A")
     if options.catalog.checker not in options.stages or options.fault or not path:
         return None
     try:
@@ -86,9 +89,9 @@ def reusable_run(options: RunOptions, ctx: RunContext, entry: ModelEntry) -> Run
         return None
     if not isinstance(record, RunRecord) or record.eval is None:
         return None
-    summary = (entry.get("runs") or {}).get("A") or {}
-    return dataclasses.replace(record, launched=Launched(wall_s=summary.get("wall_s", 0.0), start_wait_s=0.0,
-                                                         how=summary.get("launch"), at=0.0))
+    summary = read.runs.get("A") or RunSummaryView()
+    return dataclasses.replace(record, launched=Launched(wall_s=summary.wall_s or 0.0, start_wait_s=0.0,
+                                                         how=summary.launch, at=0.0))
 
 
 def _model_result(options: RunOptions, model: ModelRef, specs: list[WorkerSpec],
@@ -121,6 +124,6 @@ def against(golden: VarianceSummary, current: VarianceSummary, model: str, *,
 def attach(entry: ModelEntry, result: VarianceResult, stages: tuple[str, ...] = (), checker: str | None = None) -> None:
     """Put a variance result on a model entry; a failed seed run makes the entry an ERROR
     (``checker``: the stage that checks reproducibility, which did not run unless ``stages`` has it)."""
-    if entry.get("verdict") == verdicts.NOT_CHECKED and checker not in stages:
+    if Entry.of(entry).verdict == verdicts.NOT_CHECKED and checker not in stages:
         entry["message"] = f"{checker} not checked (stages: {', '.join(stages)})"
     add_result(entry, "variance", result.to_json())

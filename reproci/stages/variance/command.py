@@ -37,5 +37,5 @@ def compare_cmd(sides: tuple[Path, ...], images: tuple[str, ...], results_dir: P
     a, b = (compare.load_side(p) for p in sides)
     report = compare.compare(a, b)
     click.echo(compare.render(report, as_json), nl=False)
-    if fail_worse and report["worse"]:
+    if fail_worse and report.worse:
         raise SystemExit(EXIT_DRIFT)

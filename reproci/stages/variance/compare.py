@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ... import results, stats
 from ...errors import ReprociError, TooFewSeedsError, UsageError
@@ -29,6 +29,45 @@ METHOD = ("Welch's t: the difference of means B − A per model and metric, with
 class Side:
     label: str  # what the user named, for the output
     models: dict[str, VarianceSummary]  # model -> its variance (a golden's summary, or a run's result)
+
+
+class ReportJson(TypedDict):
+    """``reproci compare --json``."""
+
+    schema: str
+    version: int
+    a: str
+    b: str
+    method: str
+    confidence: float
+    comparisons: list[dict[str, Any]]  # each judgement (``stats.Judgement.to_dict``)
+    notes: list[str]
+    inside: bool  # every metric inside seed noise
+    worse: list[str]  # 'model metric' of each that moved outside it, in its bad direction
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``reproci compare`` found: each model and metric both sides measured, judged, and
+    what could not be compared."""
+
+    a: str  # the sides as the user named them
+    b: str
+    judgements: list[stats.Judgement]
+    notes: list[str]
+
+    @property
+    def inside(self) -> bool:
+        return all(j.inside for j in self.judgements)
+
+    @property
+    def worse(self) -> list[str]:
+        return [f"{j.model} {j.metric}" for j in self.judgements if _worse(j)]
+
+    def to_json(self) -> ReportJson:
+        return {"schema": SCHEMA, "version": VERSION, "a": self.a, "b": self.b, "method": METHOD,
+                "confidence": stats.CONFIDENCE, "comparisons": [j.to_dict() for j in self.judgements],
+                "notes": self.notes, "inside": self.inside, "worse": self.worse}
 
 
 def load_side(path: Path) -> Side:
@@ -68,7 +107,7 @@ def latest_for_image(results_dir: Path, image: str) -> Path:
     return max(found)[1]
 
 
-def compare(a: Side, b: Side) -> dict[str, Any]:
+def compare(a: Side, b: Side) -> Report:
     """Every model and metric that both sides measured, judged; what could not be compared, noted."""
     common = [m for m in a.models if m in b.models]
     if not common:
@@ -90,29 +129,26 @@ def compare(a: Side, b: Side) -> dict[str, Any]:
             if metric not in mb.metrics:
                 notes.append(f"{model}: {metric} only in A")
                 continue
-            judgements.append(stats.judge(model, metric, va.values, mb.metrics[metric].values).to_dict())
-    return {"schema": SCHEMA, "version": VERSION, "a": a.label, "b": b.label, "method": METHOD,
-            "confidence": stats.CONFIDENCE, "comparisons": judgements, "notes": notes,
-            "inside": all(j["inside"] for j in judgements),
-            "worse": [f"{j['model']} {j['metric']}" for j in judgements if _worse(j)]}
+            judgements.append(stats.judge(model, metric, va.values, mb.metrics[metric].values))
+    return Report(a=a.label, b=b.label, judgements=judgements, notes=notes)
 
 
-def _worse(j: dict[str, Any]) -> bool:
+def _worse(j: stats.Judgement) -> bool:
     """Outside seed noise, in the metric's bad direction."""
-    return not j["inside"] and (j["mean_b"] > j["mean_a"]) == bool(j["lower_is_better"])
+    return not j.inside and (j.mean_b > j.mean_a) == bool(j.lower_is_better)
 
 
-def text(report: dict[str, Any]) -> str:
+def text(report: Report) -> str:
     """The comparison for a terminal or a log: the method, then one line per model and metric."""
-    lines = [f"A: {report['a']}", f"B: {report['b']}", f"{report['method']}."]
-    for j in report["comparisons"]:
-        arrow = "↓" if j["lower_is_better"] else "↑"
-        lines.append(f"{j['model']} {j['metric']} {arrow}: A {stats.number(j['mean_a'])} ± {stats.number(j['std_a'])} "
-                     f"(K={j['k_a']}), B {stats.number(j['mean_b'])} ± {stats.number(j['std_b'])} (K={j['k_b']}): "
-                     f"{j['sentence']}")
-    lines += [f"note: {n}" for n in report["notes"]]
+    lines = [f"A: {report.a}", f"B: {report.b}", f"{METHOD}."]
+    for j in report.judgements:
+        arrow = "↓" if j.lower_is_better else "↑"
+        lines.append(f"{j.model} {j.metric} {arrow}: A {stats.number(j.mean_a)} ± {stats.number(j.std_a)} "
+                     f"(K={j.k_a}), B {stats.number(j.mean_b)} ± {stats.number(j.std_b)} (K={j.k_b}): "
+                     f"{j.sentence}")
+    lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
 
-def render(report: dict[str, Any], as_json: bool) -> str:
-    return json.dumps(report, indent=2) + "\n" if as_json else text(report)
+def render(report: Report, as_json: bool) -> str:
+    return json.dumps(report.to_json(), indent=2) + "\n" if as_json else text(report)

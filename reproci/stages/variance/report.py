@@ -11,9 +11,10 @@ from typing import TypedDict
 
 from rich.console import Console
 
+from ...document import Entry
 from ...reports.mdtable import cell, code, table
 from ...reports.prbody import MAX_ROWS
-from ...results import ModelEntry, ResultsDocument
+from ...results import ResultsDocument
 from ...stats import number
 from .result import MetricSpread, VarianceResult, VarianceSummary
 from .result import of as variance_of
@@ -24,9 +25,9 @@ NOTE = ("Mean ± sample standard deviation over K strict runs with seeds seed �
         "confidence interval of the difference of means (this run − golden).")
 
 
-def entries(doc: ResultsDocument) -> list[tuple[ModelEntry, VarianceResult]]:
+def entries(doc: ResultsDocument) -> list[tuple[Entry, VarianceResult]]:
     """The model entries that carry a variance result, each with it."""
-    return [(m, v) for m in doc.get("models", []) if (v := variance_of(m)) is not None]
+    return [(Entry.of(m), v) for m in doc.get("models", []) if (v := variance_of(m)) is not None]
 
 
 def spread(metric: MetricSpread) -> str:
@@ -54,13 +55,13 @@ def rows(doc: ResultsDocument) -> list[Row]:
     for m, v in entries(doc):
         judged = {c.metric: c for c in v.against_golden.comparisons} if v.against_golden else {}
         if v.error:
-            out.append({"model": m.get("model"), "metric": "-", "k": v.k, "spread": "failed",
+            out.append({"model": m.model, "metric": "-", "k": v.k, "spread": "failed",
                         "values": [], "direction": "", "golden": v.error.message, "inside": None})
             continue
         skipped = v.against_golden.skipped if v.against_golden else None
         for name, metric in v.metrics.items():
             c = judged.get(name)
-            out.append({"model": m.get("model"), "metric": name, "k": v.k, "spread": spread(metric),
+            out.append({"model": m.model, "metric": name, "k": v.k, "spread": spread(metric),
                         "values": metric.values, "direction": "↓" if metric.lower_is_better else "↑",
                         "golden": c.sentence if c else (skipped or "no golden variance to compare with"),
                         "inside": c.inside if c else None})
@@ -112,9 +113,9 @@ def html(doc: ResultsDocument) -> str:
     for m, v in entries(doc):
         if v.metrics:
             golden = (v.against_golden.golden_values if v.against_golden else None) or {}
-            out.append(page.figure(charts.seed_strip(str(m.get("model")), v.metrics, golden),
-                                   f"seed strip chart of {m.get('model')}",
-                                   f"{m.get('model')}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
+            out.append(page.figure(charts.seed_strip(m.model, v.metrics, golden),
+                                   f"seed strip chart of {m.model}",
+                                   f"{m.model}: each dot one seed's value; bar: mean; band: ±1 standard deviation."))
     return "".join(out) + "</section>"
 
 
@@ -128,12 +129,12 @@ def pr_body(doc: ResultsDocument) -> list[str]:
     for m, v in with_variance:
         comparisons = v.against_golden.comparisons if v.against_golden else []
         for c in comparisons:
-            found.append([cell(m.get("model")), code(c.metric), f"{_mean_std(c.mean_a, c.std_a)} (K={c.k_a})",
+            found.append([cell(m.model), code(c.metric), f"{_mean_std(c.mean_a, c.std_a)} (K={c.k_a})",
                           f"{_mean_std(c.mean_b, c.std_b)} (K={c.k_b})", cell(c.sentence)])
         if not comparisons:
             why = ((v.error.message if v.error else None) or (v.against_golden.skipped if v.against_golden else None)
                    or "the old golden has no variance results")
-            found.append([cell(m.get("model")), "-", "-",
+            found.append([cell(m.model), "-", "-",
                           cell(", ".join(f"{k} {spread(x)}" for k, x in v.metrics.items())), cell(why)])
     lines += table(["model", "metric", "old golden (mean ± std)", "this run (mean ± std)", "verdict"], found,
                    max_rows=MAX_ROWS)

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .rows import AttentionCall, Finding, OpRow
+
 SLOWER = "slower"
 RAN = {"_scaled_dot_product_flash_attention": "flash", "_scaled_dot_product_efficient_attention": "memory-efficient",
        "_scaled_dot_product_cudnn_attention": "cuDNN", "_scaled_dot_product_flash_attention_for_cpu": "CPU flash",
@@ -34,7 +36,9 @@ FIX = ("to stay off the memory-efficient backward: fp16/bf16 inputs (--amp bf16)
        "deterministic path's cost (measured on CUDA by benchmarks/gpu_check.sh)")
 
 
-def call_facts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+
+
+def call_facts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> AttentionCall:
     """What decides the backend of one SDPA call: shapes, dtype, mask, dropout, causal, grad."""
     q, k = args[0], args[1]
     mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
@@ -46,7 +50,7 @@ def call_facts(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
             "grad": any(isinstance(t, torch.Tensor) and t.requires_grad for t in args[:3])}
 
 
-def predict(f: dict[str, Any]) -> tuple[str, str]:
+def predict(f: AttentionCall) -> tuple[str, str]:
     """(the backend CUDA would run, why) for one call's facts."""
     half = f["dtype"] in ("torch.float16", "torch.bfloat16")
     hd = f["head_dim"]
@@ -60,19 +64,19 @@ def predict(f: dict[str, Any]) -> tuple[str, str]:
     return "math", ", ".join(why + [f"{_dtype(f)}, head dim {hd}: no fused kernel takes it"])
 
 
-def _dtype(f: dict[str, Any]) -> str:
+def _dtype(f: AttentionCall) -> str:
     return f["dtype"].removeprefix("torch.")
 
 
-def ran(rows: list[dict[str, Any]]) -> str:
+def ran(rows: list[OpRow]) -> str:
     """The backend one call dispatched to, from the ops recorded during it."""
     return next((RAN[r["op"]] for r in rows if r["op"] in RAN), "math")
 
 
-def findings(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def findings(calls: list[AttentionCall]) -> list[Finding]:
     """One finding per predicted backend that strict mode acts on (with grad flowing), with
     every call's prediction and what ran beside it."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Finding] = {}
     for c in calls:
         backend, why = predict(c)
         category, what = STRICT[backend]
@@ -81,12 +85,14 @@ def findings(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         item = out.setdefault(backend, {
             "op": f"scaled_dot_product_attention → {backend} on CUDA", "cuda": category, "what": what, "advice": FIX,
             "when": f"predicted from the call's inputs: {why}", "checked": "sdp_utils selection rules",
-            "phases": ["forward", "backward"], "count": 0, "where": [], "ran": [], "device": "cuda"})
+            "phases": ["forward", "backward"], "count": 0, "where": [], "ran": [], "device": "cuda",
+            "why": ""})  # the why, once every call is counted
         item["count"] += 1
-        if c.get("place") and c["place"] not in item["where"] and len(item["where"]) < 3:
-            item["where"].append(c["place"])
-        if c.get("ran") and c["ran"] not in item["ran"]:
-            item["ran"].append(c["ran"])
+        place, backend_ran = c.get("place"), c.get("ran")
+        if place and place not in item["where"] and len(item["where"]) < 3:
+            item["where"].append(place)
+        if backend_ran and backend_ran not in item["ran"]:
+            item["ran"].append(backend_ran)
     for item in out.values():
         item["why"] = f"{item['op']} ({item['when']}; ran here: {', '.join(item['ran']) or '?'}): {item['what']}"
     return list(out.values())

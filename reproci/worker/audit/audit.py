@@ -26,6 +26,7 @@ import torch
 
 from . import module_text
 from .audit_table import EXCLUDED, FILLS, RAISES, SLOWER, TABLE, Entry  # noqa: F401 (the table's names, here too)
+from .rows import AttentionCall, Audit, Finding, InventoryItem, OpRow
 
 SEVERITY = {RAISES: 0, SLOWER: 1, FILLS: 2}
 _NO_KERNEL = "strict mode raises on CUDA: torch has no deterministic CUDA kernel for it"
@@ -87,15 +88,15 @@ def completeness(docs: dict[str, str] | None = None) -> dict[str, list[str]]:
     return {"missing": missing, "stale": stale}
 
 
-def _matches(entry: Entry, row: dict[str, Any], device: str) -> bool:
+def _matches(entry: Entry, row: OpRow, device: str) -> bool:
     if row["op"] not in entry.ops or not entry.applies(row):
         return False
     return entry.device == "cuda" or entry.device == device  # CPU entries: only where the run is on the CPU
 
 
-def inventory(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def inventory(rows: list[OpRow]) -> list[InventoryItem]:
     """Every op executed, once per (op, phase): its count and up to three places."""
-    out: "OrderedDict[tuple[str, str], dict[str, Any]]" = OrderedDict()
+    out: "OrderedDict[tuple[str, str], InventoryItem]" = OrderedDict()
     for r in rows:
         item = out.setdefault((r["op"], r["phase"]), {"op": f"aten::{r['op']}", "phase": r["phase"], "count": 0,
                                                        "where": []})
@@ -106,27 +107,28 @@ def inventory(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def _place(row: dict[str, Any]) -> str | None:
-    parts = [p for p in (module_text(row["module"]) if row.get("module") else None, row.get("where")) if p]
+def _place(row: OpRow) -> str | None:
+    parts = [p for p in (module_text(row["module"]) if row["module"] else None, row["where"]) if p]
     return " at ".join(parts) if parts else None
 
 
-def findings(rows: list[dict[str, Any]], warned: list[str], device: str = "cpu",
-             attention: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def findings(rows: list[OpRow], warned: list[str], device: str = "cpu",
+             attention: list[AttentionCall] | None = None) -> list[Finding]:
     """The executed ops that strict determinism acts on, most serious first, each with the
     condition it met (``why``); the attention calls' predicted CUDA backends (``attention``);
     ops torch itself warned about in this run."""
     docs = documented()
-    found: "OrderedDict[tuple[int, str], dict[str, Any]]" = OrderedDict()
+    found: "OrderedDict[tuple[int, str], Finding]" = OrderedDict()
     for r in rows:
         for i, entry in enumerate(TABLE):
             if not _matches(entry, r, device):
                 continue
             category, checked = _doc_status(entry, docs)
             item = found.setdefault((i, r["op"]), {
-                "op": f"aten::{r['op']}" + (f" ({r['variant']})" if r.get("variant") else ""), "cuda": category,
+                "op": f"aten::{r['op']}" + (f" ({r['variant']})" if r["variant"] else ""), "cuda": category,
                 "what": entry.what, "advice": entry.advice, "checked": checked, "when": entry.when,
-                "device": entry.device, "docs": list(entry.docs), "phases": [], "count": 0, "where": [], "duplicates": None})
+                "device": entry.device, "docs": list(entry.docs), "phases": [], "count": 0, "where": [], "duplicates": None,
+                "why": ""})  # the why, once every call is counted
             item["count"] += 1
             if r["phase"] not in item["phases"]:
                 item["phases"].append(r["phase"])
@@ -155,7 +157,7 @@ def _kernel_op(kernel: str) -> str:
     return re.sub(r"_(cuda|forward_out|out|forward)$", "", op).replace("unpooling", "unpool")
 
 
-def _why(item: dict[str, Any]) -> str:
+def _why(item: Finding) -> str:
     """'aten::index_put (accumulate=True) with accumulate=True ...: nondeterministic on CUDA ...'."""
     repeats = {True: "; repeated indices in this step: the order of the writes changes the result",
                False: "; no index repeats in this step's calls: the result does not depend on the order here, but "
@@ -163,7 +165,7 @@ def _why(item: dict[str, Any]) -> str:
     return f"{item['op']} {item['when']} ({', '.join(item['phases'])}): {item['what']}{repeats}"
 
 
-def attention_findings(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def attention_findings(calls: list[AttentionCall]) -> list[Finding]:
     from .attention import findings as predicted
 
     return predicted(calls)
@@ -180,8 +182,8 @@ def audited_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step:
         warnings.simplefilter("always")
         out = step()
     warned = sorted({str(w.message).splitlines()[0] for w in caught if "determinis" in str(w.message).lower()})
-    device = next((r["device"] for r in recorder.rows if r.get("device")), "cpu")
-    audit = {"torch": torch.__version__, "ops_executed": len(recorder.rows), "warnings": warned,
+    device = next((r["device"] for r in recorder.rows if r["device"]), "cpu")
+    audit: Audit = {"torch": torch.__version__, "ops_executed": len(recorder.rows), "warnings": warned,
              "findings": findings(recorder.rows, warned, device, recorder.attention),
              "attention": recorder.attention, "inventory": inventory(recorder.rows)}
     with open(path + ".tmp", "w") as f:

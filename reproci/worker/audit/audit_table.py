@@ -13,11 +13,11 @@ overload, the argument that decides the kernel, whether grad flows, whether indi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
+
+from .rows import OpRow as Row
 
 RAISES, SLOWER, FILLS = "raises", "slower", "fills"
-
-Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,11 @@ class Entry:
 
 
 def _variant(value: str) -> Callable[[Row], bool]:
-    return lambda row: row.get("variant") == value
+    return lambda row: row["variant"] == value
 
 
 def _floating(row: Row) -> bool:
-    return "float" in str(row.get("dtype")) or "complex" in str(row.get("dtype"))
+    return "float" in row["dtype"] or "complex" in row["dtype"]
 
 
 def _grad(row: Row) -> bool:
@@ -101,11 +101,11 @@ TABLE: tuple[Entry, ...] = (
           "expected cost; where the index is one row per output, index_select has the same backward cost", _grad),
     Entry(("scatter", "scatter_"), SLOWER, ("torch.Tensor.scatter when src type is Tensor and called on CUDA tensor",),
           "with a tensor src", _LAST_WRITE, "make the indices unique per output position",
-          lambda row: ".src" in str(row.get("overload")) or row.get("overload", "").endswith("scatter.src_out")),
+          lambda row: ".src" in row["overload"] or row["overload"].endswith("scatter.src_out")),
     Entry(("scatter_reduce", "scatter_reduce_"), SLOWER,
           ("torch.Tensor.scatter_reduce when reduce='sum' or reduce='mean' and called on CUDA tensor",),
           "reduce='sum' or 'mean'", _ATOMICS, "on one dimension: " + SEGMENT_SUM,
-          lambda row: row.get("variant") in ("reduce=sum", "reduce=mean")),
+          lambda row: row["variant"] in ("reduce=sum", "reduce=mean")),
     Entry(("index_copy", "index_copy_"), SLOWER, ("torch.Tensor.index_copy when called on a CPU or CUDA tensor",),
           "on any device", "nondeterministic with repeated indices unless strict; strict mode serialises the copies",
           "expected cost; unique indices make it order-free"),
@@ -139,7 +139,7 @@ TABLE: tuple[Entry, ...] = (
           "in the backward", _NO_KERNEL, "padding_mode='replicate' or 'zeros' (or reflect in the data pipeline, without grad)"),
     Entry(("nll_loss2d_forward",), RAISES, ("torch.nn.NLLLoss when called on a CUDA tensor",),
           "on a 2-d target with a reduction (mean or sum)", _NO_KERNEL,
-          "flatten to (N·H·W, C) and (N·H·W,) before the loss", lambda row: row.get("variant") != "reduction=0"),
+          "flatten to (N·H·W, C) and (N·H·W,) before the loss", lambda row: row["variant"] != "reduction=0"),
     Entry(("_ctc_loss_backward",), RAISES, ("torch.nn.CTCLoss when attempting to differentiate",), "in the backward",
           _NO_KERNEL, CTC_FIX),
     Entry(("_embedding_bag_backward", "_embedding_bag_dense_backward"), RAISES,
@@ -155,7 +155,7 @@ TABLE: tuple[Entry, ...] = (
           "scatter_add_ of the weights (deterministic, slower)", _variant("weights=tensor")),
     Entry(("median",), RAISES, ("torch.median with indices output when called on a CUDA tensor",),
           "with a dim (the values and indices form)", _NO_KERNEL, "torch.sort and take the middle element",
-          lambda row: str(row.get("overload", "")).startswith("aten.median.dim")),
+          lambda row: row["overload"].startswith("aten.median.dim")),
     Entry(("grid_sampler_2d_backward", "grid_sampler_3d_backward"), RAISES,
           ("torch.nn.functional.grid_sample when attempting to differentiate",), "in the backward", _NO_KERNEL,
           "no deterministic alternative in torch: keep the model out of the strict stage"),

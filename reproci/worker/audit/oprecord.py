@@ -24,12 +24,17 @@ from torch.utils._pytree import tree_leaves
 
 from ..state.tensor_bits import dense
 from . import module_text
+from .rows import AttentionCall, AuditFacts, OpRow
 
 MODULE_KEY = "reproci_module"
 KEEP_BYTES = 64 * 1024 * 1024  # output copies kept for magnitudes; past this, digests only
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
               os.path.dirname(os.__file__))
+
+
+
+
 
 
 def user_frame(frames: list[tuple[str, int, str]]) -> str | None:
@@ -74,11 +79,11 @@ _INDEXED = {"index_add": 2, "index_add_": 2, "index_copy": 2, "index_copy_": 2, 
 _DUPLICATES_CAP = 1 << 20  # elements: larger indices are not checked (the fact stays unknown)
 
 
-def audit_facts(op: str, args: Any) -> dict[str, Any]:
+def audit_facts(op: str, args: Any) -> AuditFacts:
     """What the audit's conditions read from one call: whether grad flows to a tensor input,
     whether an input is sparse, and for the indexed ops whether the index repeats (None: not checked)."""
     tensors = [a for a in tree_leaves(args) if isinstance(a, torch.Tensor)]
-    facts: dict[str, Any] = {"grad": any(t.requires_grad for t in tensors),
+    facts: AuditFacts = {"grad": any(t.requires_grad for t in tensors),
                              "sparse": any(t.layout != torch.strided for t in tensors)}
     if op in _INDEXED and len(args) > _INDEXED[op]:
         index = args[_INDEXED[op]]
@@ -134,7 +139,8 @@ class _Tagger(TorchFunctionMode):
         out = func(*args, **kwargs)
         place = [p for p in (module_text(self.recorder.module()), user_frame([(f.filename, f.lineno or 0, f.name)
                                                                    for f in traceback.extract_stack()])) if p]
-        facts.update(ran=attention.ran(self.recorder.rows[start:]), place=" at ".join(place) or None)
+        facts["ran"] = attention.ran(self.recorder.rows[start:])
+        facts["place"] = " at ".join(place) or None
         return out
 
 
@@ -150,13 +156,13 @@ class OpRecorder(TorchDispatchMode):
         self.optimizer = optimizer
         self.stack: list[str] = []
         self.phase = "forward"
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[OpRow] = []
         self.kept: dict[int, torch.Tensor] = {}
         self._kept_bytes = 0
         self._handles: list[Any] = []
         self._anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False)
         self._tagger = _Tagger(self)
-        self.attention: list[dict[str, Any]] | None = None if digests else []  # SDPA calls (the audit's)
+        self.attention: list[AttentionCall] | None = None if digests else []  # SDPA calls (the audit's)
         self._writers: dict[int, int] = {}  # storage -> the row that last wrote it (data flow between ops)
         self._loss_row: int | None = None
 
@@ -207,12 +213,14 @@ class OpRecorder(TorchDispatchMode):
                         for w in (self._writers.get(_storage(t)),) if w is not None})
         for t in tensors:  # in place or new: this row's output is what the storage now holds
             self._writers[_storage(t)] = index
-        self.rows.append({"op": name, "overload": str(func), "phase": phase, "module": module, "where": where,
-                          "reads": reads,
-                          "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
-                          "device": tensors[0].device.type, "variant": variant(name, args, kwargs or {}),
-                          "digest": "".join(digest(t) for t in tensors) if self.digests else None,
-                          **({} if self.digests else audit_facts(name, args))})
+        row: OpRow = {"op": name, "overload": str(func), "phase": phase, "module": module, "where": where,
+                      "reads": reads,
+                      "shape": list(tensors[0].shape), "dtype": str(tensors[0].dtype),
+                      "device": tensors[0].device.type, "variant": variant(name, args, kwargs or {}),
+                      "digest": "".join(digest(t) for t in tensors) if self.digests else None}
+        if not self.digests:
+            row.update(audit_facts(name, args))
+        self.rows.append(row)
         if not self.keep:
             return out
         first = tensors[0]
@@ -239,12 +247,12 @@ class OpRecorder(TorchDispatchMode):
             if marked[i]:
                 continue
             marked[i] = True
-            todo.extend(j for j in self.rows[i].get("reads", ()) if not marked[j])
+            todo.extend(j for j in self.rows[i]["reads"] if not marked[j])
         return marked
 
     def save(self, path: str) -> None:
         marks = self.on_path() if self._loss_row is not None else None
-        rows = [{**r, "on_path": m} for r, m in zip(self.rows, marks)] if marks is not None else self.rows
+        rows: list[OpRow] = [{**r, "on_path": m} for r, m in zip(self.rows, marks)] if marks is not None else self.rows
         torch.save({"rows": rows, "kept": self.kept}, path)
 
 

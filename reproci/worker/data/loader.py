@@ -33,12 +33,22 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 import torch
 
 from ..contract import ContractError, TrainSetup
 from ..state import rng
+from ..state.rng import RngStates
+
+
+class SavedEpochStart(TypedDict):
+    """An ``EpochStart`` as a checkpoint holds it (``EpochStart.to_dict``)."""
+
+    generator: torch.Tensor | None
+    rng: RngStates
+    extra: Any
+    samplers: dict[str, Any] | None
 
 
 @dataclass
@@ -46,18 +56,18 @@ class EpochStart:
     """Everything that decides an epoch's batches, taken just before its ``iter()``."""
 
     generator: torch.Tensor | None  # the loader generator's state
-    rng: dict[str, Any]  # python, numpy, torch (and CUDA) RNG states
+    rng: RngStates  # python, numpy, torch (and CUDA) RNG states
     extra: Any  # the plugin's extra state (deep copy), or None
     samplers: dict[str, Any] | None = None  # path -> state of each RNG object the samplers hold
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SavedEpochStart:
         return {"generator": self.generator, "rng": self.rng, "extra": self.extra, "samplers": self.samplers}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "EpochStart":
-        gen = d.get("generator")
-        return cls(gen.cpu() if isinstance(gen, torch.Tensor) else None, rng.to_cpu(d["rng"]), d.get("extra"),
-                   d.get("samplers"))
+    def from_dict(cls, d: SavedEpochStart) -> "EpochStart":
+        gen = d["generator"]
+        return cls(gen.cpu() if isinstance(gen, torch.Tensor) else None, rng.to_cpu(d["rng"]), d["extra"],
+                   d["samplers"])
 
 
 def epoch_hooks(loader: Any) -> list[Callable[[int], None]]:
@@ -88,14 +98,14 @@ def _parts(loader: Any, *, order_only: bool) -> dict[str, Any]:
     return {prefix: part for prefix, part in parts.items() if part is not None}
 
 
-def sampler_rngs(setup: TrainSetup) -> dict[str, Any]:
+def sampler_rngs(setup: TrainSetup) -> dict[str, torch.Generator]:
     """The generators a trainer's checkpoint holds for the order besides the loader generator
     (saved as such): a torch sampler's ``generator=`` (a ``RandomSampler`` inside a batch
     sampler). An RNG object a sampler of the plugin's own keeps, under any name, is the
     plugin's private state: not snapshotted, so a resume behaves as the user's trainer's
     would, and the state census names it when it differs."""
     gen = setup.generator()
-    found: dict[str, Any] = {}
+    found: dict[str, torch.Generator] = {}
     seen = {id(gen)} if gen is not None else set()
     for prefix, part in _parts(setup.loader, order_only=True).items():
         g = getattr(part, "generator", None)
@@ -226,12 +236,37 @@ def replay_epoch(setup: TrainSetup, epoch: int, consumed: int) -> tuple[Iterator
     return it, "fetch"
 
 
-def describe_setup(setup: TrainSetup) -> dict[str, Any]:
+class LoaderDescription(TypedDict):
+    """What a record says of the loader (``describe``)."""
+
+    type: str  # the loader's class name
+    num_workers: int
+    persistent_workers: bool
+    iterable_dataset: bool
+    set_epoch: int  # the set_epoch hooks called each epoch
+    shuffles: bool
+    batches_per_epoch: int | None  # None: no length
+
+
+class PipelineRng(TypedDict):
+    """An RNG object the data pipeline holds (``pipeline_rngs``)."""
+
+    type: str  # torch.Generator, numpy.random.Generator, ...
+    snapshotted: bool  # whether the epoch-start snapshot covers it
+
+
+class LoaderSetup(LoaderDescription):
+    """``describe`` of a setup's loader, with the RNG objects its pipeline holds, by path."""
+
+    rngs: dict[str, PipelineRng]
+
+
+def describe_setup(setup: TrainSetup) -> LoaderSetup:
     """``describe`` of the setup's loader, with the RNG objects its pipeline holds."""
     return {**describe(setup.loader), "rngs": pipeline_rngs(setup)}
 
 
-def describe(loader: Any) -> dict[str, Any]:
+def describe(loader: Any) -> LoaderDescription:
     """What a record says of the loader: enough to name a known cause of a failed resume."""
     return {
         "type": type(loader).__name__,
@@ -251,12 +286,12 @@ def _length(loader: Any) -> int | None:
         return None
 
 
-def pipeline_rngs(setup: TrainSetup) -> dict[str, dict[str, Any]]:
+def pipeline_rngs(setup: TrainSetup) -> dict[str, PipelineRng]:
     """Every RNG object the data pipeline holds (sampler, batch sampler, dataset, collate
     function), by path, with its type and whether the epoch-start snapshot covers it."""
     snapshotted = set(sampler_rngs(setup))
     gen = setup.generator()
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PipelineRng] = {}
     for prefix, part in _parts(setup.loader, order_only=False).items():
         for path, obj in rng.held(part, prefix).items():
             out[path] = {"type": rng.kind(obj),

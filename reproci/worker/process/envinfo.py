@@ -15,10 +15,11 @@ import importlib.metadata
 import os
 import platform
 import re
-from typing import Any
 
 import numpy as np
 import torch
+
+from ..sections import CpuId, Environment, Gpu, TorchBuild
 
 DETERMINISM_VARS = (
     "PYTHONHASHSEED",
@@ -69,7 +70,12 @@ def _cpuinfo() -> dict[str, str]:
     return out
 
 
-def cpu_identity() -> dict[str, Any]:
+
+
+
+
+
+def cpu_identity() -> CpuId:
     """Vendor, family, model, stepping and the ISA features that matter, as the OS reports them."""
     info = _cpuinfo()
     flags = set((info.get("flags") or info.get("Features") or "").split())
@@ -88,7 +94,7 @@ def _capability() -> str | None:
         return None
 
 
-def torch_build() -> dict[str, Any]:
+def torch_build() -> TorchBuild:
     """The math libraries and threading torch was built with (from ``torch.__config__``)."""
     try:
         text = torch.__config__.show()
@@ -128,7 +134,7 @@ def _nvidia_driver() -> str | None:
     return first.strip() or None
 
 
-def _gpus() -> dict[str, Any]:
+def _gpus() -> Gpu:
     if not torch.cuda.is_available():
         return {"count": 0, "names": [], "driver": None, "capability": []}
     count = torch.cuda.device_count()
@@ -169,7 +175,7 @@ def packages() -> dict[str, str]:
     return dict(_PACKAGES)
 
 
-def environment(*, seed: int, device: str, project_commit: str | None) -> dict[str, Any]:
+def environment(*, seed: int, device: str, project_commit: str | None) -> Environment:
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "torch": torch.__version__,

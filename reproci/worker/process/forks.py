@@ -11,9 +11,49 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import TypedDict, Union
 
 IDLE_END = "the standing server was idle and ended"  # what a launcher that connected as it ended reads
+
+
+class Hello(TypedDict, total=False):
+    """A server's greeting on a launcher's control socket: ready, or why not, and the server's pid
+    (an idle standing server's last word has no pid; a server given no greeting sends none of the keys)."""
+
+    ready: bool
+    reason: str | None
+    pid: int
+
+
+class Request(TypedDict):
+    """A launcher's request to fork a run (with two descriptors: its status socket and its output pipe)."""
+
+    spec: str  # the run's spec file
+    cwd: str  # the directory it runs in
+
+
+class Forked(Request):
+    """A request as the forked child takes it: with the run's status socket."""
+
+    status: socket.socket
+
+
+class Started(TypedDict):
+    """The forked run's pid, and its start on the host's clock (time.monotonic())."""
+
+    pid: int
+    started: float
+
+
+class Refused(TypedDict):
+    refused: str  # why the server would not fork
+
+
+class Ended(TypedDict):
+    status: int  # the run's exit status (negative: killed by that signal)
+
+
+Message = Union[Hello, Started, Refused, Ended]  # what a server sends
 
 
 def thread_count() -> int:
@@ -37,7 +77,7 @@ def unsafe() -> str | None:
     return None
 
 
-def send(sock: socket.socket, message: dict[str, Any]) -> None:
+def send(sock: socket.socket, message: Message) -> None:
     try:
         sock.send(json.dumps(message).encode())
     except OSError:
@@ -51,7 +91,7 @@ class Server:
     it ended, or was killed), and ends once nothing has used it for ``idle_s`` seconds."""
 
     def __init__(self, control: socket.socket | None, *, listener: socket.socket | None = None,
-                 hello: dict[str, Any] | None = None, idle_s: float = 0.0) -> None:
+                 hello: Hello | None = None, idle_s: float = 0.0) -> None:
         self.controls: list[socket.socket] = [control] if control is not None else []
         self.listener, self.hello, self.idle_s = listener, hello or {}, idle_s
         self.runs: dict[int, socket.socket] = {}  # child pid -> its status socket
@@ -61,7 +101,7 @@ class Server:
             os.set_blocking(fd, False)
         self.selector = selectors.DefaultSelector()
 
-    def serve(self) -> dict[str, Any] | None:
+    def serve(self) -> Forked | None:
         """Fork runs until the launcher closes the control socket, or a standing server has
         been idle (returns None); in a forked child, return its request."""
         signal.set_wakeup_fd(self.wake_w)
@@ -102,7 +142,7 @@ class Server:
         self.controls.append(conn)
         self.selector.register(conn, selectors.EVENT_READ)
 
-    def _request(self, control: socket.socket) -> dict[str, Any] | None:
+    def _request(self, control: socket.socket) -> Forked | None:
         """One launcher's message: fork (in the child: the request), kill, or it went."""
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, 1 << 16, 2)
@@ -135,7 +175,7 @@ class Server:
             except ProcessLookupError:
                 pass
 
-    def _fork(self, request: dict[str, Any], fds: list[int], control: socket.socket) -> dict[str, Any] | None:
+    def _fork(self, request: Request, fds: list[int], control: socket.socket) -> Forked | None:
         status = socket.socket(fileno=fds[0])
         out = fds[1]
         why = unsafe()

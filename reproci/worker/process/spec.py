@@ -13,7 +13,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 SPEC_VERSION = 1
 
@@ -38,6 +38,15 @@ PROFILE_STEPS = 4
 # the run's last step. Written in one call (well under PIPE_BUF), so it arrives whole.
 DONE = struct.Struct("<cdB")
 GO, END_TIMING = b"g", b"e"  # a turn: take a step; or stop timing (the profiled steps follow)
+
+
+class CompileSpec(TypedDict):
+    """How the harness compiles a run's step (``WorkerSpec.compile``): ``torch.compile``'s arguments."""
+
+    backend: str
+    mode: str | None
+    dynamic: bool | None
+    fullgraph: bool
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +105,7 @@ class WorkerSpec:
     cpu_isa: str | None = None  # cap the CPU kernels at this level (launch.CPU_ISA_ENV), attested
     env: dict[str, str | None] = field(default_factory=dict)  # variables set (None: removed) after the launcher's
     # torch.compile of the step's module: {"backend", "mode", "dynamic", "fullgraph"} (worker.execution); None: eager
-    compile: dict[str, Any] | None = None
+    compile: CompileSpec | None = None
     compile_cache: str | None = None  # inductor's and Triton's cache directory for this run (cold unless shared)
     eager: bool = False  # run a plugin's own compiled model uncompiled (the bisection's compile factor)
     amp: str | None = None  # "bf16" or "fp16": each forward and loss under torch.autocast (fp16 with a GradScaler)

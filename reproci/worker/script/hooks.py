@@ -31,7 +31,7 @@ import shutil
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -48,6 +48,9 @@ from ..state.state import dump_state, final_hash, transient_buffers
 from ..steppers import Optimizers
 from . import TOP_PID_VARIABLE, record
 from .discovery import find_model, find_optimizers
+
+if TYPE_CHECKING:
+    from ..sections import InitialFingerprint
 
 _TRACE: ScriptTrace | None = None
 
@@ -72,7 +75,7 @@ def install(spec_path: str) -> None:
 class ScriptTrace:
     """One script process's steps, as a factory run's ``record.Trace`` keeps them."""
 
-    def __init__(self, spec: WorkerSpec, spec_file: Path, attestation: dict[str, Any]) -> None:
+    def __init__(self, spec: WorkerSpec, spec_file: Path, attestation: determinism.Attestation) -> None:
         assert spec.script is not None
         self.spec, self.spec_file, self.attestation = spec, spec_file, attestation
         self.t0 = time.perf_counter()
@@ -84,7 +87,7 @@ class ScriptTrace:
         self.optimizer: torch.optim.Optimizer | None = None
         self.optimizer_names: list[str] = []
         self.fps: StepFingerprints | None = None
-        self.initial: dict[str, Any] | None = None
+        self.initial: InitialFingerprint | None = None
         self.batches = BatchLog()
         self.opaque: list[str] = []
         self.calls: list[tuple[Any, Any]] = []  # the outermost training calls since the last step

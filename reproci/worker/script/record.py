@@ -5,7 +5,7 @@ knows (its loader, epochs, execution, census) is left empty."""
 from __future__ import annotations
 
 import statistics
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -18,12 +18,15 @@ from ..process.spec import WorkerSpec
 from ..run_record import RunRecord, ScriptFacts, Timings
 from ..state.fingerprint import FINGERPRINT_SCHEME, StepFingerprints
 
+if TYPE_CHECKING:
+    from ..sections import InitialFingerprint
+
 
 class ScriptSteps(Protocol):
     """What ``hooks.ScriptTrace`` kept of a run, as the record reads it."""
 
     spec: WorkerSpec
-    attestation: dict[str, Any]
+    attestation: determinism.Attestation
     watch: ControlWatch
     start: int  # the step before the process's first
     taken: int  # steps recorded
@@ -31,7 +34,7 @@ class ScriptSteps(Protocol):
     model: torch.nn.Module | None
     optimizer_names: list[str]
     fps: StepFingerprints | None
-    initial: dict[str, Any] | None
+    initial: InitialFingerprint | None
     batches: BatchLog
     opaque: list[str]
     losses: list[torch.Tensor]

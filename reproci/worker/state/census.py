@@ -37,7 +37,7 @@ import functools
 import hashlib
 import sys
 import types
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 import numpy as np
 import torch
@@ -271,6 +271,28 @@ def _checkpointed(setup: TrainSetup) -> set[int]:
     return held
 
 
+class _Items(TypedDict):
+    items: dict[str, dict[str, str]]  # path -> kind, type, sha (and value, metric) (``Census.take``)
+
+
+class Point(_Items, total=False):
+    """One census of a run, or why it could not be taken (its items then empty)."""
+
+    error: str
+
+
+class _At(TypedDict):
+    at: int  # the resume point k
+
+
+class CensusRecord(_At, total=False):
+    """A run's census (``census``): at the resume point (the state after step k, with step k+1's
+    batch in hand) and after step k+1, as far as the run got."""
+
+    resume: Point
+    next: Point
+
+
 class Points:
     """The census of one run at the resume point k (the state after step k, with step k+1's
     batch in hand) and after step k+1: run A (which checkpoints at k) and run C (which resumes
@@ -278,24 +300,27 @@ class Points:
 
     def __init__(self, k: int | None) -> None:
         self.k = k
-        self.taken: dict[str, Any] = {}
+        self.taken: CensusRecord | None = None
 
     def before_step(self, setup: TrainSetup, step: int) -> None:
         """Called with the number of steps taken so far, before the next one."""
         if self.k is not None and step == self.k:
-            self.taken["resume"] = _safe(setup)
+            self._taken(self.k)["resume"] = _safe(setup)
 
     def after_step(self, setup: TrainSetup, step: int) -> None:
         if self.k is not None and step == self.k + 1:
-            self.taken["next"] = _safe(setup)
+            self._taken(self.k)["next"] = _safe(setup)
 
-    def to_record(self) -> dict[str, Any] | None:
-        if self.k is None or not self.taken:
-            return None
-        return {"at": self.k, **self.taken}
+    def _taken(self, k: int) -> CensusRecord:
+        if self.taken is None:
+            self.taken = {"at": k}
+        return self.taken
+
+    def to_record(self) -> CensusRecord | None:
+        return self.taken
 
 
-def _safe(setup: TrainSetup) -> dict[str, Any]:
+def _safe(setup: TrainSetup) -> Point:
     """A census, or why it could not be taken: it never fails a training run."""
     try:
         return {"items": take(setup)}

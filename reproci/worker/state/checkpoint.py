@@ -37,7 +37,7 @@ class LoopPosition:
 class Resume:
     """What a resumed run puts back once its loader has replayed to the checkpoint's batch."""
 
-    rng: dict[str, Any]
+    rng: rng.RngStates
     extra: Any = None
     loader: Any = None  # an own_state loader's state_dict() at the checkpoint
 

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, TypedDict, Union
 
 import numpy as np
 import torch
 
 
-def states() -> dict[str, Any]:
-    out: dict[str, Any] = {
+class _HostStates(TypedDict):
+    python: tuple[Any, ...]  # random.getstate()
+    numpy: Any  # np.random.get_state(): a tuple, or a dict
+    torch: torch.Tensor  # torch.get_rng_state()
+
+
+class RngStates(_HostStates, total=False):
+    """Every RNG state of the process (``states``): CUDA's only where CUDA is in use."""
+
+    cuda: list[torch.Tensor]  # torch.cuda.get_rng_state_all()
+
+
+def states() -> RngStates:
+    out: RngStates = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
@@ -20,7 +32,7 @@ def states() -> dict[str, Any]:
     return out
 
 
-def set_states(saved: dict[str, Any], *, torch_rng: bool = True) -> None:
+def set_states(saved: RngStates, *, torch_rng: bool = True) -> None:
     random.setstate(saved["python"])
     np.random.set_state(saved["numpy"])
     if torch_rng:
@@ -29,10 +41,10 @@ def set_states(saved: dict[str, Any], *, torch_rng: bool = True) -> None:
             torch.cuda.set_rng_state_all(saved["cuda"])
 
 
-def to_cpu(saved: dict[str, Any]) -> dict[str, Any]:
+def to_cpu(saved: RngStates) -> RngStates:
     """RNG states loaded with ``map_location`` set back on the CPU, where torch wants them."""
-    out = dict(saved)
-    if isinstance(out.get("torch"), torch.Tensor):
+    out = saved.copy()
+    if isinstance(out["torch"], torch.Tensor):
         out["torch"] = out["torch"].cpu()
     if "cuda" in out:
         out["cuda"] = [s.cpu() for s in out["cuda"]]
@@ -41,6 +53,7 @@ def to_cpu(saved: dict[str, Any]) -> dict[str, Any]:
 
 # RNG objects a plugin's data pipeline may hold: their states can be read and put back.
 RNG_TYPES = (torch.Generator, np.random.Generator, np.random.RandomState, random.Random)
+Rng = Union[torch.Generator, np.random.Generator, np.random.RandomState, random.Random]
 
 
 def is_rng(obj: object) -> bool:
@@ -80,9 +93,9 @@ def set_state(obj: Any, state: Any) -> None:
         obj.setstate(state)
 
 
-def held(obj: object, prefix: str) -> dict[str, Any]:
+def held(obj: object, prefix: str) -> dict[str, Rng]:
     """The RNG objects ``obj`` holds as attributes (or is), by path: ``sampler.rng``."""
-    if is_rng(obj):
+    if isinstance(obj, RNG_TYPES):
         return {prefix: obj}
     try:
         attrs = vars(obj)

@@ -12,11 +12,20 @@ walks the tree again, exactly as ``state_identity`` does, and compares.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from .state import Modules, state_identity
+
+
+class _Holder(NamedTuple):
+    """A module of the tree with its slot dictionaries, each mutated in place by an assignment to the module."""
+
+    attributes: dict[str, Any]  # the module's ``__dict__``, which holds the three below
+    parameters: dict[str, torch.nn.Parameter | None]
+    buffers: dict[str, torch.Tensor | None]
+    children: dict[str, torch.nn.Module | None]
 
 
 class StateWatch:
@@ -40,7 +49,7 @@ class StateWatch:
         self._seen = _Seen(holders, self._slots(holders))
         return changed
 
-    def _holders(self) -> list[tuple[dict[str, Any], Any, Any, Any]]:
+    def _holders(self) -> list[_Holder]:
         """Each module of the tree (in ``state_identity``'s walk) with its slot dictionaries."""
         out = []
         seen: set[int] = set()
@@ -51,11 +60,11 @@ class StateWatch:
                 continue
             seen.add(id(m))
             d = m.__dict__
-            out.append((d, d.get("_parameters"), d.get("_buffers"), d.get("_modules")))
+            out.append(_Holder(d, d.get("_parameters"), d.get("_buffers"), d.get("_modules")))
             stack.extend(c for c in reversed(m._modules.values()) if c is not None)
         return out
 
-    def _slots(self, holders: list[tuple[dict[str, Any], Any, Any, Any]]) -> list[Any]:
+    def _slots(self, holders: list[_Holder]) -> list[Any]:
         """Every object in a state slot, in a fixed order: modules' parameters, buffers and
         children, the optimizer's parameters, which have state, and that state's values, and
         the state modules' tensors."""
@@ -79,7 +88,7 @@ class StateWatch:
 class _Seen:
     """What the last walk found: the holders, the objects in their slots, and the pointers."""
 
-    def __init__(self, holders: list[tuple[dict[str, Any], Any, Any, Any]], objects: list[Any]) -> None:
+    def __init__(self, holders: list[_Holder], objects: list[Any]) -> None:
         self.holders = holders
         self.dicts = [(d, name, held) for d, *held_three in holders
                       for name, held in zip(("_parameters", "_buffers", "_modules"), held_three)]
