@@ -27,6 +27,7 @@ from .entry_sections import (
     RunSummaryView,
 )
 from .results import Alerts, Coverage, GoldenOutcome, StateCensus, Summary
+from .worker.sections import Attestation, Execution
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,11 +134,11 @@ class Entry:
     config: Any = None
     config_sha256: str | None = None
     batch_size: int | None = None
-    attestation: Mapping[str, Any] | None = None  # the worker's controls, one check a control
+    attestation: Attestation | None = None  # the determinism controls proven in effect: one check a control
     evidence: EvidenceView | None = None
     golden: GoldenComparison | None = None
     throughput_regression: str | None = None
-    execution: Mapping[str, Any] | None = None  # compiled, autocast (worker.execution)
+    execution: Execution | None = None  # compiled, autocast: part of the identity (None: eager fp32)
     world_size: int | None = None
     epoch_order: str | None = None
     shared_batches: str | None = None
