@@ -85,9 +85,10 @@ def document_exit_code(document: ResultsDocument, stages: Stages) -> int:
     computes it once, ``merge`` recomputes it from each shard the same way).
 
     When this run recorded the golden, drift against the previous one is the evidence of
-    the update, not a failure of it. Otherwise each of ``stages`` has its say after the
-    verdicts, in the order they run (``Stage.exit_code``: a stage's findings that fail a run
-    with its flag, each only a run that passed otherwise).
+    the update, not a failure of it. Then each of ``stages`` has its say after the verdicts,
+    in the order they run (``Stage.exit_code``: a stage's findings that fail a run with its
+    flag, each only a run that passed otherwise), a golden update too: a dependency on the
+    environment is no evidence of an update.
     """
     doc = Document.of(document)
     if doc.lost_cells:  # --backend ray: a cell that never came back is no verdict, and not a pass
@@ -96,9 +97,9 @@ def document_exit_code(document: ResultsDocument, stages: Stages) -> int:
     ci = bool(doc.options.ci)
     outcome = comparison.outcome_of(document)
     if outcome is not None and outcome.updated:
-        vs = [PASS if v in DRIFTING | NOTICES else v for v in vs]
-        return exit_code(vs)
-    code = exit_code(vs, ci=ci)
+        code = exit_code([PASS if v in DRIFTING | NOTICES else v for v in vs])
+    else:
+        code = exit_code(vs, ci=ci)
     for stage in stages:
         code = stage.exit_code(document, code)
     return code

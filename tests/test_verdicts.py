@@ -56,6 +56,20 @@ def test_a_throughput_regression_fails_only_with_slowdown_fails_and_only_a_passi
     assert verdicts.document_exit_code(doc(verdicts.RESUME_BROKEN, regression=True, slowdown_fails=True), STAGES) == 1
 
 
+def test_a_golden_update_is_failed_by_a_dependency_with_probes_fail_and_not_by_its_slowdown():
+    """A dependency on the environment found by the probes is no evidence of an update: with
+    --probes-fail it fails the run that records the golden too; a slowdown against the golden
+    the update replaces is its evidence, as drift is."""
+    probed = doc(verdicts.UPGRADE_CHANGED, updated=True)
+    probed["options"]["probes_fail"] = True
+    probed["models"][0]["probes"] = {"rows": [{"probe": "threads", "status": "depends"}], "depends": ["threads"]}
+    assert verdicts.document_exit_code(probed, STAGES) == errors.EXIT_REPRO_FAILURE
+    probed["options"]["probes_fail"] = False
+    assert verdicts.document_exit_code(probed, STAGES) == errors.EXIT_PASS
+    assert verdicts.document_exit_code(doc(verdicts.PASS, regression=True, slowdown_fails=True, updated=True),
+                                       STAGES) == errors.EXIT_PASS
+
+
 def test_summarize_counts_and_sets_the_exit_code_once():
     d = doc(verdicts.PASS, verdicts.PASS, verdicts.ENV_CHANGED)
     verdicts.summarize(d, STAGES)
