@@ -150,7 +150,7 @@ def build(spec: WorkerSpec, setup: TrainSetup, pos: LoopPosition, *, start: Star
         initial_fingerprint=trace.initial,
         batch_checksum=BATCH_CHECKSUM,
         fingerprint_scheme=FINGERPRINT_SCHEME,  # what a row holds for a tensor absent at a step
-        tensor_names=tensor_names,  # type: ignore[arg-type]  # None (null) where no step was fingerprinted
+        tensor_names=tensor_names,
         fingerprints=fingerprints,
         batch_fingerprints=batch_sums,
         batch_contents_scheme=BATCH_CONTENTS,

@@ -104,7 +104,7 @@ class RunRecord:
     initial_fingerprint: InitialFingerprint | None  # the state before the first step, with fingerprints
     batch_checksum: str  # the scheme of ``batch_fingerprints``
     fingerprint_scheme: str  # what a row holds for a tensor absent at a step
-    tensor_names: list[str]  # the columns of ``fingerprints``
+    tensor_names: list[str] | None  # the columns of ``fingerprints``; None where no step was fingerprinted
     fingerprints: list[Any]  # per step, a row of per-tensor checksums
     batch_fingerprints: list[Any]  # per step, the batch's checksum
     batch_contents_scheme: str
@@ -194,7 +194,7 @@ class Trajectory:
         if isinstance(run, Trajectory):
             return run
         if isinstance(run, RunRecord):
-            return cls(tensor_names=run.tensor_names, fingerprints=run.fingerprints, start_step=run.start_step,
+            return cls(tensor_names=run.tensor_names or [], fingerprints=run.fingerprints, start_step=run.start_step,
                        fingerprint_scheme=run.fingerprint_scheme, initial_fingerprint=run.initial_fingerprint,
                        losses=run.losses, batch_checksum=run.batch_checksum, batch_fingerprints=run.batch_fingerprints,
                        batch_contents_scheme=run.batch_contents_scheme, batch_contents=run.batch_contents,

@@ -49,7 +49,7 @@ def load(work: Path, roles: tuple[str, ...], world_size: int) -> dict[int, Recor
 def _compared(record: RunRecord, *, buffers: bool) -> Trajectory:
     """The record's state rows, without batches and losses (each rank has its own shard) and,
     unless ``buffers``, without buffers."""
-    names = list(record.tensor_names)
+    names = list(record.tensor_names or [])
     keep = [i for i, n in enumerate(names) if buffers or not n.startswith("buffer:")]
     final = {n: h for n, h in record.tensor_sha256.items() if buffers or not n.startswith("buffer:")}
     init = record.initial_fingerprint
