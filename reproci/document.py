@@ -65,10 +65,31 @@ class ThreadsView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CpuIdView:
+    """The CPU as /proc/cpuinfo names it (``worker.sections.CpuId``)."""
+
+    vendor: str | None = None
+    family: str | None = None
+    model: str | None = None
+    stepping: str | None = None
+    isa: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchBuildView:
+    """The libraries torch was built with (``worker.sections.TorchBuild``)."""
+
+    onednn: str | None = None
+    mkl: str | None = None
+    blas: str | None = None
+    lapack: str | None = None
+    parallel: str | None = None  # ATen's parallel backend
+
+
+@dataclass(frozen=True, kw_only=True)
 class EnvironmentView:
     """The worker's environment fingerprint: what the image's torch reports (``worker.process.envinfo``).
-    The keys a report reads are fields; the rest (the CPU's identity, the kernel-selecting variables)
-    are compared as JSON by the golden check and read from the dict."""
+    The golden check compares it as JSON; the reports read it here."""
 
     torch: str | None = None
     torch_git: str | None = None
@@ -78,7 +99,11 @@ class EnvironmentView:
     hip: str | None = None
     gpu: GpuView = field(default_factory=GpuView)
     device: str | None = None
-    cpu: str | None = None
+    cpu: str | None = None  # the CPU's model name
+    cpu_id: CpuIdView | None = None
+    cpu_capability: str | None = None  # the CPU capability ATen dispatches to
+    torch_build: TorchBuildView = field(default_factory=TorchBuildView)
+    kernel_env: dict[str, str] = field(default_factory=dict)  # the kernel-selecting variables that are set
     machine: str | None = None
     cpu_count: int | None = None
     threads: ThreadsView = field(default_factory=ThreadsView)

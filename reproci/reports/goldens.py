@@ -3,7 +3,6 @@ hashes per model; and what differs between two images' goldens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -11,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import typed, verdicts
-from ..document import EnvironmentView
+from ..document import CpuIdView, EnvironmentView
 from ..golden.environment import split_packages
 from ..golden.store import Golden
 
@@ -20,38 +19,6 @@ if TYPE_CHECKING:
     from ..worker.sections import Environment
 
 OTHER_PACKAGES_SHOWN = 8
-
-
-@dataclass(frozen=True, kw_only=True)
-class CpuIdView:
-    """The CPU as the fingerprint names it (``worker.process.envinfo.CpuId``)."""
-
-    vendor: str | None = None
-    family: str | None = None
-    model: str | None = None
-    stepping: str | None = None
-    isa: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TorchBuildView:
-    """The libraries torch was built with (``worker.process.envinfo.TorchBuild``)."""
-
-    onednn: str | None = None
-    mkl: str | None = None
-    parallel: str | None = None  # ATen's parallel backend
-
-
-@dataclass(frozen=True, kw_only=True)
-class KernelsView:
-    """What selects the kernels, of an environment fingerprint: the CPU, the capability ATen
-    dispatches to, the libraries torch was built with, the kernel-selecting variables set."""
-
-    cpu: str | None = None
-    cpu_id: CpuIdView | None = None
-    cpu_capability: str | None = None
-    torch_build: TorchBuildView = field(default_factory=TorchBuildView)
-    kernel_env: dict[str, str] = field(default_factory=dict)
 
 
 def environment_line(env: Environment | None) -> str:
@@ -71,7 +38,7 @@ def environment_line(env: Environment | None) -> str:
 def kernels_line(env: Environment | None) -> str | None:
     """'CPU AMD EPYC (AuthenticAMD family 25 model 17 stepping 1), ATen AVX2, oneDNN 3.12.0, MKL
     2024.2, OpenMP · kernel variables ATEN_CPU_CAPABILITY=avx2 ...': what selects the kernels."""
-    k = typed.load(KernelsView, env or {}, lenient=True)
+    k = typed.load(EnvironmentView, env or {}, lenient=True)
     if k.cpu_id is None and not k.cpu_capability:
         return None
     cpu, build = k.cpu_id or CpuIdView(), k.torch_build
